@@ -1,0 +1,57 @@
+"""Which reader a file needs: cheap signature checks tried in order, then the file extension.
+
+Before any format is tried, files that are commonly mistaken for checkpoints (Git LFS pointers,
+HTML pages saved by a browser, empty files) get a message of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .errors import UnknownFormatError
+from .formats import safetensors
+from .model import Checkpoint
+from .source import ByteSource
+
+HEAD_BYTES = 1024
+
+# (module, file extensions that mean "this was meant to be that format"), in sniffing order.
+READERS = [
+    (safetensors, (".safetensors",)),
+]
+
+LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"
+                         rb"(?:.*\n)*?size (\d+)", re.MULTILINE)
+HTML_START = (b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")
+
+
+def read(source: ByteSource) -> Checkpoint:
+    head = source.read(0, min(HEAD_BYTES, source.size))
+    _refuse_impostors(source, head)
+    for module, _ in READERS:
+        if module.sniff(head, source.size, source.name):
+            return module.read(source)
+    extension = os.path.splitext(source.name)[1].lower()
+    for module, extensions in READERS:
+        if extension in extensions:
+            # Nothing matched, but the name says what it should be: let that reader say what is wrong.
+            return module.read(source)
+    raise UnknownFormatError(
+        "this is not a checkpoint tensorloupe can read (safetensors, PyTorch .pt/.pth/.bin/.ckpt, "
+        "or GGUF)", file=source.name, found=f"first bytes {head[:16].hex(' ')}")
+
+
+def _refuse_impostors(source: ByteSource, head: bytes) -> None:
+    if source.size == 0:
+        raise UnknownFormatError("the file is empty (0 bytes)", file=source.name)
+    pointer = LFS_POINTER.match(head)
+    if pointer:
+        raise UnknownFormatError(
+            f"this is a Git LFS pointer file ({source.size} bytes), not the model: the real file "
+            f"({int(pointer.group(1)):,} bytes) was never downloaded; run `git lfs pull` or "
+            "download it from the model page", file=source.name)
+    if head.lstrip()[:16].lower().startswith(HTML_START):
+        raise UnknownFormatError(
+            "this is an HTML page saved under a model's file name (a login, error or download "
+            "page?), not a checkpoint", file=source.name)

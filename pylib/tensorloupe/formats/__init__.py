@@ -1,0 +1,1 @@
+"""Container format readers. Each module exposes `sniff(head, size, name)` and `read(source)`."""

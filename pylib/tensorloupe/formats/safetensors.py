@@ -1,0 +1,171 @@
+"""safetensors: an 8-byte little-endian header length, a JSON header, then the tensor bytes.
+
+Spec (huggingface/safetensors README, "Format"): the header is a JSON object mapping tensor names
+to {"dtype", "shape", "data_offsets": [begin, end]} with offsets relative to the byte after the
+header, plus an optional "__metadata__" object of string to string. The header may be padded with
+trailing spaces. The reference reader (safetensors/src/tensor.rs) validates the whole header before
+trusting any of it, and so do we: one error per broken rule, each naming the tensor and the values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+from ..dtypes import DTYPES, SAFETENSORS_DTYPES
+from ..errors import FormatError, LimitError, TruncatedError
+from ..model import Checkpoint, Tensor
+from ..source import ByteSource
+
+FORMAT = "safetensors"
+HEADER_LENGTH = struct.Struct("<Q")
+# The reference implementation refuses headers above 100 MB (MAX_HEADER_SIZE in tensor.rs).
+MAX_HEADER_BYTES = 100_000_000
+METADATA_KEY = "__metadata__"
+
+
+def sniff(head: bytes, size: int, name: str) -> bool:
+    """A plausible header length followed by '{' (or the whitespace the Rust reader tolerates)."""
+    if len(head) < HEADER_LENGTH.size + 1:
+        return False
+    (n,) = HEADER_LENGTH.unpack_from(head)
+    first = head[HEADER_LENGTH.size:HEADER_LENGTH.size + 64].lstrip(b" \t\r\n")[:1]
+    return 2 <= n <= MAX_HEADER_BYTES and first == b"{"
+
+
+class _DuplicateKeys:
+    """object_pairs_hook that builds dicts and remembers keys that appeared twice."""
+
+    def __init__(self) -> None:
+        self.duplicates: list[str] = []
+
+    def __call__(self, pairs):
+        out = {}
+        for key, value in pairs:
+            if key in out:
+                self.duplicates.append(key)
+            out[key] = value  # last one wins, as in serde_json (the reference reader)
+        return out
+
+
+def read(source: ByteSource) -> Checkpoint:
+    name, size = source.name, source.size
+
+    def error(cls, message, **kw):
+        return cls(message, file=name, format=FORMAT, **kw)
+
+    if size < HEADER_LENGTH.size:
+        raise error(TruncatedError, f"the file has only {size} bytes; a safetensors file starts "
+                    "with an 8-byte header length", offset=0, expected="at least 8 bytes", found=size)
+    (header_len,) = HEADER_LENGTH.unpack(source.read(0, HEADER_LENGTH.size))
+    if header_len > MAX_HEADER_BYTES:
+        raise error(LimitError, "the header length is larger than the 100 MB the format allows",
+                    offset=0, expected=f"at most {MAX_HEADER_BYTES}", found=header_len)
+    if header_len > size - HEADER_LENGTH.size:
+        raise error(TruncatedError, "the header runs past the end of the file (truncated download?)",
+                    offset=8, expected=f"{header_len} header bytes", found=f"{size - 8} bytes left")
+    raw = source.read(HEADER_LENGTH.size, header_len)
+    data_start = HEADER_LENGTH.size + header_len
+    data_len = size - data_start
+
+    warnings: list[str] = []
+    stripped = raw.lstrip(b" \t\r\n")
+    if len(stripped) != len(raw):
+        warnings.append(f"the JSON header starts with {len(raw) - len(stripped)} whitespace bytes; "
+                        "the spec requires it to start with '{' (the Rust reader accepts it)")
+    if not stripped.startswith(b"{"):
+        raise error(FormatError, "the header is not a JSON object", offset=8,
+                    expected="'{'", found=repr(stripped[:16]))
+    hook = _DuplicateKeys()
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=hook)
+    except UnicodeDecodeError as e:
+        raise error(FormatError, "the header is not valid UTF-8", offset=8 + e.start) from e
+    except (json.JSONDecodeError, RecursionError) as e:
+        where = getattr(e, "pos", None)
+        raise error(FormatError, f"the header is not valid JSON: {getattr(e, 'msg', e)}",
+                    offset=None if where is None else 8 + where) from e
+    if not isinstance(header, dict):
+        raise error(FormatError, "the header is not a JSON object", offset=8)
+    for key in hook.duplicates:
+        warnings.append(f"the header names {key!r} more than once; the last entry is used "
+                        "(the Rust reader silently does the same)")
+
+    metadata = header.pop(METADATA_KEY, None)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise error(FormatError, "__metadata__ must map strings to strings", offset=8,
+                    found=json.dumps(metadata)[:80])
+
+    tensors = [_tensor(source, key, entry, data_start, error) for key, entry in header.items()]
+    tensors.sort(key=lambda t: (t.info["data_offsets"][0], t.info["data_offsets"][1]))
+    _check_layout(tensors, data_len, error)
+    for t in tensors:
+        if t.problem:
+            warnings.append(f"tensor {t.name!r}: {t.problem}")
+    return Checkpoint(FORMAT, name, size, tensors, metadata=metadata, warnings=warnings,
+                      extras={"header_bytes": header_len}, sources=[source])
+
+
+def _tensor(source, key, entry, data_start, error) -> Tensor:
+    where = f"tensor {key!r}"
+    if not isinstance(entry, dict):
+        raise error(FormatError, f"{where} is not an object", found=json.dumps(entry)[:80])
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in entry]
+    if missing:
+        raise error(FormatError, f"{where} has no {', '.join(missing)}")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str):
+        raise error(FormatError, f"{where} has a dtype that is not a string", found=repr(dtype))
+    if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
+        raise error(FormatError, f"{where} has an invalid shape", expected="a list of integers >= 0",
+                    found=json.dumps(shape)[:80])
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+        raise error(FormatError, f"{where} has invalid data_offsets",
+                    expected="[begin, end] integers >= 0", found=json.dumps(offsets)[:80])
+    begin, end = offsets
+    if begin > end:
+        raise error(FormatError, f"{where} ends before it begins", found=f"data_offsets {offsets}")
+    problem = None
+    info = DTYPES.get(dtype) if dtype in SAFETENSORS_DTYPES else None
+    numel = math.prod(shape)
+    if info is None:
+        problem = f"unknown dtype {dtype!r}: its values cannot be decoded"
+    else:
+        bits = numel * info.block_bytes * 8 // info.block_elems if numel % info.block_elems == 0 else None
+        if bits is None or bits % 8:
+            raise error(FormatError, f"{where}: {numel} elements of {dtype} do not fill whole bytes",
+                        found=f"shape {shape}")
+        if bits // 8 != end - begin:
+            raise error(FormatError, f"{where}: shape {shape} of {dtype} needs {bits // 8} bytes "
+                        f"but data_offsets {offsets} hold {end - begin}",
+                        expected=bits // 8, found=end - begin)
+    return Tensor(key, dtype, tuple(shape), data_start + begin, end - begin, source=source,
+                  problem=problem, info={"data_offsets": [begin, end]})
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_layout(tensors: list[Tensor], data_len: int, error) -> None:
+    """Tensors must tile the data section exactly: sorted, contiguous, no holes, no overlaps."""
+    position = 0
+    previous = None
+    for t in tensors:
+        begin, end = t.info["data_offsets"]
+        if begin != position:
+            kind = "overlaps" if begin < position else "leaves a hole before"
+            after = f"the end of {previous!r}" if previous else "the data section start"
+            raise error(FormatError, f"tensor {t.name!r} {kind} {after}",
+                        expected=f"data_offsets to begin at {position}", found=begin)
+        position, previous = end, t.name
+    if position > data_len:
+        raise error(TruncatedError, f"the file is {position - data_len} bytes shorter than its header "
+                    "says (truncated download?)", expected=f"{position} data bytes",
+                    found=f"{data_len}")
+    if position < data_len:
+        raise error(FormatError, f"the file has {data_len - position} bytes after the last tensor",
+                    expected=f"{position} data bytes", found=f"{data_len}")

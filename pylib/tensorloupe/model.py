@@ -1,0 +1,112 @@
+"""Format-neutral descriptions of a checkpoint and its tensors. No tensor bytes live here.
+
+A Tensor is a descriptor into a byte source: where its first element is, its dtype and shape, and
+(for torch views) its element strides. Readers build these from headers alone; only the sampler
+reads the bytes they point at.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dtypes import DType, lookup
+from .errors import UsageError
+from .source import ByteSource
+
+
+@dataclass
+class Tensor:
+    name: str
+    dtype: str                       # a dtypes table name ("F32", "BF16", "Q4_K"), or the file's own unknown code
+    shape: tuple[int, ...]           # row-major, outermost first
+    offset: int                      # absolute byte offset of element 0 (after any storage offset) in `source`
+    nbytes: int                      # bytes this tensor's elements span in the file
+    source: ByteSource | None = None
+    strides: tuple[int, ...] | None = None   # element strides when not contiguous row-major (torch views)
+    big_endian: bool = False
+    problem: str | None = None       # why values cannot be read (unknown dtype, ...); the file still opens
+    info: dict[str, Any] = field(default_factory=dict)  # format details: ggml dims order, storage key, ...
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def dtype_info(self) -> DType | None:
+        return lookup(self.dtype)
+
+    @property
+    def contiguous(self) -> bool:
+        return self.strides is None or self.strides == contiguous_strides(self.shape)
+
+    def element_strides(self) -> tuple[int, ...]:
+        return self.strides if self.strides is not None else contiguous_strides(self.shape)
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+               "numel": self.numel, "offset": self.offset, "nbytes": self.nbytes}
+        if self.strides is not None:
+            out["strides"] = list(self.strides)
+        if self.problem:
+            out["problem"] = self.problem
+        if self.info:
+            out["info"] = self.info
+        return out
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+@dataclass
+class Checkpoint:
+    format: str                       # "safetensors", "pytorch-zip", "pytorch-legacy", "gguf", ...
+    name: str                         # the file (or the first shard) name
+    size: int                         # bytes in the file(s)
+    tensors: list[Tensor]             # in file order
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)  # format-specific reports: safety, model card, ...
+    sources: list[ByteSource] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.by_name: dict[str, Tensor] = {t.name: t for t in self.tensors}
+
+    def tensor(self, name: str) -> Tensor:
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise UsageError(f"no tensor named {name!r}", file=self.name, format=self.format) from None
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(t.numel for t in self.tensors)
+
+    def parameters_by_dtype(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for t in self.tensors:
+            counts[t.dtype] = counts.get(t.dtype, 0) + t.numel
+        return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+    def bytes_read(self) -> int:
+        return sum(s.root().bytes_read for s in self.sources)
+
+    def reads(self) -> int:
+        return sum(s.root().reads for s in self.sources)
+
+    def close(self) -> None:
+        for s in self.sources:
+            s.close()
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,229 @@
+"""Byte sources: the only way any reader touches file bytes.
+
+A source has a `name`, a `size` and `read(offset, n)`, which returns exactly `n` bytes or raises
+TruncatedError naming the offset and the shortfall. Every source counts the reads it makes and the
+bytes they return, so tests and benchmarks can prove that opening a 40 GB file reads only its header.
+
+In the browser every read costs ~1-1.5 ms whatever its size, so slow sources are wrapped in
+CachedSource (fixed aligned blocks, LRU, bounded memory) and the sampler coalesces its ranges.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import OrderedDict
+
+from .errors import TruncatedError, UsageError
+
+
+class ByteSource:
+    """Base class: subclasses implement `_read(offset, n)` which may return fewer bytes at EOF."""
+
+    name: str = "<source>"
+    size: int = 0
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.bytes_read = 0
+
+    def read(self, offset: int, n: int) -> bytes:
+        if n < 0 or offset < 0:
+            raise UsageError(f"invalid read of {n} bytes at offset {offset}", file=self.name)
+        if n == 0:
+            return b""
+        available = max(0, min(n, self.size - offset))
+        data = self._read(offset, available) if available else b""
+        if len(data) < n:
+            raise TruncatedError(
+                f"the file ends {n - len(data)} bytes short of a {n}-byte read",
+                file=self.name, offset=offset, expected=f"{n} bytes",
+                found=f"{len(data)} bytes (file size {self.size})")
+        return data
+
+    def _read(self, offset: int, n: int) -> bytes:
+        raise NotImplementedError
+
+    def _count(self, data: bytes) -> bytes:
+        self.reads += 1
+        self.bytes_read += len(data)
+        return data
+
+    def root(self) -> "ByteSource":
+        """The source that really does I/O (what bytes-read counters should be taken from)."""
+        return self
+
+    def close(self) -> None:
+        pass
+
+
+class MemorySource(ByteSource):
+    """Bytes already in memory (the demo model, tests, small fetched files)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, name: str = "<memory>"):
+        super().__init__()
+        self._data = memoryview(data).cast("B")
+        self.name = name
+        self.size = len(self._data)
+
+    def _read(self, offset: int, n: int) -> bytes:
+        return self._count(bytes(self._data[offset:offset + n]))
+
+
+class FileSource(ByteSource):
+    """A local file read by position; the file is never read whole.
+
+    Uses plain seek/read so the same code works on CPython and on Pyodide's WORKERFS mount of a
+    browser File (where os.pread and mmap are not available).
+    """
+
+    def __init__(self, path: str | os.PathLike, name: str | None = None):
+        super().__init__()
+        self.path = os.fspath(path)
+        self.name = name or os.path.basename(self.path)
+        try:
+            self._file = open(self.path, "rb")
+        except OSError as e:
+            raise UsageError(f"cannot open the file: {e.strerror}", file=self.name) from e
+        self._file.seek(0, io.SEEK_END)
+        self.size = self._file.tell()
+
+    def _read(self, offset: int, n: int) -> bytes:
+        self._file.seek(offset)
+        chunks = []
+        remaining = n
+        while remaining:
+            chunk = self._file.read(remaining)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return self._count(b"".join(chunks))
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class CachedSource(ByteSource):
+    """Read-through cache of fixed-size aligned blocks with LRU eviction and a memory bound.
+
+    Small header reads (GGUF's thousands of short strings, zip records) become a handful of block
+    reads. A request spanning several missing blocks fetches them in one inner read.
+    """
+
+    def __init__(self, inner: ByteSource, block_size: int = 1 << 16, max_bytes: int = 16 << 20):
+        super().__init__()
+        if block_size <= 0 or max_bytes < block_size:
+            raise UsageError("the cache needs block_size > 0 and max_bytes >= block_size")
+        self.inner = inner
+        self.name = inner.name
+        self.size = inner.size
+        self.block_size = block_size
+        self.max_blocks = max_bytes // block_size
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def root(self) -> ByteSource:
+        return self.inner.root()
+
+    def _read(self, offset: int, n: int) -> bytes:
+        bs = self.block_size
+        first, last = offset // bs, (offset + n - 1) // bs
+        # Reads far larger than the cache bypass it: caching them would only evict useful blocks.
+        if last - first + 1 > self.max_blocks // 2:
+            return self._count(self.inner.read(offset, n))
+        missing_run: list[int] = []
+        for index in range(first, last + 1):
+            if index in self._blocks:
+                self._blocks.move_to_end(index)
+                self.hits += 1
+                self._fetch(missing_run)
+                missing_run = []
+            else:
+                self.misses += 1
+                missing_run.append(index)
+        self._fetch(missing_run)
+        joined = b"".join(self._blocks[i] for i in range(first, last + 1))
+        start = offset - first * bs
+        return self._count(joined[start:start + n])
+
+    def _fetch(self, run: list[int]) -> None:
+        """Fetch consecutive missing blocks with one inner read."""
+        if not run:
+            return
+        bs = self.block_size
+        start = run[0] * bs
+        end = min(self.size, (run[-1] + 1) * bs)
+        data = self.inner.read(start, end - start)
+        for i, index in enumerate(run):
+            self._blocks[index] = data[i * bs:(i + 1) * bs]
+            self._blocks.move_to_end(index)
+        while len(self._blocks) > self.max_blocks:
+            self._blocks.popitem(last=False)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class SliceSource(ByteSource):
+    """A window [base, base + length) of another source, e.g. one member of an archive."""
+
+    def __init__(self, inner: ByteSource, base: int, length: int, name: str | None = None):
+        super().__init__()
+        if base < 0 or length < 0 or base + length > inner.size:
+            raise TruncatedError(
+                f"a {length}-byte region at {base} does not fit in the file",
+                file=inner.name, offset=base, expected=f"at most {inner.size} bytes",
+                found=f"region end {base + length}")
+        self.inner = inner
+        self.base = base
+        self.size = length
+        self.name = name or inner.name
+
+    def root(self) -> ByteSource:
+        return self.inner.root()
+
+    def _read(self, offset: int, n: int) -> bytes:
+        return self._count(self.inner.read(self.base + offset, n))
+
+
+class SourceFile(io.RawIOBase):
+    """A read-only, seekable file object over a source, for stdlib readers (zipfile, tarfile)."""
+
+    def __init__(self, source: ByteSource):
+        super().__init__()
+        self.source = source
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.source.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), max(0, self.source.size - self.position))
+        if n == 0:
+            return 0
+        data = self.source.read(self.position, n)
+        buffer[:n] = data
+        self.position += n
+        return n
+
+
+def open_source(target, name: str | None = None) -> ByteSource:
+    """A cached source for a path, bytes-like object or existing source."""
+    if isinstance(target, ByteSource):
+        return target
+    if isinstance(target, (bytes, bytearray, memoryview)):
+        return MemorySource(target, name or "<memory>")
+    return CachedSource(FileSource(target, name))

@@ -1,0 +1,152 @@
+"""Summary statistics and histograms of decoded values (pure Python, numerically stable).
+
+Mean and variance are two-pass over a sample (math.fsum, exact sums), and combined across chunks
+with Chan et al.'s pairwise formula when a whole tensor is streamed, so a 10^9-element tensor of
+large values does not lose its variance to cancellation as the sum-of-squares identity would.
+Non-finite values are counted apart and never enter min/max/mean/std.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .dtypes import to_float
+
+# |v| below this counts as "near zero": the cheapest sparsity probe (the original tool's threshold).
+NEAR_ZERO = 1e-6
+PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
+
+
+@dataclass
+class Stats:
+    count: int = 0            # values looked at (finite or not)
+    finite: int = 0
+    min: float = math.nan
+    max: float = math.nan
+    mean: float = math.nan
+    std: float = math.nan     # population standard deviation (ddof=0, as numpy.std)
+    zeros: float = 0.0        # fraction of values with |v| < NEAR_ZERO
+    exact_zeros: int = 0
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    percentiles: dict[str, float] = field(default_factory=dict)
+    m2: float = 0.0           # sum of squared deviations, kept so chunks can be merged
+
+    def to_json(self) -> dict:
+        out = {key: json_number(getattr(self, key)) for key in
+               ("count", "finite", "min", "max", "mean", "std", "zeros", "exact_zeros",
+                "nan", "posinf", "neginf")}
+        out["percentiles"] = {k: json_number(v) for k, v in self.percentiles.items()}
+        return out
+
+
+def json_number(value):
+    """JSON has no NaN or Infinity: they travel as the strings "nan", "inf", "-inf"."""
+    if isinstance(value, complex):
+        return [json_number(value.real), json_number(value.imag)]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def compute(raw_values, percentiles: bool = True) -> Stats:
+    values = [to_float(v) for v in raw_values] if _needs_conversion(raw_values) else list(raw_values)
+    stats = Stats(count=len(values))
+    finite = [v for v in values if math.isfinite(v)] if not _all_finite(values) else values
+    if len(finite) != len(values):
+        for v in values:
+            if v != v:
+                stats.nan += 1
+            elif v == math.inf:
+                stats.posinf += 1
+            elif v == -math.inf:
+                stats.neginf += 1
+    stats.finite = n = len(finite)
+    if n:
+        stats.min, stats.max = min(finite), max(finite)
+        stats.mean = math.fsum(finite) / n
+        mean = stats.mean
+        stats.m2 = math.fsum((v - mean) * (v - mean) for v in finite)
+        stats.std = math.sqrt(stats.m2 / n)
+        stats.exact_zeros = finite.count(0.0)
+        stats.zeros = sum(1 for v in finite if -NEAR_ZERO < v < NEAR_ZERO) / len(values)
+        if percentiles:
+            ordered = sorted(finite)
+            stats.percentiles = {f"p{p}": _percentile(ordered, p) for p in PERCENTILES}
+    return stats
+
+
+def merge(a: Stats, b: Stats) -> Stats:
+    """Statistics of two disjoint chunks together (percentiles are dropped: they do not merge)."""
+    out = Stats(count=a.count + b.count, finite=a.finite + b.finite, nan=a.nan + b.nan,
+                posinf=a.posinf + b.posinf, neginf=a.neginf + b.neginf,
+                exact_zeros=a.exact_zeros + b.exact_zeros)
+    if out.count:
+        out.zeros = (a.zeros * a.count + b.zeros * b.count) / out.count
+    if not a.finite or not b.finite:
+        source = a if a.finite else b
+        out.min, out.max, out.mean, out.std, out.m2 = (source.min, source.max, source.mean,
+                                                        source.std, source.m2)
+        return out
+    out.min, out.max = min(a.min, b.min), max(a.max, b.max)
+    n = out.finite
+    delta = b.mean - a.mean
+    out.mean = a.mean + delta * b.finite / n
+    out.m2 = a.m2 + b.m2 + delta * delta * a.finite * b.finite / n
+    out.std = math.sqrt(out.m2 / n)
+    return out
+
+
+def _percentile(ordered: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy.percentile's default method)."""
+    position = (len(ordered) - 1) * p / 100
+    lo = math.floor(position)
+    hi = min(lo + 1, len(ordered) - 1)
+    fraction = position - lo
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * fraction
+
+
+def _needs_conversion(values) -> bool:
+    return bool(values) and not isinstance(values[0], float)
+
+
+def _all_finite(values) -> bool:
+    # sum() of all-finite values is finite unless it overflows; fall back to the exact check then.
+    total = sum(values)
+    return math.isfinite(total) or all(math.isfinite(v) for v in values)
+
+
+@dataclass
+class Histogram:
+    edges: list[float]        # bins + 1 edges, linear from the finite min to the finite max
+    counts: list[int]
+    log: bool = False         # show counts on a log scale (weight tails are invisible otherwise)
+
+    @property
+    def heights(self) -> list[float]:
+        return [math.log10(1 + c) for c in self.counts] if self.log else [float(c) for c in self.counts]
+
+    def to_json(self) -> dict:
+        return {"edges": [json_number(e) for e in self.edges], "counts": self.counts, "log": self.log}
+
+
+def histogram(raw_values, bins: int = 64, log: bool = False,
+              value_range: tuple[float, float] | None = None) -> Histogram:
+    values = [to_float(v) for v in raw_values]
+    finite = [v for v in values if math.isfinite(v)]
+    if value_range is None:
+        value_range = (min(finite), max(finite)) if finite else (0.0, 0.0)
+    lo, hi = value_range
+    if hi <= lo:
+        hi = lo + 1.0 if lo == 0 else lo + abs(lo) * 1e-6
+    width = (hi - lo) / bins
+    counts = [0] * bins
+    last = bins - 1
+    for v in finite:
+        if lo <= v <= hi:
+            index = int((v - lo) / width)
+            counts[index if index < bins else last] += 1
+    edges = [lo + width * i for i in range(bins)] + [hi]
+    return Histogram(edges, counts, log)
