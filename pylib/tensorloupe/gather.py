@@ -22,8 +22,8 @@ MAX_READ_BYTES = 16 << 20
 
 
 def dtype_of(tensor: Tensor) -> DType:
-    info = tensor.dtype_info
-    if tensor.problem or info is None or tensor.source is None:
+    info = None if tensor.problem else tensor.dtype_info
+    if info is None or tensor.source is None:
         raise UnsupportedError(
             f"the values of tensor {tensor.name!r} cannot be read: "
             f"{tensor.problem or f'unknown dtype {tensor.dtype!r}'}", file=getattr(tensor.source, "name", None))
@@ -54,7 +54,7 @@ def gather(tensor: Tensor, positions: list[int]) -> list:
     wanted_blocks = sorted({p // be for p in positions})
     decoded: dict[int, list] = {}
     for first, last in _runs(wanted_blocks, bb):
-        data = tensor.source.read(tensor.offset + first * bb, (last - first + 1) * bb)
+        data = tensor.source.read_data(tensor.offset + first * bb, (last - first + 1) * bb)
         if info.kind != "quant":
             # Plain dtypes decode at C speed: decode the whole run, slice out the blocks we need.
             values = info.decode(data, tensor.big_endian)
@@ -86,7 +86,7 @@ def gather_range(tensor: Tensor, start: int, count: int) -> list:
     blocks_per_read = max(1, MAX_READ_BYTES // bb)
     for block in range(first, last + 1, blocks_per_read):
         n = min(blocks_per_read, last + 1 - block)
-        data = tensor.source.read(tensor.offset + block * bb, n * bb)
+        data = tensor.source.read_data(tensor.offset + block * bb, n * bb)
         values += info.decode(data, tensor.big_endian)
     skip = start - first * be
     return values[skip:skip + count]

@@ -44,6 +44,11 @@ class ByteSource:
     def _read(self, offset: int, n: int) -> bytes:
         raise NotImplementedError
 
+    def read_data(self, offset: int, n: int) -> bytes:
+        """A read of tensor data. The sampler has already planned and merged these ranges, so caching
+        layers pass them straight through instead of rounding them up to blocks."""
+        return self.read(offset, n)
+
     def _count(self, data: bytes) -> bytes:
         self.reads += 1
         self.bytes_read += len(data)
@@ -127,6 +132,9 @@ class CachedSource(ByteSource):
     def root(self) -> ByteSource:
         return self.inner.root()
 
+    def read_data(self, offset: int, n: int) -> bytes:
+        return self._count(self.inner.read_data(offset, n))
+
     def _read(self, offset: int, n: int) -> bytes:
         bs = self.block_size
         first, last = offset // bs, (offset + n - 1) // bs
@@ -186,6 +194,11 @@ class SliceSource(ByteSource):
 
     def _read(self, offset: int, n: int) -> bytes:
         return self._count(self.inner.read(self.base + offset, n))
+
+    def read_data(self, offset: int, n: int) -> bytes:
+        if offset + n > self.size:
+            return self.read(offset, n)  # raises the truncation error with this slice's numbers
+        return self._count(self.inner.read_data(self.base + offset, n))
 
 
 class SourceFile(io.RawIOBase):

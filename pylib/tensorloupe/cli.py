@@ -1,0 +1,162 @@
+"""`tensorloupe inspect|stats|values|moe|demo`: the library on the command line.
+
+Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
+or is invalid (the message goes to stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import moe as moe_module
+from . import open as open_checkpoint
+from . import report
+from .errors import TensorloupeError, UsageError
+from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
+from .stats import json_number
+
+EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as e:
+        print(f"tensorloupe: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except TensorloupeError as e:
+        print(f"tensorloupe: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tensorloupe",
+                                     description="Look inside model checkpoints without executing them.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("inspect", help="summary, metadata, warnings and the tensor table")
+    p.add_argument("files", nargs="+", help="a checkpoint, or all shards of one")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=run_inspect)
+
+    p = commands.add_parser("stats", help="statistics and a histogram of tensors' values")
+    p.add_argument("file")
+    p.add_argument("tensors", nargs="*", help="tensor names (default: every tensor)")
+    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="values to sample per tensor")
+    p.add_argument("--exact", action="store_true", help="read every element instead of sampling")
+    p.add_argument("--bins", type=int, default=32)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_stats)
+
+    p = commands.add_parser("values", help="exact element values in row-major order")
+    p.add_argument("file")
+    p.add_argument("tensor")
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--count", type=int, default=20)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_values)
+
+    p = commands.add_parser("moe", help="Mixture-of-Experts structure")
+    p.add_argument("file")
+    p.add_argument("--config", help="the model's config.json, for top-k")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_moe)
+
+    p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
+    p.add_argument("--out", required=True, help="where to write it")
+    p.set_defaults(run=run_demo)
+    return parser
+
+
+def _open(files):
+    return open_checkpoint(files if isinstance(files, list) and len(files) > 1
+                           else (files[0] if isinstance(files, list) else files))
+
+
+def _emit(obj) -> None:
+    json.dump(obj, sys.stdout, indent=1, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def run_inspect(args) -> int:
+    with _open(args.files) as ckpt:
+        if args.json:
+            _emit(report.inspect_json(ckpt))
+        else:
+            report.print_inspect(ckpt)
+    return EXIT_OK
+
+
+def run_stats(args) -> int:
+    if args.samples < 1 or args.bins < 1:
+        raise UsageError("--samples and --bins must be at least 1")
+    with _open(args.file) as ckpt:
+        chosen = [ckpt.tensor(name) for name in args.tensors] or ckpt.tensors
+        out = []
+        for t in chosen:
+            if t.problem:
+                out.append({"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "error": t.problem})
+                continue
+            s = sample(t, args.samples)
+            stats = exact_stats(t) if args.exact else s.stats
+            entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
+                     "samples": stats.count, "numel": t.numel, "exact": args.exact or s.exhaustive,
+                     "stats": stats.to_json(), "histogram": histogram(s.values, args.bins).to_json()}
+            out.append(entry)
+            if not args.json:
+                report.print_stats(entry)
+        if args.json:
+            _emit(out)
+    return EXIT_OK
+
+
+def run_values(args) -> int:
+    with _open(args.file) as ckpt:
+        t = ckpt.tensor(args.tensor)
+        if args.start < 0 or args.count < 0 or (args.start >= t.numel and t.numel):
+            raise UsageError(f"--start {args.start} is outside tensor {t.name!r} of {t.numel} elements")
+        got = values(t, args.start, args.count)
+        if args.json:
+            _emit({"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "start": args.start,
+                   "values": [json_number(v) for v in got]})
+        else:
+            report.print_values(t, args.start, got)
+    return EXIT_OK
+
+
+def run_moe(args) -> int:
+    config = None
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                config = json.load(f)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"cannot read --config {args.config}: {e}") from e
+    with _open(args.file) as ckpt:
+        found = moe_module.detect(ckpt, config)
+        if args.json:
+            _emit(found.to_json())
+        else:
+            report.print_moe(found)
+    return EXIT_OK
+
+
+def run_demo(args) -> int:
+    from .synthetic import demo_bytes
+    try:
+        with open(args.out, "wb") as f:
+            f.write(demo_bytes())
+    except OSError as e:
+        raise UsageError(f"cannot write {args.out}: {e.strerror}") from e
+    print(f"wrote {args.out}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
