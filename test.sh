@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs the whole test suite from a fresh clone on Debian: installs what it needs first
+# (Debian's chromium, the Python package with its test oracles, the npm packages), then
+# builds the fixtures and runs pytest (CPython, Pyodide parity and headless-Chromium tests).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v chromium >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+npm ci --no-audit --no-fund --loglevel=error
+python3 fixtures/make.py >/dev/null
+python3 -m pytest "$@"
