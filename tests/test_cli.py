@@ -106,7 +106,11 @@ def test_demo_writes_the_model(capsys, tmp_path, demo_bytes):
 def test_moe_command(capsys, demo_path):
     code, out, _ = run(capsys, "moe", demo_path, "--json")
     doc = json.loads(out)
-    assert code == 0 and doc["detected"] and doc["expert_count"] == 8 and len(doc["layers"]) == 4
+    assert code == 0 and doc["moe"]["detected"] and doc["moe"]["expert_count"] == 8
+    assert len(doc["layers"]) == 4 and len(doc["layers"][0]["similarity"]) == 8
+    assert {(r["drop"], r["keep"]) for r in doc["recommendations"]} == {(4, 0), (5, 1), (6, 2), (7, 3)}
+    code, out, _ = run(capsys, "moe", demo_path)
+    assert "drop expert 6 of layer 3: 0.99 similar to expert 2; keep 2" in out
 
 
 def test_installed_script_runs(demo_path):

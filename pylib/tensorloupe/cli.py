@@ -10,10 +10,10 @@ import argparse
 import json
 import sys
 
-from . import moe as moe_module
 from . import open as open_checkpoint
 from . import report
 from .errors import TensorloupeError, UsageError
+from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
 from .stats import json_number
 
@@ -62,9 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_values)
 
-    p = commands.add_parser("moe", help="Mixture-of-Experts structure")
+    p = commands.add_parser("moe", help="Mixture-of-Experts structure and redundant experts")
     p.add_argument("file")
     p.add_argument("--config", help="the model's config.json, for top-k")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help="similarity at which experts count as near-duplicates (default %(default)s)")
+    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES_PER_MATRIX,
+                   help="elements read per matrix of each expert (default %(default)s)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_moe)
 
@@ -138,12 +142,14 @@ def run_moe(args) -> int:
                 config = json.load(f)
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read --config {args.config}: {e}") from e
+    if not -1.0 <= args.threshold <= 1.0 or args.samples < 1:
+        raise UsageError("--threshold must be within [-1, 1] and --samples at least 1")
     with _open(args.file) as ckpt:
-        found = moe_module.detect(ckpt, config)
+        analysis = analyse(ckpt, args.threshold, args.samples, config)
         if args.json:
-            _emit(found.to_json())
+            _emit(report.jsonable(analysis.to_json()))
         else:
-            report.print_moe(found)
+            report.print_moe(analysis)
     return EXIT_OK
 
 

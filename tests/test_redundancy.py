@@ -1,0 +1,79 @@
+"""Expert redundancy from weights alone: the planted pairs are found, nothing else, cheaply."""
+
+import pytest
+from safetensors.numpy import save as np_save
+import numpy as np
+
+import tensorloupe
+from tensorloupe.errors import Cancelled
+from tensorloupe.redundancy import analyse
+
+PAIRS = [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+@pytest.fixture(scope="module")
+def demo_analysis():
+    from tensorloupe.synthetic import demo_bytes
+    return analyse(tensorloupe.open(demo_bytes()))
+
+
+def test_synthetic_model_pairs_exactly_the_archetypes(demo_analysis):
+    assert len(demo_analysis.layers) == 4
+    for layer in demo_analysis.layers:
+        assert sorted(layer.clusters) == PAIRS
+        assert sorted((r.drop, r.keep) for r in layer.recommendations) == [(4, 0), (5, 1), (6, 2), (7, 3)]
+        assert layer.matrices == ["w1.weight", "w2.weight", "w3.weight"]
+        for i in range(8):
+            for j in range(8):
+                if i != j and abs(i - j) != 4:
+                    assert abs(layer.similarity[i][j]) < 0.1
+        assert all(r.similarity > 0.95 for r in layer.recommendations)
+    assert len(demo_analysis.recommendations) == 16
+
+
+def test_recommendation_text(demo_analysis):
+    texts = [r.text for r in demo_analysis.layers[3].recommendations]
+    assert "drop expert 6 of layer 3: 0.99 similar to expert 2; keep 2" in texts
+
+
+def test_threshold_moves_without_reading_again(demo_analysis):
+    strict = demo_analysis.with_threshold(0.999)
+    assert strict.recommendations == [] and demo_analysis.recommendations
+    loose = demo_analysis.with_threshold(-1.0)
+    assert all(len(layer.clusters) == 1 and len(layer.clusters[0]) == 8 for layer in loose.layers)
+    assert len(loose.layers[0].recommendations) == 7
+
+
+def test_bytes_read_are_bounded_per_expert(demo_analysis):
+    # 3 matrices x 4096 F32 elements per expert, read in whole windows: 48 KiB an expert
+    per_expert = 3 * 4096 * 4
+    assert demo_analysis.bytes_read == 4 * 8 * per_expert
+    assert all(layer.bytes_read == 8 * per_expert for layer in demo_analysis.layers)
+
+
+def test_progress_and_cancel(demo_bytes):
+    seen = []
+    analyse(tensorloupe.open(demo_bytes), progress=lambda d, t: seen.append((d, t)))
+    assert seen[0] == (1, 32) and seen[-1] == (32, 32)
+    with pytest.raises(Cancelled):
+        analyse(tensorloupe.open(demo_bytes), progress=lambda d, t: d < 5)
+
+
+def test_dense_model_has_no_analysis():
+    data = np_save({"model.layers.0.mlp.up_proj.weight": np.ones((4, 4), np.float32)})
+    result = analyse(tensorloupe.open(data))
+    assert not result.moe.detected and result.layers == [] and result.bytes_read == 0
+
+
+def test_stacked_3d_experts_with_planted_duplicates():
+    rng = np.random.default_rng(5)
+    experts = rng.standard_normal((6, 16, 32)).astype(np.float32)
+    experts[4] = experts[1]
+    experts[5] = experts[2] + rng.standard_normal((16, 32)).astype(np.float32) * 0.05
+    data = np_save({"model.layers.0.mlp.experts.gate_up_proj": experts,
+                    "model.layers.0.mlp.experts.down_proj": np.concatenate([experts] * 1, axis=1),
+                    "model.layers.0.mlp.router.weight": rng.standard_normal((6, 32)).astype(np.float32)})
+    result = analyse(tensorloupe.open(data))
+    layer = result.layers[0]
+    assert sorted(layer.clusters) == [[1, 4], [2, 5]]
+    assert layer.similarity[1][4] == pytest.approx(1.0)
