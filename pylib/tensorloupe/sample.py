@@ -41,11 +41,12 @@ class Sample:
                 "exhaustive": self.exhaustive}
 
 
-def plan_windows(numel: int, max_samples: int, block_elems: int = 1) -> list[tuple[int, int]]:
-    """Up to MAX_WINDOWS block-aligned windows spread evenly over [0, numel)."""
+def plan_windows(numel: int, max_samples: int, block_elems: int = 1,
+                 max_windows: int = MAX_WINDOWS) -> list[tuple[int, int]]:
+    """Up to `max_windows` block-aligned windows spread evenly over [0, numel)."""
     if numel <= max_samples:
         return [(0, numel)] if numel else []
-    windows = min(MAX_WINDOWS, max(1, max_samples // block_elems))
+    windows = min(max_windows, max(1, max_samples // block_elems))
     length = max(block_elems, (max_samples // windows) // block_elems * block_elems)
     windows = min(windows, max(1, max_samples // length))
     slack = numel - length
