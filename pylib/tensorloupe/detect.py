@@ -10,7 +10,7 @@ import os
 import re
 
 from .errors import UnknownFormatError
-from .formats import safetensors
+from .formats import gguf, safetensors
 from .model import Checkpoint
 from .source import ByteSource
 
@@ -19,6 +19,7 @@ HEAD_BYTES = 1024
 # (module, file extensions that mean "this was meant to be that format"), in sniffing order.
 READERS = [
     (safetensors, (".safetensors",)),
+    (gguf, (".gguf",)),
 ]
 
 LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"

@@ -1,0 +1,278 @@
+"""Checkpoints stored as several files, opened as one (`tensorloupe.open([path, ...])`).
+
+Split GGUF (llama.cpp `gguf-split`, gguf-py `GGUFWriter(split_max_tensors=...)`): parts named
+`<stem>-00001-of-00003.gguf`, each a complete GGUF file whose metadata has `split.no` (0-based),
+`split.count` and `split.tensors.count`; the first part carries the model's metadata.
+
+Sharded safetensors (transformers `save_pretrained`): `model-00001-of-00002.safetensors`, ... and
+optionally `model.safetensors.index.json`, {"metadata": {"total_size": N}, "weight_map": {tensor:
+shard file name}}. With an index, the shards it names are the set; without one, the `-NNNNN-of-NNNNN`
+names are.
+
+Parts may be given in any order. The result keeps the base format ("gguf", "safetensors"), so every
+view works unchanged, and each Tensor keeps its own part's source. `extras["shards"]` lists the
+parts ({"count", "parts": [{"no", "name", "size", "tensors"}], "missing": [file names]}). A missing
+part is a warning that names it ("part 2 of 3 (model-00002-of-00003.gguf) is missing ..."), not an
+error: the parts at hand can still be inspected. Files that cannot belong together (mixed formats,
+disagreeing part counts, the same part twice, one tensor in two parts) are errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .. import detect
+from ..errors import FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
+from ..model import Checkpoint, Tensor
+from ..source import ByteSource
+from . import gguf
+from .gguf_card import model_card
+
+PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors)$")
+INDEX_SUFFIX = ".json"
+# transformers writes indexes of a few hundred KB; refuse to parse anything absurd.
+MAX_INDEX_BYTES = 100_000_000
+
+
+def open_all(sources: list[ByteSource]) -> Checkpoint:
+    if not sources:
+        raise UsageError("no files were given")
+    indexes = [s for s in sources if s.name.lower().endswith(INDEX_SUFFIX)]
+    files = [s for s in sources if not s.name.lower().endswith(INDEX_SUFFIX)]
+    try:
+        if not files:
+            raise UsageError("only index files were given; add the checkpoint files",
+                             file=indexes[0].name)
+        if len(indexes) > 1:
+            raise UsageError("more than one index file was given",
+                             found=", ".join(s.name for s in indexes))
+        parts = []
+        for source in files:
+            try:
+                parts.append(detect.read(source))
+            except TensorloupeError as e:
+                raise e.located(file=source.name)
+        if len(parts) == 1 and not indexes and not _is_part(parts[0]):
+            return parts[0]
+        formats = sorted({p.format for p in parts})
+        if len(formats) > 1:
+            raise FormatError("the files are not shards of one checkpoint: they are of different "
+                              "formats", found=", ".join(f"{p.name} ({p.format})" for p in parts))
+        if formats[0] == "gguf":
+            if indexes:
+                raise UsageError("an index file only goes with sharded safetensors",
+                                 file=indexes[0].name)
+            return _merge_gguf(parts)
+        if formats[0] == "safetensors":
+            index = _read_index(indexes[0]) if indexes else None
+            return _merge_safetensors(parts, index, indexes[0].name if indexes else None)
+        raise UnsupportedError(f"{formats[0]} files cannot be opened as shards of one checkpoint",
+                               format=formats[0])
+    except BaseException:
+        for source in sources:
+            source.close()
+        raise
+
+
+# --- split GGUF -------------------------------------------------------------------------------
+
+def _merge_gguf(parts: list[Checkpoint]) -> Checkpoint:
+    numbered = []
+    for p in parts:
+        count, no = p.metadata.get("split.count"), p.metadata.get("split.no")
+        if not (_is_int(count) and _is_int(no)):
+            if len(parts) == 1:
+                return p
+            raise FormatError("this file is not part of a split GGUF model (it has no split.count "
+                              "and split.no)", file=p.name, format="gguf")
+        if not 0 <= no < count:
+            raise FormatError(f"split.no {no} is outside the {count} parts of the model",
+                              file=p.name, format="gguf", expected=f"0..{count - 1}", found=no)
+        numbered.append((no, count, p))
+    counts = sorted({count for _, count, _ in numbered})
+    if len(counts) > 1:
+        raise FormatError("the files are parts of different split models: they disagree on "
+                          "split.count", format="gguf",
+                          found=", ".join(f"{p.name}: {c}" for _, c, p in numbered))
+    count = counts[0]
+    by_no: dict[int, Checkpoint] = {}
+    for no, _, p in numbered:
+        if no in by_no:
+            raise UsageError(f"part {no + 1} of {count} was given twice",
+                             format="gguf", found=f"{by_no[no].name} and {p.name}")
+        by_no[no] = p
+    ordered = [by_no[no] for no in sorted(by_no)]
+    missing = [_part_name(ordered, no, count, "gguf") for no in range(count) if no not in by_no]
+    warnings = [f"part {no + 1} of {count} ({name}) is missing: its tensors are not shown"
+                for no, name in zip((n for n in range(count) if n not in by_no), missing)]
+    tensors = _merge_tensors(ordered, "gguf")
+    head = by_no.get(0, ordered[0])
+    expected = head.metadata.get("split.tensors.count")
+    if not missing and _is_int(expected) and expected != len(tensors):
+        warnings.append(f"split.tensors.count says {expected} tensors but the parts hold "
+                        f"{len(tensors)}")
+    sources = [p.sources[0] for p in ordered]
+    head_source = ordered.index(head)
+    arrays = {key: dict(record, source=head_source)
+              for key, record in head.extras.get("gguf_arrays", {}).items()}
+    for p in ordered:
+        warnings += [f"{p.name}: {w}" for w in p.warnings if not w.startswith(gguf.SPLIT_PART_NOTE)]
+    size = sum(p.size for p in ordered)
+    extras = {"gguf": head.extras["gguf"], "gguf_arrays": arrays,
+              "model_card": model_card(head.metadata, tensors, size),
+              "shards": _shards_report(ordered, [no for no in sorted(by_no)], count, missing)}
+    return Checkpoint("gguf", head.name, size, tensors, metadata=dict(head.metadata),
+                      warnings=warnings, extras=extras, sources=sources)
+
+
+# --- sharded safetensors ------------------------------------------------------------------------
+
+def _read_index(source: ByteSource) -> dict:
+    def error(cls, message, **kw):
+        return cls(message, file=source.name, format="safetensors index", **kw)
+
+    if source.size > MAX_INDEX_BYTES:
+        raise error(LimitError, "the index file is too large", expected=f"at most {MAX_INDEX_BYTES} "
+                    "bytes", found=source.size)
+    try:
+        index = json.loads(source.read(0, source.size).decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise error(FormatError, "the index is not valid UTF-8", offset=e.start) from e
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise error(FormatError, f"the index is not valid JSON: {getattr(e, 'msg', e)}",
+                    offset=getattr(e, "pos", None)) from e
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise error(FormatError, "the index has no weight_map of tensor names to file names")
+    metadata = index.get("metadata")
+    return {"weight_map": {k: _basename(v) for k, v in weight_map.items()},
+            "metadata": metadata if isinstance(metadata, dict) else {}}
+
+
+def _merge_safetensors(parts: list[Checkpoint], index: dict | None, index_name: str | None) -> Checkpoint:
+    warnings: list[str] = []
+    names = {p.name: p for p in parts}
+    if len(names) < len(parts):
+        raise UsageError("the same shard was given twice", format="safetensors",
+                         found=", ".join(p.name for p in parts))
+    if index is not None:
+        expected = sorted(set(index["weight_map"].values()))
+        count = len(expected)
+        ordered = [names[n] for n in expected if n in names]
+        missing = [n for n in expected if n not in names]
+        for no, name in enumerate(expected):
+            if name not in names:
+                warnings.append(f"part {no + 1} of {count} ({name}) is missing: its tensors are "
+                                "not shown")
+        for p in parts:
+            if p.name not in expected:
+                warnings.append(f"{p.name} is not named by {index_name}; its tensors are shown "
+                                "anyway")
+                ordered.append(p)
+        numbers = [expected.index(p.name) if p.name in expected else None for p in ordered]
+    else:
+        ordered, numbers, count, missing = _by_part_name(parts, warnings)
+    tensors = _merge_tensors(ordered, "safetensors")
+    if index is not None:
+        _check_weight_map(index, tensors, set(missing), warnings)
+    for p in ordered:
+        warnings += [f"{p.name}: {w}" for w in p.warnings]
+    size = sum(p.size for p in ordered)
+    extras = {"shards": _shards_report(ordered, numbers, count, missing)}
+    if index is not None:
+        extras["index"] = {"name": index_name, "metadata": index["metadata"]}
+    return Checkpoint("safetensors", ordered[0].name, size, tensors,
+                      metadata=dict(ordered[0].metadata), warnings=warnings, extras=extras,
+                      sources=[p.sources[0] for p in ordered])
+
+
+def _by_part_name(parts: list[Checkpoint], warnings: list[str]):
+    """Without an index, -NNNNN-of-NNNNN in the names says which shards make the set."""
+    matches = [PART_NAME.match(p.name) for p in parts]
+    if not all(matches):
+        unnamed = [p.name for p, m in zip(parts, matches) if not m]
+        warnings.append("without an index file and with names not like model-00001-of-00002."
+                        f"safetensors ({', '.join(unnamed)}), missing shards cannot be detected")
+        return parts, list(range(len(parts))), len(parts), []
+    sets = {(m["stem"], int(m["count"])) for m in matches}
+    if len(sets) > 1:
+        raise FormatError("the files are shards of different checkpoints", format="safetensors",
+                          found=", ".join(p.name for p in parts))
+    stem, count = sets.pop()
+    by_no: dict[int, Checkpoint] = {}
+    for p, m in zip(parts, matches):
+        by_no[int(m["no"]) - 1] = p
+    ordered = [by_no[no] for no in sorted(by_no)]
+    missing = []
+    for no in range(count):
+        if no not in by_no:
+            name = f"{stem}-{no + 1:05d}-of-{count:05d}.safetensors"
+            missing.append(name)
+            warnings.append(f"part {no + 1} of {count} ({name}) is missing: its tensors are not "
+                            "shown")
+    return ordered, sorted(by_no), count, missing
+
+
+def _check_weight_map(index: dict, tensors: list[Tensor], missing: set[str], warnings: list[str]) -> None:
+    weight_map = index["weight_map"]
+    found = {t.name: t.source.name for t in tensors}
+    for name, shard in found.items():
+        if name not in weight_map:
+            warnings.append(f"tensor {name!r} in {shard} is not in the index")
+        elif weight_map[name] != shard:
+            warnings.append(f"tensor {name!r} is in {shard} but the index says {weight_map[name]}")
+    absent = [n for n, shard in weight_map.items() if n not in found and shard not in missing]
+    if absent:
+        warnings.append(f"{len(absent)} tensors the index lists are in none of the shards, e.g. "
+                        f"{absent[0]!r}")
+    total = index["metadata"].get("total_size")
+    if not missing and _is_int(total) and total != sum(t.nbytes for t in tensors):
+        warnings.append(f"the index's total_size is {total} bytes but the tensors hold "
+                        f"{sum(t.nbytes for t in tensors)}")
+
+
+# --- shared ------------------------------------------------------------------------------------
+
+def _merge_tensors(parts: list[Checkpoint], fmt: str) -> list[Tensor]:
+    tensors: list[Tensor] = []
+    owner: dict[str, str] = {}
+    for p in parts:
+        for t in p.tensors:
+            if t.name in owner:
+                raise FormatError(f"tensor {t.name!r} is in two parts", format=fmt,
+                                  found=f"{owner[t.name]} and {p.name}")
+            owner[t.name] = p.name
+            tensors.append(t)
+    return tensors
+
+
+def _shards_report(ordered, numbers, count, missing) -> dict:
+    return {"count": count, "missing": missing,
+            "parts": [{"no": None if no is None else no + 1, "name": p.name, "size": p.size,
+                       "tensors": len(p.tensors)} for p, no in zip(ordered, numbers)]}
+
+
+def _is_part(checkpoint: Checkpoint) -> bool:
+    """Whether a lone file says it is one of several."""
+    count = checkpoint.metadata.get("split.count")
+    return (checkpoint.format == "gguf" and _is_int(count) and count > 1) or (
+        checkpoint.format == "safetensors" and PART_NAME.match(checkpoint.name) is not None)
+
+
+def _part_name(parts: list[Checkpoint], no: int, count: int, ext: str) -> str:
+    """The file name part `no` (0-based) should have, from the names of the parts at hand."""
+    for p in parts:
+        m = PART_NAME.match(p.name)
+        if m:
+            return f"{m['stem']}-{no + 1:05d}-of-{count:05d}.{ext}"
+    return f"split.no {no}"
+
+
+def _basename(name: str) -> str:
+    return name.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
