@@ -77,3 +77,40 @@ def test_stacked_3d_experts_with_planted_duplicates():
     layer = result.layers[0]
     assert sorted(layer.clusters) == [[1, 4], [2, 5]]
     assert layer.similarity[1][4] == pytest.approx(1.0)
+
+
+def test_quantized_gguf_experts_with_planted_duplicates(tmp_path):
+    # Stacked GGUF experts: gate and down quantized to Q8_0 by gguf-py, up as random Q4_K blocks
+    # (gguf-py cannot quantize Q4_K); experts 5 and 6 are byte copies of 1 and 2 in every layer.
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    from gguf_files import finish, random_blocks
+
+    rng = np.random.default_rng(11)
+    n, d, ff = 8, 256, 256
+    path = tmp_path / "moe-q.gguf"
+    w = gguf.GGUFWriter(path, "qwen2moe")
+    w.add_block_count(2)
+    w.add_expert_count(n)
+    w.add_expert_used_count(4)
+    for layer in range(2):
+        w.add_tensor(f"blk.{layer}.ffn_gate_inp.weight", rng.standard_normal((n, d)).astype(np.float32))
+        for part, qtype in (("gate", Q.Q8_0), ("up", Q.Q4_K), ("down", Q.Q8_0)):
+            if qtype == Q.Q8_0:
+                x = rng.standard_normal((n, ff, d)).astype(np.float32) * 0.02
+                x[5], x[6] = x[1], x[2]
+                data = gguf.quants.quantize(x, qtype)
+            else:
+                data = random_blocks(qtype, n * ff * d // 256, rng).reshape(n, ff, d // 256 * 144)
+                data[5], data[6] = data[1], data[2]
+            w.add_tensor(f"blk.{layer}.ffn_{part}_exps.weight", data, raw_dtype=qtype)
+    finish(w)
+    ckpt = tensorloupe.open(path)
+    assert ckpt.tensor("blk.0.ffn_up_exps.weight").dtype == "Q4_K"
+    result = analyse(ckpt)
+    assert result.moe.top_k == 4 and result.moe.top_k_source == "qwen2moe.expert_used_count"
+    for layer in result.layers:
+        assert layer.matrices == ["down", "gate", "up"]
+        assert sorted(layer.clusters) == [[1, 5], [2, 6]]
+        assert sorted((r.drop, r.keep) for r in layer.recommendations) == [(5, 1), (6, 2)]
+        assert layer.similarity[1][5] == pytest.approx(1.0)
