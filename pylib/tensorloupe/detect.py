@@ -10,7 +10,7 @@ import os
 import re
 
 from .errors import UnknownFormatError
-from .formats import gguf, safetensors
+from .formats import gguf, safetensors, torch_legacy, torch_tar, torch_zip
 from .model import Checkpoint
 from .source import ByteSource
 
@@ -20,6 +20,9 @@ HEAD_BYTES = 1024
 READERS = [
     (safetensors, (".safetensors",)),
     (gguf, (".gguf",)),
+    (torch_zip, torch_zip.EXTENSIONS),
+    (torch_legacy, ()),
+    (torch_tar, ()),
 ]
 
 LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"

@@ -1,0 +1,168 @@
+"""PyTorch's oldest checkpoints (before 0.4): a tar archive of pickles and raw storages.
+
+Layout (torch/serialization.py `legacy_load`, still in torch 2.13), a tar with four members:
+  sys_info  pickle of {"protocol_version", "little_endian", "type_sizes"}
+  pickle    the object; a tensor is the persistent id str(key), a module class (cls, file, source)
+  tensors   pickle(count); per tensor pickle((key, storage_key, tensor_class)), then int32 ndim,
+            4 unused bytes, int64 sizes[ndim], int64 strides[ndim], int64 storage offset
+  storages  pickle(count); per storage pickle((key, location, storage_class)), an int64 element
+            count and the raw bytes; then pickle([(view_key, root_key, offset, numel), ...])
+The stdlib tarfile finds the members; each storage costs two small reads (its pickle and count),
+never its bytes. No torch we can install writes this format: the tests use a hand-built file that
+torch.load reads back.
+"""
+
+from __future__ import annotations
+
+import struct
+import tarfile
+
+from ..errors import FormatError, LimitError, TensorloupeError, TruncatedError
+from ..model import Checkpoint
+from ..source import ByteSource
+from .pickle_values import LIMITS
+from .torch_common import checkpoint, load_pickle
+from .torch_report import segment
+from .zip_members import CappedFile
+from .torch_globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
+
+FORMAT = "pytorch-tar"
+MEMBERS = ("sys_info", "pickle", "tensors", "storages")
+TAR_MAGIC = b"ustar"
+TAR_MAGIC_AT = 257
+COUNT = struct.Struct("<q")
+TENSOR_HEAD = struct.Struct("<i4x")   # ndim, then 4 bytes torch skips
+WINDOW = 4096
+
+
+def sniff(head: bytes, size: int, name: str) -> bool:
+    first = head[:100].split(b"\0", 1)[0]
+    return head[TAR_MAGIC_AT:TAR_MAGIC_AT + len(TAR_MAGIC)] == TAR_MAGIC and \
+        first.decode("latin-1") in MEMBERS + ("././@PaxHeader",)
+
+
+class _Reader:
+    def __init__(self, source: ByteSource):
+        self.source = source
+        self.pickles = []
+        try:
+            with tarfile.open(fileobj=CappedFile(source), mode="r:") as tar:
+                self.members = {m.name: m for m in tar.getmembers() if m.isfile()}
+        except TensorloupeError:
+            raise
+        except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError, struct.error,
+                OverflowError, KeyError, IndexError) as e:
+            raise FormatError(f"not a readable tar archive: {e}") from e
+        missing = [m for m in MEMBERS if m not in self.members]
+        if missing:
+            raise FormatError("the tar archive is not a torch checkpoint: it has no "
+                              + ", ".join(missing), expected=", ".join(MEMBERS))
+
+    def member(self, name: str) -> tuple[int, int]:
+        info = self.members[name]
+        if info.offset_data + info.size > self.source.size:
+            raise TruncatedError(f"the tar member {name!r} runs past the end of the file",
+                                 offset=info.offset_data, expected=f"{info.size} bytes")
+        return info.offset_data, info.offset_data + info.size
+
+    def pickle_at(self, position: int, end: int, persistent_load=None):
+        """One pickle starting at `position` (absolute), read in a window that grows until it fits."""
+        window = min(WINDOW, end - position)
+        while True:
+            data = self.source.read(position, window)
+            try:
+                result = load_pickle(data, persistent_load)
+            except TruncatedError:
+                if window >= end - position:
+                    raise
+                if window >= LIMITS.max_bytes:
+                    raise LimitError("a pickle in the tar archive is larger than the limit") from None
+                window = min(end - position, window * 4)
+                continue
+            self.pickles.append(result)
+            return result.value, position + result.end
+
+    def count(self, position: int, end: int, unit: int) -> tuple[int, int]:
+        value, position = self.pickle_at(position, end)
+        if not isinstance(value, int) or not 0 <= value <= (end - position) // unit:
+            raise FormatError("a count in the tar archive does not fit its member", offset=position,
+                              found=str(value)[:20])
+        return value, position
+
+    def storages(self) -> tuple[dict, dict]:
+        """StorageRef by key, and their absolute data offsets, with views resolved to roots."""
+        position, end = self.member("storages")
+        refs, offsets = {}, {}
+        count, position = self.count(position, end, COUNT.size + 1)
+        for _ in range(count):
+            (key, location, storage_class), position = self.pickle_at(position, end)
+            dtype = dtype_of(storage_class)
+            (numel,) = COUNT.unpack(self.source.read(position, COUNT.size))
+            if dtype not in TORCH_DTYPES:
+                raise FormatError(f"storage {segment(key)!r} has an unknown type {dtype}: the "
+                                  "storages after it cannot be located", offset=position)
+            nbytes = numel * TORCH_DTYPES[dtype][1]
+            if numel < 0 or position + COUNT.size + nbytes > end:
+                raise FormatError(f"storage {key!r} runs past its tar member", offset=position,
+                                  found=f"{numel} elements")
+            refs[key] = StorageRef(segment(key), dtype, numel, segment(location), storage_class.name)
+            offsets[segment(key)] = position + COUNT.size
+            position += COUNT.size + nbytes
+        views, _ = self.pickle_at(position, end)
+        for view_key, root_key, offset, numel in views:
+            root = refs[root_key]
+            if type(offset) is not int or type(numel) is not int:
+                raise FormatError(f"storage view {segment(view_key)!r} has a non-integer offset or size")
+            refs[view_key] = StorageRef(segment(view_key), root.dtype, numel, root.location, root.kind)
+            offsets[segment(view_key)] = offsets[root.key] + offset * TORCH_DTYPES[root.dtype][1]
+        return refs, offsets
+
+    def tensors(self, storages: dict) -> dict:
+        position, end = self.member("tensors")
+        data = self.source.read(position, end - position) if end - position <= LIMITS.max_bytes \
+            else None
+        if data is None:
+            raise LimitError("the tensors member is larger than the limit")
+        tensors = {}
+        count, at = self.count(position, end, TENSOR_HEAD.size + 8)
+        at -= position
+        for _ in range(count):
+            result = load_pickle(data, None, start=at)
+            self.pickles.append(result)
+            key, storage_key, _tensor_class = result.value
+            (ndim,) = TENSOR_HEAD.unpack_from(data, result.end)
+            if not 0 <= ndim <= 64:
+                raise FormatError(f"tensor {key!r} has {ndim} dimensions", offset=position + result.end)
+            layout = struct.Struct(f"<{ndim}q{ndim}qq")
+            values = layout.unpack_from(data, result.end + TENSOR_HEAD.size)
+            storage = storages[storage_key]
+            sizes, strides, offset = values[:ndim], values[ndim:2 * ndim], values[-1]
+            tensors[key] = TensorRef(storage, offset, sizes, strides, storage.dtype)
+            at = result.end + TENSOR_HEAD.size + layout.size
+        return tensors
+
+
+def read(source: ByteSource) -> Checkpoint:
+    try:
+        reader = _Reader(source)
+        storages, offsets = reader.storages()
+        tensors = reader.tensors(storages)
+
+        def persistent_load(pid):
+            if isinstance(pid, tuple) and pid:
+                return pid[0]  # a module class, with its source file and source code
+            return tensors[int(pid)] if int(pid) in tensors else storages[int(pid)]
+
+        position, end = reader.member("pickle")
+        main, _ = reader.pickle_at(position, end, persistent_load)
+    except TensorloupeError as e:
+        raise e.located(file=source.name, format=FORMAT)
+    except (KeyError, TypeError, ValueError, struct.error) as e:
+        raise FormatError(f"malformed tar checkpoint: {type(e).__name__}: {e}", file=source.name,
+                          format=FORMAT) from e
+
+    def locate(ref):
+        return offsets[ref.key], ref.nbytes, None
+
+    extras = {"tar": {"members": sorted(reader.members), "storages": len(storages)}}
+    return checkpoint(FORMAT, source, main, reader.pickles, locate, extras=extras)

@@ -1,0 +1,355 @@
+"""Pickle as data: an interpreter of every opcode of pickle protocols 0-5 that never runs anything.
+
+The grammar is CPython's own opcode table (`pickletools.opcodes`: code, name, argument kind,
+protocol); pickle_args.py has one reader per argument kind and this module one handler per opcode
+name, joined into a 256-entry dispatch table at import.
+Nothing here imports a module, looks up an attribute or calls an object named by the pickle: a
+global becomes whatever `resolve(module, name)` returns (allow-listed stand-ins, see
+torch_globals.py), and the opcodes that call (REDUCE, INST, OBJ, NEWOBJ, NEWOBJ_EX) only ever
+run a stand-in's own pure builder; anything else yields an inert Marker that records the call.
+
+Why not `pickle.Unpickler` with a restricted find_class: the C unpickler satisfies EXT opcodes
+from `copyreg._extension_cache` without calling find_class (so a real function cached by any
+earlier unpickling in the process would reach REDUCE), allocates a declared string length before
+reading it, and grows its memo array to the largest PUT index. Here every length is checked
+against the bytes that remain, the memo is a dict with a size limit, and MARK nesting, container
+lengths and the depth of tuples used as keys (hashing them recurses in C) are limited.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import pickletools
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import FormatError, LimitError, TensorloupeError, TruncatedError
+from .pickle_args import READERS
+from .pickle_values import LIMITS, Limits, Marker, StandIn, Stateful, check_key
+
+HIGHEST_PROTOCOL = 5
+
+
+@dataclass
+class Unpickled:
+    value: Any
+    end: int                          # offset just past STOP (another pickle may follow)
+    globals: dict[str, StandIn]       # every global the pickle named, in order of first use
+    global_counts: dict[str, int]
+    opcodes: dict[str, int]
+    protocol: int
+
+
+def unpickle(data: bytes, resolve: Callable[[str, str], StandIn],
+             persistent_load: Callable[[Any], Any] | None = None, *, start: int = 0,
+             limits: Limits = LIMITS) -> Unpickled:
+    """Interpret one pickle starting at `start`. Raises only TensorloupeError subclasses."""
+    if len(data) - start > limits.max_bytes:
+        raise LimitError(f"the pickle is larger than the {limits.max_bytes}-byte limit",
+                         expected=f"at most {limits.max_bytes} bytes", found=len(data) - start)
+    return _Machine(bytes(data), resolve, persistent_load, limits).run(start)
+
+
+class _Machine:
+    def __init__(self, data, resolve, persistent_load, limits: Limits):
+        self.data, self.resolve_name, self.persistent_load = data, resolve, persistent_load
+        self.limits, self.max_memo = limits, limits.max_memo
+        self.stack: list = []
+        self.metastack: list[list] = []
+        self.memo: dict = {}
+        self.checked_keys: set[int] = set()
+        self.globals: dict[str, StandIn] = {}
+        self.global_counts: dict[str, int] = {}
+        self.protocol = 0
+        self.value = None
+
+    def run(self, pos: int) -> Unpickled:
+        data, table, size = self.data, _TABLE, len(self.data)
+        counts = [0] * 256
+        start = pos
+        try:
+            while True:
+                start = pos
+                code = data[pos]
+                _, reader, handler = table[code]
+                counts[code] += 1
+                if reader is None:
+                    pos += 1
+                    handler(self)
+                    if code == _STOP:
+                        break
+                else:
+                    arg, pos = reader(data, pos + 1)
+                    handler(self, arg)
+        except TensorloupeError as e:
+            error = e
+            if e.offset is None:
+                e.offset = start
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError, struct.error,
+                OverflowError, UnicodeError, RecursionError, MemoryError) as e:
+            if start >= size:
+                error = TruncatedError("the pickle ends without a STOP opcode", offset=start)
+            elif table[data[start]] is None:
+                error = FormatError(f"unknown pickle opcode {data[start]:#04x}", offset=start)
+            else:
+                error = FormatError(f"malformed pickle at opcode {table[data[start]][0]}: "
+                                    f"{type(e).__name__}: {e}", offset=start)
+            error.__cause__ = e
+        else:
+            opcodes = {table[c][0]: n for c, n in enumerate(counts) if n}
+            return Unpickled(self.value, pos, self.globals, self.global_counts, opcodes,
+                             self.protocol)
+        # A broken pickle can still be a hostile one: say what it named before it broke.
+        dangerous = [name for name, standin in self.globals.items() if standin.verdict == "dangerous"]
+        if dangerous:
+            error.message += f" (before that it named dangerous globals: {', '.join(dangerous)})"
+        raise error
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def pop_mark(self) -> list:
+        if not self.metastack:
+            raise FormatError("an opcode needs a MARK but none is open")
+        items, self.stack = self.stack, self.metastack.pop()
+        return items
+
+    def grow(self, container, extra: int) -> None:
+        if len(container) + extra > self.limits.max_items:
+            raise LimitError(f"a container grows past {self.limits.max_items} elements",
+                             expected=f"at most {self.limits.max_items}", found=len(container) + extra)
+
+    def key(self, key):
+        if type(key) not in (tuple, frozenset) or id(key) in self.checked_keys:
+            return key
+        self.checked_keys.add(id(key))  # objects live as long as the run: ids stay unique
+        return check_key(key, self.limits)
+
+    def resolve(self, module, name) -> StandIn:
+        if not isinstance(module, str) or not isinstance(name, str):
+            raise FormatError("a global's module and name must be strings",
+                              found=f"{type(module).__name__}, {type(name).__name__}")
+        standin = self.resolve_name(module, name)
+        self.globals.setdefault(standin.name, standin)
+        self.global_counts[standin.name] = self.global_counts.get(standin.name, 0) + 1
+        return standin
+
+    def call(self, callee, args, kwargs=None):
+        if type(args) is not tuple or (kwargs is not None and type(kwargs) is not dict):
+            raise FormatError("a call's arguments are not a tuple (and keywords a dict)",
+                              found=f"{type(args).__name__}")
+        if isinstance(callee, StandIn):
+            return callee.apply(args, kwargs)
+        what = callee.name + "()" if isinstance(callee, Marker) else type(callee).__name__
+        return Marker(f"<call of {what}>", args, kwargs)
+
+    def op_PUT(self, index):
+        memo = self.memo
+        if len(memo) >= self.max_memo and index not in memo:
+            raise LimitError(f"the pickle memo grows past {self.max_memo} entries",
+                             expected=f"at most {self.max_memo} entries")
+        memo[index] = self.stack[-1]
+
+    # --- handlers, named op_<pickletools name> ---------------------------------------------------
+
+    def op_PROTO(self, version):
+        if not 0 <= version <= HIGHEST_PROTOCOL:
+            raise FormatError("unsupported pickle protocol", expected=f"0..{HIGHEST_PROTOCOL}",
+                              found=version)
+        self.protocol = version
+
+    def op_FRAME(self, length):
+        pass  # framing only groups opcodes; the lengths inside are checked as they are read
+
+    def op_STOP(self):
+        self.value = self.stack.pop()
+
+    def op_push(self, value):
+        self.stack.append(value)
+
+    def op_NONE(self): self.stack.append(None)
+    def op_NEWTRUE(self): self.stack.append(True)
+    def op_NEWFALSE(self): self.stack.append(False)
+    def op_EMPTY_LIST(self): self.stack.append([])
+    def op_EMPTY_TUPLE(self): self.stack.append(())
+    def op_EMPTY_DICT(self): self.stack.append({})
+    def op_EMPTY_SET(self): self.stack.append(set())
+
+    def op_NEXT_BUFFER(self):
+        raise FormatError("the pickle refers to out-of-band buffers, which a file cannot carry")
+
+    def op_READONLY_BUFFER(self):
+        pass
+
+    def op_MARK(self):
+        if len(self.metastack) >= self.limits.max_marks:
+            raise LimitError(f"MARKs nest deeper than {self.limits.max_marks} levels",
+                             expected=f"at most {self.limits.max_marks}")
+        self.metastack.append(self.stack)
+        self.stack = []
+
+    def op_POP(self):
+        if self.stack:
+            self.stack.pop()
+        else:
+            self.pop_mark()
+
+    def op_POP_MARK(self): self.pop_mark()
+    def op_DUP(self): self.stack.append(self.stack[-1])
+
+    # pop_mark() rebinds self.stack: take the items before touching the stack.
+    def op_TUPLE(self):
+        items = self.pop_mark()
+        self.stack.append(tuple(items))
+
+    def op_TUPLE1(self): self.stack[-1] = (self.stack[-1],)
+
+    def op_TUPLE2(self):
+        second = self.stack.pop()
+        self.stack[-1] = (self.stack[-1], second)
+
+    def op_TUPLE3(self):
+        third, second = self.stack.pop(), self.stack.pop()
+        self.stack[-1] = (self.stack[-1], second, third)
+
+    def op_LIST(self):
+        items = self.pop_mark()
+        self.stack.append(items)
+
+    def op_DICT(self):
+        target: dict = {}
+        self._setitems(target, self.pop_mark())
+        self.stack.append(target)
+
+    def op_FROZENSET(self):
+        items = self.pop_mark()
+        self.stack.append(frozenset(self.key(x) for x in items))
+
+    def op_APPEND(self):
+        value = self.stack.pop()
+        self._extend(self.stack[-1], [value])
+
+    def op_APPENDS(self):
+        items = self.pop_mark()
+        self._extend(self.stack[-1], items)
+
+    def _extend(self, target, items):
+        if type(target) is list:
+            self.grow(target, len(items))
+            target.extend(items)
+        elif isinstance(target, Stateful):
+            self.grow(target.items or (), len(items))
+            for item in items:
+                target.append(item)
+        else:
+            raise FormatError(f"APPEND to a {type(target).__name__}")
+
+    def op_SETITEM(self):
+        value, key = self.stack.pop(), self.stack.pop()
+        self._setitems(self.stack[-1], [key, value])
+
+    def op_SETITEMS(self):
+        items = self.pop_mark()
+        self._setitems(self.stack[-1], items)
+
+    def _setitems(self, target, items):
+        if len(items) % 2:
+            raise FormatError("a dictionary gets a key without a value")
+        if type(target) is dict:
+            self.grow(target, len(items) // 2)
+            for i in range(0, len(items) - 1, 2):
+                target[self.key(items[i])] = items[i + 1]
+        elif isinstance(target, Stateful):
+            for i in range(0, len(items) - 1, 2):
+                target.setitem(items[i], items[i + 1])
+        else:
+            raise FormatError(f"SETITEM on a {type(target).__name__}")
+
+    def op_ADDITEMS(self):
+        items = self.pop_mark()
+        target = self.stack[-1]
+        if type(target) is set:
+            self.grow(target, len(items))
+            target.update(self.key(x) for x in items)
+        elif isinstance(target, Stateful):
+            for item in items:
+                target.append(item)
+        else:
+            raise FormatError(f"ADDITEMS on a {type(target).__name__}")
+
+    def op_GET(self, index): self.stack.append(self.memo[index])
+    op_BINGET = op_LONG_BINGET = op_GET
+
+    op_BINPUT = op_LONG_BINPUT = op_PUT
+
+    def op_MEMOIZE(self): self.op_PUT(len(self.memo))
+
+    def op_GLOBAL(self, pair): self.stack.append(self.resolve(*pair))
+
+    def op_STACK_GLOBAL(self):
+        name, module = self.stack.pop(), self.stack.pop()
+        self.stack.append(self.resolve(module, name))
+
+    def op_EXT1(self, code):
+        # The extension registry is read as data (no import); an unregistered code stays a name.
+        module_name = copyreg._inverted_registry.get(code)
+        if module_name is None:
+            module_name = ("copyreg._extension_registry", f"unregistered_code_{code}")
+        self.stack.append(self.resolve(*module_name))
+    op_EXT2 = op_EXT4 = op_EXT1
+
+    def op_REDUCE(self):
+        args = self.stack.pop()
+        self.stack[-1] = self.call(self.stack[-1], args)
+
+    def op_BUILD(self):
+        state = self.stack.pop()
+        target = self.stack[-1]
+        if isinstance(target, Stateful):
+            target.build(state)
+        # BUILD on plain data (e.g. OrderedDict's `_metadata` on a state_dict) sets attributes a
+        # builtin cannot hold; there is nothing to show, so the state is dropped.
+
+    def op_INST(self, pair):
+        args = tuple(self.pop_mark())
+        self.stack.append(self.call(self.resolve(*pair), args))
+
+    def op_OBJ(self):
+        items = self.pop_mark()
+        self.stack.append(self.call(items[0], tuple(items[1:])))
+
+    def op_NEWOBJ(self):
+        args = self.stack.pop()
+        self.stack[-1] = self.call(self.stack[-1], args)
+
+    def op_NEWOBJ_EX(self):
+        kwargs, args = self.stack.pop(), self.stack.pop()
+        self.stack[-1] = self.call(self.stack[-1], args, kwargs)
+
+    def op_PERSID(self, pid): self.stack.append(self.load_persistent(pid))
+    def op_BINPERSID(self): self.stack.append(self.load_persistent(self.stack.pop()))
+
+    def load_persistent(self, pid):
+        if self.persistent_load is None:
+            raise FormatError("the pickle refers to a persistent object but none are defined")
+        return self.persistent_load(pid)
+
+
+# The data opcodes push their argument unchanged.
+_PUSH_ARG = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "STRING",
+             "BINSTRING", "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8",
+             "BYTEARRAY8", "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "FLOAT",
+             "BINFLOAT"}
+
+
+def _build_table():
+    table: list = [None] * 256
+    for op in pickletools.opcodes:
+        handler = _Machine.op_push if op.name in _PUSH_ARG else getattr(_Machine, "op_" + op.name)
+        reader = READERS[op.arg.name] if op.arg is not None else None
+        table[op.code.encode("latin-1")[0]] = (op.name, reader, handler)
+    return table
+
+
+_TABLE = _build_table()
+_STOP = next(ord(op.code) for op in pickletools.opcodes if op.name == "STOP")

@@ -1,0 +1,173 @@
+"""A ZIP archive read from its tail, and where each stored member's bytes begin.
+
+The stdlib `zipfile` reads the end-of-central-directory record, the ZIP64 end record and locator,
+and the central directory, through a file object over our byte source. What it does not give is
+where a member's data starts: that is after the member's *local* header, whose name and extra
+field lengths may differ from the central directory's (torch pads the local extra field so that
+data is 64-byte aligned, and adds a ZIP64 extra there for members over 4 GiB). So each local header
+is read here (APPNOTE 4.3.7), in coalesced reads, and stored members are addressed in place.
+Small members (data.pkl, version records) are read whole; deflated ones are inflated with zlib
+under a size cap.
+"""
+
+from __future__ import annotations
+
+import struct
+import zipfile
+import zlib
+from typing import NamedTuple
+
+from ..errors import FormatError, LimitError, TensorloupeError, TruncatedError, UnsupportedError
+from ..source import ByteSource, SourceFile
+
+# APPNOTE 4.3.7 local file header: signature, version, flags, method, time, date, crc,
+# compressed size, size, name length, extra length.
+LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
+LOCAL_SIGNATURE = b"PK\x03\x04"
+STORED, DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
+# The central directory is parsed whole by zipfile (a ZipInfo per member, ~0.5 KB each): 32 MiB
+# is ~700,000 minimal entries, while a 2,000-tensor checkpoint's directory is ~200 KB.
+MAX_DIRECTORY_BYTES = 32 << 20
+ENCRYPTED = 0x1                   # general purpose flag bit 0 (APPNOTE 4.4.4)
+GAP_BYTES = 64 << 10              # local headers this close together are read in one go
+MAX_GROUP_BYTES = 4 << 20
+
+
+class LocalHeader(NamedTuple):
+    signature: bytes
+    version: int
+    flags: int
+    method: int
+    time: int
+    date: int
+    crc: int
+    compressed_size: int
+    size: int
+    name_length: int
+    extra_length: int
+
+
+class CappedFile(SourceFile):
+    """A file object for zipfile and tarfile whose reads are clipped to the bytes that remain and
+    refused above a limit. (io.RawIOBase.read allocates the size it is asked for before reading:
+    a directory or a tar PAX header that declares 2**40 bytes must not become that allocation.)"""
+
+    def __init__(self, source: ByteSource, limit: int = MAX_DIRECTORY_BYTES):
+        super().__init__(source)
+        self.limit = limit
+
+    def read(self, size=-1):
+        remaining = max(0, self.source.size - self.position)
+        wanted = remaining if size is None or size < 0 else min(size, remaining)
+        if wanted > self.limit:
+            raise LimitError("an archive directory or header is larger than the limit",
+                             file=self.source.name, offset=self.position,
+                             expected=f"at most {self.limit} bytes", found=wanted)
+        return super().read(wanted)
+
+
+def _read_data(source: ByteSource, offset: int, n: int) -> bytes:
+    # Planned, coalesced reads: pass them through any block cache as they are.
+    reader = getattr(source, "read_data", None) or source.read
+    return reader(offset, n)
+
+
+class Archive:
+    """The members of a ZIP archive: names, sizes, and (on request) data offsets."""
+
+    def __init__(self, source: ByteSource, fmt: str):
+        self.source, self.fmt = source, fmt
+        try:
+            with zipfile.ZipFile(CappedFile(source)) as archive:
+                infos = archive.infolist()
+        except TensorloupeError as e:
+            raise e.located(file=source.name, format=fmt)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
+                struct.error, OverflowError, UnicodeDecodeError, NotImplementedError,
+                RuntimeError, KeyError, IndexError) as e:
+            raise FormatError(f"not a readable ZIP archive: {e}", file=source.name, format=fmt) from e
+        self.members: dict[str, zipfile.ZipInfo] = {info.filename: info for info in infos}
+        self._data_offsets: dict[str, int] = {}
+
+    def error(self, cls, message, **kw):
+        return cls(message, file=self.source.name, format=self.fmt, **kw)
+
+    def data_offsets(self, names: list[str]) -> dict[str, int]:
+        """Absolute offsets of the first data byte of each named member, from local headers."""
+        todo = sorted({n for n in names if n not in self._data_offsets},
+                      key=lambda n: self.members[n].header_offset)
+        for name in todo:
+            offset = self.members[name].header_offset
+            if not 0 <= offset <= self.source.size - LOCAL_HEADER.size:
+                raise self.error(FormatError, f"the directory puts member {name!r} outside the file",
+                                 expected=f"a local header offset below {self.source.size}",
+                                 found=offset)
+        i = 0
+        while i < len(todo):
+            first = self.members[todo[i]].header_offset
+            j = i + 1
+            while j < len(todo):
+                offset = self.members[todo[j]].header_offset
+                if offset - self.members[todo[j - 1]].header_offset > GAP_BYTES or \
+                        offset - first > MAX_GROUP_BYTES:
+                    break
+                j += 1
+            # Only the fixed part is needed: the lengths in it say where the data begins.
+            end = min(self.source.size, self.members[todo[j - 1]].header_offset + LOCAL_HEADER.size)
+            window = _read_data(self.source, first, end - first)
+            for name in todo[i:j]:
+                self._data_offsets[name] = self._parse_local(name, window, first)
+            i = j
+        return {n: self._data_offsets[n] for n in names}
+
+    def _parse_local(self, name: str, window: bytes, window_start: int) -> int:
+        info = self.members[name]
+        at = info.header_offset - window_start
+        if at + LOCAL_HEADER.size > len(window):
+            raise self.error(TruncatedError, f"the local header of {name!r} runs past the end of "
+                             "the file", offset=info.header_offset)
+        header = LocalHeader(*LOCAL_HEADER.unpack_from(window, at))
+        if header.signature != LOCAL_SIGNATURE:
+            raise self.error(FormatError, f"member {name!r} has no local header where the central "
+                             "directory says", offset=info.header_offset,
+                             expected=LOCAL_SIGNATURE.hex(" "), found=header.signature.hex(" "))
+        data_offset = (info.header_offset + LOCAL_HEADER.size + header.name_length
+                       + header.extra_length)
+        if data_offset + info.compress_size > self.source.size:
+            raise self.error(TruncatedError, f"member {name!r} ends past the end of the file "
+                             "(truncated download?)", offset=data_offset,
+                             expected=f"{info.compress_size} bytes",
+                             found=f"{max(0, self.source.size - data_offset)}")
+        return data_offset
+
+    def read(self, name: str, cap: int) -> bytes:
+        """A whole (small) member, inflated if deflated, at most `cap` bytes."""
+        info = self.members[name]
+        size = max(info.file_size, info.compress_size)
+        if size > cap:
+            raise self.error(LimitError, f"member {name!r} is larger than the limit",
+                             expected=f"at most {cap} bytes", found=size)
+        if info.flag_bits & ENCRYPTED:
+            raise self.error(UnsupportedError, f"member {name!r} is encrypted")
+        start = self.data_offsets([name])[name]
+        raw = self.source.read(start, info.compress_size)
+        if info.compress_type == DEFLATED:
+            try:
+                inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+                data = inflater.decompress(raw, info.file_size + 1)
+            except zlib.error as e:
+                raise self.error(FormatError, f"member {name!r} does not inflate: {e}",
+                                 offset=start) from e
+        elif info.compress_type == STORED:
+            data = raw
+        else:
+            raise self.error(UnsupportedError, f"member {name!r} uses ZIP compression method "
+                             f"{info.compress_type}; tensorloupe reads stored and deflated members")
+        if len(data) != info.file_size:
+            raise self.error(FormatError, f"member {name!r} holds {len(data)} bytes, not the "
+                             f"{info.file_size} its directory entry says", offset=start)
+        # torch may write a zero CRC when CRC computation is switched off; check the others.
+        if info.CRC and zlib.crc32(data) != info.CRC:
+            raise self.error(FormatError, f"member {name!r} fails its CRC-32 check", offset=start,
+                             expected=f"{info.CRC:#010x}", found=f"{zlib.crc32(data):#010x}")
+        return data

@@ -1,0 +1,139 @@
+"""Pre-1.6 PyTorch checkpoints (`_use_new_zipfile_serialization=False`) against torch.load."""
+
+import io
+import json
+import pickle
+import tarfile
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tensorloupe
+from tensorloupe import detect
+from tensorloupe.errors import FormatError, TruncatedError
+from tensorloupe.formats import torch_legacy
+from tensorloupe.source import MemorySource
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
+import torch_files as tf  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return tf.write_all(tmp_path_factory.mktemp("torch"))
+
+
+def check_against(source, expected):
+    ckpt = tensorloupe.open(source)
+    assert [t.name for t in ckpt.tensors] == list(expected)
+    for tensor in ckpt.tensors:
+        want = expected[tensor.name]
+        assert tensor.shape == tuple(want.shape) and tensor.dtype == tf.TABLE_NAMES[want.dtype]
+        got = tensorloupe.values(tensor, 0, tensor.numel)
+        assert tf.same_values(got, tf.python_values(want)), tensor.name
+    json.dumps(ckpt.metadata)
+    json.dumps(ckpt.extras)
+    return ckpt
+
+
+class Recording(MemorySource):
+    def __init__(self, data, name):
+        super().__init__(data, name)
+        self.ranges: list[tuple[int, int]] = []
+
+    def _read(self, offset, n):
+        self.ranges.append((offset, offset + n))
+        return super()._read(offset, n)
+
+
+def test_legacy_file_matches_torch(files):
+    expected = tf.expected_tensors(torch.load(files["legacy"], weights_only=True))
+    ckpt = check_against(files["legacy"], expected)
+    assert ckpt.format == "pytorch-legacy" and not ckpt.warnings
+    assert ckpt.tensor("tied_b").info["same_as"] == "tied_a"
+    assert ckpt.tensor("narrow").strides == (8, 1)
+    assert ckpt.extras["legacy"]["type_sizes"] == {"short": 2, "int": 4, "long": 4}
+
+
+def test_storage_offsets_are_computed_without_reading_storages(tmp_path):
+    tensors = {f"w{i}": torch.full((64, 256), float(i)) for i in range(8)}
+    path = tf.save(tensors, tmp_path / "big_legacy.pt", _use_new_zipfile_serialization=False)
+    source = Recording(path.read_bytes(), "big_legacy.pt")
+    ckpt = tensorloupe.open(source)
+    start = ckpt.extras["legacy"]["storage_start"]
+    # The pickles are read in one window (which may reach into the storages); nothing is read
+    # from a position after them: no count prefix, no storage.
+    assert all(begin < start for begin, _ in source.ranges)
+    assert ckpt.bytes_read() <= torch_legacy.FIRST_READ + detect.HEAD_BYTES
+    for name, tensor in tensors.items():
+        assert tensorloupe.values(ckpt.tensor(name), 0, 3) == [float(name[1:])] * 3
+
+
+def test_a_wrong_layout_falls_back_to_the_count_prefixes(files):
+    data = files["legacy"].read_bytes() + b"trailing junk"
+    ckpt = tensorloupe.open(data, name="junk.pt")
+    assert any("count prefixes" in w for w in ckpt.warnings)
+    assert tensorloupe.values(ckpt.tensor("tail")) == [5.0, 6.0, 7.0, 8.0, 9.0]
+
+
+def test_truncated_legacy_file(files):
+    data = files["legacy"].read_bytes()
+    with pytest.raises(TruncatedError):
+        tensorloupe.open(data[:-100], name="cut.pt")
+    with pytest.raises(TruncatedError):
+        tensorloupe.open(data[:300], name="cut.pt")
+
+
+def test_magic_and_version_are_checked():
+    bad = pickle.dumps(torch_legacy.MAGIC_NUMBER, protocol=2) + pickle.dumps(999, protocol=2)
+    with pytest.raises(FormatError, match="unknown legacy serialization version"):
+        torch_legacy.read(MemorySource(bad, "v.pt"))
+    assert torch_legacy.sniff(bad, len(bad), "v.pt")
+    assert torch_legacy.sniff(pickle.dumps(torch_legacy.MAGIC_NUMBER, protocol=0), 0, "x")
+    assert not torch_legacy.sniff(pickle.dumps(12345, protocol=2), 0, "x")
+
+
+# Protocol 0 cannot carry torch's tuple persistent ids (pickle writes str(tuple)): torch.load
+# refuses such files too.
+@pytest.mark.parametrize("protocol", [1, 2, 3, 4, 5])
+def test_every_binary_pickle_protocol(tmp_path, protocol):
+    tensors = {"a": torch.arange(6.0).reshape(2, 3).t(), "b": torch.tensor([True, False])}
+    buffer = io.BytesIO()
+    torch.save(tensors, buffer, _use_new_zipfile_serialization=False, pickle_protocol=protocol)
+    check_against(MemorySource(buffer.getvalue(), "p.pt"), tensors)
+
+
+# --- the tar format (before torch 0.4): HAND-BUILT by fixtures/torch_files.write_legacy_tar ------
+
+def test_hand_built_tar_matches_torch(files):
+    with pytest.raises(RuntimeError, match="legacy .tar format"):
+        torch.load(files["legacy_tar"], weights_only=True)  # torch refuses it without pickle
+    expected = tf.expected_tensors(torch.load(files["legacy_tar"], weights_only=False))
+    ckpt = check_against(files["legacy_tar"], expected)
+    assert ckpt.format == "pytorch-tar" and not ckpt.warnings
+    assert ckpt.tensor("narrow").info["storage_offset"] == 10
+    verdicts = {g["name"]: g["verdict"] for g in ckpt.extras["safety"]["globals"]}
+    assert verdicts["torch.FloatTensor"] == verdicts["torch.FloatStorage"] == "allowed"
+
+
+def test_tar_storages_are_located_without_reading_them(tmp_path):
+    tensors = {f"w{i}": torch.full((128, 128), float(i)) for i in range(4)}
+    path = tf.write_legacy_tar(tmp_path / "old.tar", tensors)
+    source = Recording(path.read_bytes(), "old.tar")
+    ckpt = tensorloupe.open(source)
+    interiors = [(t.offset + 4096, t.offset + t.nbytes) for t in ckpt.tensors]
+    assert not [r for r in source.ranges for lo, hi in interiors if r[0] < hi and r[1] > lo]
+    for name in tensors:
+        assert tensorloupe.values(ckpt.tensor(name), 100, 2) == [float(name[1:])] * 2
+
+
+def test_tar_header_declaring_a_huge_size(tmp_path):
+    # A PAX extended header claiming 8 GiB: tarfile asks for all of them in one read, which
+    # io.RawIOBase would allocate before reading.
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, 0o77777777777
+    blob = header.tobuf(format=tarfile.USTAR_FORMAT) + b"\0" * 2048
+    with pytest.raises(tensorloupe.TensorloupeError):
+        tensorloupe.open(blob, name="huge.tar")

@@ -1,0 +1,229 @@
+"""The pickle interpreter: every opcode of protocols 0-5, known-answer bytes, limits, markers.
+
+Plain data is compared with CPython's own pickle.loads (safe here: these pickles name only
+builtins we chose). Calls are never performed: they come back as Marker records.
+"""
+
+import copyreg
+import pickle
+import pickletools
+import struct
+
+import pytest
+
+from tensorloupe.errors import FormatError, LimitError, TensorloupeError, TruncatedError
+from tensorloupe.formats import torch_globals
+from tensorloupe.formats.pickle_args import READERS
+from tensorloupe.formats.pickle_values import Limits, Marker, StandIn
+from tensorloupe.formats.unpickle import _TABLE, unpickle
+
+
+def load(data: bytes, **kw):
+    return unpickle(data, torch_globals.resolve, **kw).value
+
+
+def test_every_pickletools_opcode_has_a_reader_and_handler():
+    for op in pickletools.opcodes:
+        entry = _TABLE[ord(op.code)]
+        assert entry is not None and entry[0] == op.name
+        assert (entry[1] is None) == (op.arg is None)
+        if op.arg is not None:
+            assert op.arg.name in READERS
+    assert sum(e is not None for e in _TABLE) == len(pickletools.opcodes) == 68
+
+
+SAMPLE = {
+    "ints": [0, 1, -1, 255, 256, 65535, 65536, -2**31, 2**31 - 1, 2**31, 2**63, -2**200, 2**3000],
+    "floats": [0.0, -0.0, 1.5, 1e300, float("inf"), -float("inf")],
+    "text": ["", "a", "héllo\n\\ \u2603 \U0001f600", "x" * 300],
+    "bytes": [b"", b"\x00\xff" * 5, b"y" * 300],
+    "bytearray": bytearray(b"xy\x00"),
+    "flags": [True, False, None],
+    "tuples": [(), (1,), (1, 2), (1, 2, 3), (1, 2, 3, 4)],
+    "set": {1, 2, 3}, "frozenset": frozenset({"a", (1, 2)}),
+    (1, (2, 3)): "tuple key", 7: "int key",
+    "nested": [[[{}]]], "complex": complex(1.5, -2), "slice": slice(1, 10, 2),
+}
+SAMPLE["shared_a"] = SAMPLE["shared_b"] = [1, 2]
+
+
+@pytest.mark.parametrize("protocol", range(0, 6))
+def test_plain_data_matches_pickle_loads_in_every_protocol(protocol):
+    raw = pickle.dumps(SAMPLE, protocol=protocol)
+    ours, theirs = load(raw), pickle.loads(raw)
+    assert ours == theirs
+    assert ours["shared_a"] is ours["shared_b"]  # memo sharing preserved
+
+
+def test_known_answer_bytes():
+    # protocol 0: INT 00/01 are booleans, LONG with trailing L, quoted STRING with escapes
+    assert load(b"(I00\nI01\nI42\nL-7L\nS'a\\nb'\nVs\\u2603\nF2.5\nl.") == \
+        [False, True, 42, -7, "a\nb", "s\u2603", 2.5]
+    # protocol 1/2 binary forms
+    assert load(b"\x80\x02]q\x00(K\x01M\x00\x01J\xff\xff\xff\xff\x8a\x02\x00\x80e.") == \
+        [1, 256, -1, -32768]
+    assert load(b"\x80\x02G?\xf8\x00\x00\x00\x00\x00\x00.") == 1.5
+    # protocol 4: FRAME, SHORT_BINUNICODE, MEMOIZE and BINGET of the memoized value
+    assert load(b"\x80\x04\x95\x0b\x00\x00\x00\x00\x00\x00\x00\x8c\x01a\x94h\x00\x86.") == ("a", "a")
+    # protocol 5: BYTEARRAY8, READONLY_BUFFER is a no-op on in-band data
+    assert load(b"\x80\x05\x96\x02\x00\x00\x00\x00\x00\x00\x00hi\x98.") == bytearray(b"hi")
+    # DUP, POP and POP_MARK
+    assert load(b"K\x01K\x020(K\x03K\x041K\x05\x86.") == (1, 5)
+    assert load(b"]2K\x01a0.") == [1]
+
+
+def test_calls_become_markers_and_are_never_made():
+    value = load(b"\x80\x02cos\nsystem\nX\x07\x00\x00\x00echo hi\x85R.")
+    assert isinstance(value, Marker) and value.name == "os.system" and value.args == ("echo hi",)
+    # calling the result of a call is recorded too
+    value = load(b"\x80\x02cbuiltins\ngetattr\nK\x01X\x04\x00\x00\x00real\x86R)R.")
+    assert value.name == "<call of builtins.getattr()>"
+    # INST, OBJ, NEWOBJ, NEWOBJ_EX and BUILD
+    assert load(b"(K\x01iplace\nThing\n.").args == (1,)
+    assert load(b"(cplace\nThing\nK\x02o.").args == (2,)
+    built = load(b"\x80\x02cplace\nThing\n)\x81}X\x01\x00\x00\x00aK\x01sb.")
+    assert built.name == "place.Thing" and built.state == {"a": 1}
+    ex = load(b"\x80\x04\x8c\x05place\x8c\x05Thing\x93)}\x8c\x01kK\x03s\x92.")
+    assert ex.kwargs == {"k": 3}
+
+
+def test_allowed_builders_produce_data():
+    assert load(b"\x80\x02c__builtin__\nset\n]K\x01a\x85R.") == {1}
+    latin1 = b"X\x02\x00\x00\x00\xc3\xbfX\x06\x00\x00\x00latin1\x86R."  # ("\xff", "latin1")
+    assert load(b"\x80\x02c_codecs\nencode\n" + latin1) == b"\xff"
+    assert load(b"\x80\x02ccollections\nOrderedDict\n)R.") == {}
+    assert load(b"\x80\x02ctorch\nSize\nK\x02K\x03\x86\x85R.") == (2, 3)
+
+
+def test_extension_codes_are_resolved_through_the_registry_as_data():
+    copyreg.add_extension("place", "Thing", 0xF3)
+    try:
+        result = unpickle(b"\x80\x02\x82\xf3).", torch_globals.resolve)
+        assert "place.Thing" in result.globals
+    finally:
+        copyreg.remove_extension("place", "Thing", 0xF3)
+    result = unpickle(b"\x80\x02\x83\x34\x12).", torch_globals.resolve)
+    assert list(result.globals) == ["copyreg._extension_registry.unregistered_code_4660"]
+    assert result.globals["copyreg._extension_registry.unregistered_code_4660"].verdict == "unknown"
+
+
+def test_globals_and_opcodes_are_counted():
+    result = unpickle(pickle.dumps([{1, 2}, {3}], protocol=2), torch_globals.resolve)
+    assert result.global_counts == {"builtins.set": 1}
+    assert result.opcodes["REDUCE"] == 2 and result.opcodes["PROTO"] == 1
+
+
+@pytest.mark.parametrize("module, name, verdict", [
+    ("torch._utils", "_rebuild_tensor_v2", "allowed"), ("collections", "OrderedDict", "allowed"),
+    ("torch", "BFloat16Storage", "allowed"), ("torch.cuda", "HalfStorage", "allowed"),
+    ("torch.storage", "UntypedStorage", "allowed"), ("torch", "float8_e5m2", "allowed"),
+    ("numpy.core.multiarray", "_reconstruct", "allowed"), ("_codecs", "encode", "allowed"),
+    ("os", "system", "dangerous"), ("posix", "system", "dangerous"), ("nt", "system", "dangerous"),
+    ("subprocess", "Popen", "dangerous"), ("builtins", "eval", "dangerous"),
+    ("__builtin__", "exec", "dangerous"), ("builtins", "getattr", "dangerous"),
+    ("runpy", "_run_code", "dangerous"), ("importlib", "import_module", "dangerous"),
+    ("shutil", "rmtree", "dangerous"), ("socket", "socket", "dangerous"),
+    ("webbrowser", "open", "dangerous"), ("pickle", "loads", "dangerous"),
+    # protocol 4 dotted names are attribute walks from the module
+    ("torch._utils", "os.system", "dangerous"),
+    ("collections", "OrderedDict.__init__.__globals__", "dangerous"),
+    ("torch.nn.modules.linear", "Linear", "unknown"), ("mymodel.io", "Loader", "unknown"),
+    ("copyreg", "__newobj__", "unknown"),
+])
+def test_verdicts(module, name, verdict):
+    assert torch_globals.resolve(module, name).verdict == verdict
+
+
+@pytest.mark.parametrize("data, error, words", [
+    (b"", TruncatedError, "without a STOP"),
+    (b"\x80\x02K\x01", TruncatedError, "without a STOP"),
+    (b"\x80\x02X\x10\x00\x00\x00abc.", TruncatedError, "declares 16 bytes"),
+    (b"\x80\x04\x8d" + struct.pack("<Q", 1 << 62) + b".", LimitError, "declares"),
+    (b"\x80\x02B\xf0\xff\xff\xff.", LimitError, "declares"),
+    (b"\x80\x06N.", FormatError, "protocol"),
+    (b"\x80\x02\xff.", FormatError, "unknown pickle opcode 0xff"),
+    (b"\x80\x02h\x05.", FormatError, "BINGET"),
+    (b"\x80\x02a.", FormatError, "APPEND"),
+    (b"\x80\x02K\x01K\x02a.", FormatError, "APPEND to a int"),
+    (b"\x80\x02t.", FormatError, "MARK"),
+    (b"\x80\x05\x97.", FormatError, "out-of-band"),
+    (b"\x80\x02]]\x85K\x01s.", FormatError, "SETITEM"),
+    (b"(K\x01d.", FormatError, "key without a value"),
+    (b"\x80\x02}]K\x01s.", FormatError, "unhashable"),
+    (b"\x80\x02K\x01Q.", FormatError, "persistent"),
+    (b"L" + b"9" * 5000 + b"L\n.", FormatError, "LONG"),
+    (b"S'unquoted\n.", FormatError, "STRING"),
+    (b"\x80\x02K\x01K\x02\x93.", FormatError, "must be strings"),
+])
+def test_malformed_pickles_raise_our_errors(data, error, words):
+    with pytest.raises(error) as info:
+        load(data)
+    assert words in str(info.value)
+    assert isinstance(info.value, TensorloupeError)
+
+
+def test_limits_each_have_a_clear_error():
+    puts = b"\x80\x02" + b"".join(b"N\x94" for _ in range(20)) + b"N."
+    with pytest.raises(LimitError, match="memo grows past 10"):
+        load(puts, limits=Limits(max_memo=10))
+    appends = b"\x80\x02](" + b"N" * 11 + b"e."
+    with pytest.raises(LimitError, match="grows past 10 elements"):
+        load(appends, limits=Limits(max_items=10))
+    with pytest.raises(LimitError, match="MARKs nest deeper than 1000"):
+        load(b"\x80\x02" + b"(" * 1001)
+    with pytest.raises(LimitError, match="larger than the 100-byte limit"):
+        load(b"N" * 200 + b".", limits=Limits(max_bytes=100))
+
+
+def test_huge_memo_index_costs_nothing():
+    # The C unpickler grows its memo array to the largest index; here the memo is a dict.
+    assert load(b"\x80\x02K\x07r\xff\xff\xff\xff0j\xff\xff\xff\xff.") == 7
+
+
+def test_deep_and_exponential_keys_are_refused_before_hashing():
+    deep = b"\x80\x02}" + b")" + b"\x85" * 150 + b"K\x01s."
+    with pytest.raises(LimitError, match="nests deeper than 100"):
+        load(deep)
+    # t(k+1) = (t(k), t(k)) through DUP: hashing t(60) would visit 2**60 tuples.
+    dag = b"\x80\x02}" + b")" + b"2\x86" * 60 + b"K\x01s."
+    with pytest.raises(LimitError, match="expands to more than"):
+        load(dag)
+
+
+def test_pickle_end_is_reported_for_back_to_back_pickles():
+    raw = pickle.dumps(1, protocol=2) + pickle.dumps("two", protocol=2)
+    first = unpickle(raw, torch_globals.resolve)
+    assert first.value == 1
+    assert unpickle(raw, torch_globals.resolve, start=first.end).value == "two"
+
+
+def test_standins_are_inert_objects():
+    standin = torch_globals.resolve("os", "system")
+    assert isinstance(standin, StandIn) and standin.builder is None
+    assert not callable(standin)
+
+
+def test_a_broken_hostile_pickle_still_names_its_dangerous_globals():
+    with pytest.raises(FormatError, match="named dangerous globals: os.system"):
+        load(b"\x80\x02cos\nsystem\nX\x01\x00\x00\x00xR\xff.")
+
+
+def test_extension_cache_cannot_leak_real_functions():
+    # Why this is not pickle.Unpickler with a restricted find_class: the C unpickler answers EXT
+    # from copyreg's cache without calling find_class, so once any ordinary unpickling in the
+    # process has resolved a code, a "restricted" unpickler hands out the real function.
+    import io
+    import os
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module, name):
+            raise pickle.UnpicklingError(f"refused {module}.{name}")
+
+    copyreg.add_extension("os", "getcwd", 0xF5)
+    try:
+        pickle.loads(b"\x80\x02\x82\xf5.")  # caches os.getcwd under code 0xF5
+        assert Restricted(io.BytesIO(b"\x80\x02\x82\xf5.")).load() is os.getcwd  # the hole
+        ours = load(b"\x80\x02\x82\xf5.")
+        assert isinstance(ours, StandIn) and ours.name == "os.getcwd" and ours.builder is None
+    finally:
+        copyreg.remove_extension("os", "getcwd", 0xF5)
