@@ -114,3 +114,32 @@ def test_quantized_gguf_experts_with_planted_duplicates(tmp_path):
         assert sorted(layer.clusters) == [[1, 5], [2, 6]]
         assert sorted((r.drop, r.keep) for r in layer.recommendations) == [(5, 1), (6, 2)]
         assert layer.similarity[1][5] == pytest.approx(1.0)
+
+
+def test_torch_checkpoint_with_qwen_names_and_planted_duplicates(tmp_path):
+    import torch
+    g = torch.Generator().manual_seed(3)
+    state = {}
+    for layer in range(2):
+        p = f"model.layers.{layer}.mlp"
+        state[f"{p}.gate.weight"] = torch.randn(6, 32, generator=g)
+        state[f"{p}.shared_expert.up_proj.weight"] = torch.randn(48, 32, generator=g)
+        state[f"{p}.shared_expert_gate.weight"] = torch.randn(1, 32, generator=g)
+        weights = {e: {leaf: torch.randn(48, 32, generator=g).to(torch.bfloat16)
+                       for leaf in ("gate_proj", "up_proj", "down_proj")} for e in range(6)}
+        weights[3] = {leaf: w.clone() for leaf, w in weights[0].items()}           # exact copy
+        weights[4] = {leaf: w + 0.05 * torch.randn(w.shape, generator=g).to(w.dtype)  # near copy
+                      for leaf, w in weights[2].items()}
+        for e, leaves in weights.items():
+            for leaf, w in leaves.items():
+                state[f"{p}.experts.{e}.{leaf}.weight"] = w
+    path = tmp_path / "qwen-moe.bin"
+    torch.save({"state_dict": state, "epoch": 1}, path)
+    result = analyse(tensorloupe.open(path), config={"num_experts_per_tok": 2})
+    assert result.moe.detected and result.moe.expert_count == 6 and result.moe.top_k == 2
+    assert result.moe.layers[0].shared == ["state_dict.model.layers.0.mlp.shared_expert.up_proj.weight"]
+    for layer in result.layers:
+        assert layer.matrices == ["down_proj.weight", "gate_proj.weight", "up_proj.weight"]
+        assert sorted(layer.clusters) == [[0, 3], [2, 4]]
+        # in a pair both members are each other's medoid: the lower index is kept
+        assert {(r.drop, r.keep) for r in layer.recommendations} == {(3, 0), (4, 2)}
