@@ -1,0 +1,216 @@
+"""How fast the browser app starts and opens a big file, in headless Chromium on this machine.
+
+    python bench/browser_open.py [--runs 3] [--keep]
+
+Measures, with the app built and served from 127.0.0.1 like `python build.py serve`:
+  * page load -> Python ready, cold (empty profile: every file from the server) and warm (the
+    service worker's cache, no server round trips), each the median of --runs loads;
+  * selecting an 8 GiB sparse safetensors file (a Llama-shaped header over holes) -> its tensor
+    list on screen, and the bytes that took;
+  * renderer memory (resident set of the profile's renderer processes, and the worker's wasm heap);
+and, as a same-run reference, opening the same file with the CLI (`tensorloupe inspect --json`,
+a fresh process) and with the library in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+# A Llama-shaped BF16 checkpoint of ~8.8 GB: d 3072, ffn 8192, vocab 128256, 36 layers.
+D, FF, VOCAB, LAYERS, KV = 3072, 8192, 128256, 36, 1024
+
+
+def load_build():
+    spec = importlib.util.spec_from_file_location("tensorloupe_build", ROOT / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_sparse_model(path: Path) -> tuple[int, int]:
+    """A valid safetensors file whose tensor data are holes: (tensor count, file size)."""
+    shapes = [("model.embed_tokens.weight", (VOCAB, D))]
+    for i in range(LAYERS):
+        p = f"model.layers.{i}"
+        shapes += [(f"{p}.input_layernorm.weight", (D,)), (f"{p}.post_attention_layernorm.weight", (D,)),
+                   (f"{p}.self_attn.q_proj.weight", (D, D)), (f"{p}.self_attn.k_proj.weight", (KV, D)),
+                   (f"{p}.self_attn.v_proj.weight", (KV, D)), (f"{p}.self_attn.o_proj.weight", (D, D)),
+                   (f"{p}.mlp.gate_proj.weight", (FF, D)), (f"{p}.mlp.up_proj.weight", (FF, D)),
+                   (f"{p}.mlp.down_proj.weight", (D, FF))]
+    shapes += [("model.norm.weight", (D,)), ("lm_head.weight", (VOCAB, D))]
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in shapes:
+        n = math.prod(shape) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        f.truncate(8 + len(text) + offset)
+    return len(shapes), 8 + len(text) + offset
+
+
+def renderer_rss(profile: Path) -> int:
+    """Resident bytes of the largest renderer process of this profile: the one running the page
+    and its worker (Chromium also keeps a spare renderer or two, which are not counted)."""
+    largest = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            # Chromium rewrites its children's argv into one space-separated string.
+            if b"--type=renderer" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            # Renderers do not carry the profile path; their parent chain leads to our browser.
+            if not _descends_from_profile(int(pid), str(profile).encode()):
+                continue
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    largest = max(largest, int(line.split()[1]) * 1024)
+        except (OSError, ValueError):
+            continue
+    return largest
+
+
+def _descends_from_profile(pid: int, profile: bytes) -> bool:
+    for _ in range(6):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+            if pid <= 1:
+                return False
+            if b"--user-data-dir=" + profile in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except (OSError, ValueError):
+            return False
+    return False
+
+
+def ready_ms(page) -> float:
+    page.wait_for_selector("body[data-python=ready]", state="attached", timeout=120_000)
+    page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'", timeout=60_000)
+    return float(page.evaluate("document.body.dataset.readyMs"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="page loads per measurement (median)")
+    parser.add_argument("--keep", action="store_true", help="keep the 8 GiB sparse file and the build")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    build = load_build()
+    work = Path(tempfile.mkdtemp(prefix="tensorloupe-bench-"))
+    dist = work / "dist"
+    build.build(dist)
+    server = build.make_server(dist, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    model = work / "llama-shaped-8gib.safetensors"
+    tensors, size = write_sparse_model(model)
+
+    # Same-run references: the CLI in a fresh process, and the library in this one.
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", str(model), "--json"],
+                          capture_output=True, text=True, check=True)
+    cli_s = time.perf_counter() - started
+    assert json.loads(done.stdout)["tensor_count"] == tensors
+    started = time.perf_counter()
+    startup = subprocess.run([sys.executable, "-c", "import tensorloupe.cli"], check=True)
+    import_s = time.perf_counter() - started
+    sys.path.insert(0, str(ROOT / "pylib"))
+    import tensorloupe
+    started = time.perf_counter()
+    with tensorloupe.open(model) as ckpt:
+        api_s = time.perf_counter() - started
+        api_bytes = ckpt.bytes_read()
+
+    results: dict[str, object] = {}
+    with sync_playwright() as p:
+        cold = []
+        for run in range(args.runs):
+            profile = work / f"profile-cold-{run}"
+            context = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, args=ARGS,
+                                                           viewport={"width": 1400, "height": 900})
+            page = context.pages[0] if context.pages else context.new_page()
+            page.goto(url)
+            cold.append(ready_ms(page))
+            if run < args.runs - 1:
+                context.close()
+        # The last cold profile goes on: its service worker now holds the app.
+        page.wait_for_function("() => navigator.serviceWorker.controller !== null", timeout=60_000)
+        page.wait_for_selector("body[data-offline-ready=true]", state="attached")
+        warm = []
+        for _ in range(args.runs):
+            page.reload()
+            warm.append(ready_ms(page))
+        rss_idle = renderer_rss(profile)
+
+        page.wait_for_function("() => document.getElementById('status').dataset.state === 'idle'")
+        opened_before = int(page.evaluate("Number(document.body.dataset.opened || 0)"))
+        started = time.perf_counter()
+        page.set_input_files("#file-input", str(model))
+        page.wait_for_function(
+            "([name, n]) => document.body.dataset.model === name && Number(document.body.dataset.opened) > n",
+            arg=[model.name, opened_before], timeout=120_000)
+        page.wait_for_selector('.tree-row[data-group="model.layers"]')
+        wall_s = time.perf_counter() - started
+        in_page_ms = float(page.evaluate("document.body.dataset.openedAt - document.body.dataset.selectedAt"))
+        open_bytes = int(page.evaluate("document.body.dataset.openBytes"))
+        page.wait_for_function("() => document.getElementById('status').dataset.state === 'idle'", timeout=120_000)
+        rss_open = renderer_rss(profile)
+        wasm = page.evaluate("window.tensorloupe.request('memory').then(r => r.result.wasm_bytes)")
+        js_heap = page.evaluate("performance.memory ? performance.memory.usedJSHeapSize : null")
+        shown = page.locator(".tree-row").count()
+        context.close()
+    server.shutdown()
+
+    results = {
+        "python_ready_cold_ms": statistics.median(cold), "python_ready_warm_ms": statistics.median(warm),
+        "cold_runs_ms": cold, "warm_runs_ms": warm,
+        "open_8gib_in_page_ms": in_page_ms, "open_8gib_wall_ms": wall_s * 1000,
+        "open_8gib_bytes_read": open_bytes, "file_size": size, "tensors": tensors,
+        "renderer_rss_idle": rss_idle, "renderer_rss_after_open": rss_open, "wasm_heap": wasm, "js_heap": js_heap,
+        "cli_inspect_ms": cli_s * 1000, "cli_process_startup_ms": import_s * 1000,
+        "api_open_ms": api_s * 1000, "api_open_bytes_read": api_bytes,
+    }
+    mib = 1 << 20
+    print(f"tensorloupe browser benchmark  (Chromium headless, {os.cpu_count()} cores; medians of {args.runs})")
+    print(f"  page load -> Python ready, cold     {results['python_ready_cold_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in cold)}")
+    print(f"  page load -> Python ready, SW cache {results['python_ready_warm_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in warm)}")
+    print(f"  select 8 GiB file -> tensor list    {in_page_ms:8.0f} ms   (wall {wall_s * 1000:.0f} ms; "
+          f"{tensors} tensors, {size / 2**30:.2f} GiB, {open_bytes / 1024:.0f} KiB read, {shown} rows drawn)")
+    print(f"  renderer memory                     {rss_idle / mib:8.0f} MiB idle, {rss_open / mib:.0f} MiB after the open "
+          f"(wasm heap {wasm / mib if wasm else float('nan'):.0f} MiB, JS heap {js_heap / mib if js_heap else float('nan'):.0f} MiB)")
+    print("  same-run reference (this machine, CPython):")
+    print(f"    tensorloupe inspect --json (fresh process)  {cli_s * 1000:8.0f} ms  (of which interpreter + import {import_s * 1000:.0f} ms)")
+    print(f"    tensorloupe.open() in process               {api_s * 1000:8.1f} ms  ({api_bytes / 1024:.0f} KiB read)")
+    print(f"  ratios: browser open / CLI process {in_page_ms / (cli_s * 1000):.2f}x, "
+          f"browser open / in-process open {in_page_ms / (api_s * 1000):.1f}x")
+    print(json.dumps(results))
+    if args.keep:
+        print(f"kept {work}")
+    else:
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

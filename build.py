@@ -1,0 +1,298 @@
+"""Build the tensorloupe browser app into dist/, and serve it.
+
+    python build.py                 # assemble dist/ (runs `npm ci` first if node_modules is missing)
+    python build.py serve           # build, then serve dist/ on http://127.0.0.1:8000
+    python build.py serve --port 9000 --no-build
+
+dist/ is a static site with relative URLs only, so it works from any sub-path (a GitHub Pages
+project site, a folder on a USB stick served by anything):
+
+    index.html style.css app.js worker.mjs manifest.webmanifest icons/   our page (web/)
+    sw.js                                  the service worker, with the precache list and version
+    tensorloupe-<version>-py3-none-any.whl our library (pylib/), loaded by Pyodide in the worker
+    pyodide/                               the Pyodide runtime from the pinned npm package
+    build.json                             version, wheel name and file list (for tests and tools)
+
+Nothing is ever fetched from a CDN: the Pyodide files come from node_modules (package.json pins
+the version, package-lock.json its integrity hash), and the page's Content-Security-Policy only
+allows its own origin.
+
+The server here is also the one the browser tests and the benchmark use: threaded, with HTTP Range
+support (Python's http.server has none) and Nagle's algorithm off (else ~40 ms stalls per request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from base64 import urlsafe_b64encode
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+WEB = ROOT / "web"
+PYLIB = ROOT / "pylib"
+PACKAGE = PYLIB / "tensorloupe"
+NODE_PYODIDE = ROOT / "node_modules" / "pyodide"
+DEFAULT_OUT = ROOT / "dist"
+
+# The runtime files a browser needs; the npm package also holds Node-only and source-map files.
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
+                 "pyodide-lock.json")
+# Placeholders in web/ files, filled in at build time.
+VERSION_MARK = "__TENSORLOUPE_BUILD__"
+WHEEL_MARK = "__TENSORLOUPE_WHEEL__"
+PRECACHE_MARK = '"__TENSORLOUPE_PRECACHE__"'
+TEMPLATED = ("sw.js", "worker.mjs")
+# Fixed timestamp for archive members: the same sources give the same wheel bytes (and version).
+ZIP_EPOCH = (2020, 1, 1, 0, 0, 0)
+
+# One policy for every page: scripts, styles, workers, fetches and images from our origin only.
+# 'wasm-unsafe-eval' lets the worker compile Pyodide's WebAssembly; nothing else is evaluated.
+CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self'; "
+       "img-src 'self' data: blob:; connect-src 'self'; worker-src 'self'; manifest-src 'self'; "
+       "font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'none'")
+
+MIME_TYPES = {
+    ".wasm": "application/wasm",
+    ".mjs": "text/javascript",
+    ".js": "text/javascript",
+    ".json": "application/json",
+    ".webmanifest": "application/manifest+json",
+    ".whl": "application/zip",
+    ".zip": "application/zip",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".css": "text/css",
+    ".html": "text/html",
+    ".safetensors": "application/octet-stream",
+    ".gguf": "application/octet-stream",
+}
+
+
+# --- building ------------------------------------------------------------------------------------
+
+def project_version() -> str:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
+def ensure_pyodide() -> Path:
+    """node_modules/pyodide at the version the lock pins, installed with `npm ci` if needed."""
+    wanted = json.loads((ROOT / "package.json").read_text())["dependencies"]["pyodide"]
+    installed = NODE_PYODIDE / "package.json"
+    if not installed.exists() or json.loads(installed.read_text())["version"] != wanted:
+        npm = shutil.which("npm")
+        if npm is None:
+            sys.exit("build.py: npm is needed to install the Pyodide runtime (npm ci); install Node.js 20+")
+        print(f"build.py: installing pyodide {wanted} with npm ci", file=sys.stderr)
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=ROOT, check=True)
+    missing = [name for name in PYODIDE_FILES if not (NODE_PYODIDE / name).exists()]
+    if missing:
+        sys.exit(f"build.py: node_modules/pyodide lacks {', '.join(missing)}")
+    return NODE_PYODIDE
+
+
+def package_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def build_wheel(out_dir: Path) -> str:
+    """A pure-Python wheel of pylib/tensorloupe, byte-for-byte reproducible; returns its file name."""
+    version = project_version()
+    dist_info = f"tensorloupe-{version}.dist-info"
+    members: list[tuple[str, bytes]] = [
+        (p.relative_to(PYLIB).as_posix(), p.read_bytes()) for p in package_files()]
+    members.append((f"{dist_info}/METADATA", (
+        "Metadata-Version: 2.1\nName: tensorloupe\n"
+        f"Version: {version}\nSummary: Look inside model checkpoints.\n").encode()))
+    members.append((f"{dist_info}/WHEEL", (
+        "Wheel-Version: 1.0\nGenerator: tensorloupe build.py\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n").encode()))
+    record = [f"{name},sha256={_digest(data)},{len(data)}" for name, data in members]
+    record.append(f"{dist_info}/RECORD,,")
+    members.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
+    name = f"tensorloupe-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(out_dir / name, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for member, data in members:
+            info = zipfile.ZipInfo(member, ZIP_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            wheel.writestr(info, data)
+    return name
+
+
+def _digest(data: bytes) -> str:
+    return urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def build(out: Path = DEFAULT_OUT) -> dict:
+    """Assemble the static site in `out` (replaced whole); returns the build description."""
+    pyodide = ensure_pyodide()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for source in sorted(WEB.rglob("*")):
+        if source.is_file():
+            target = out / source.relative_to(WEB)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+    (out / "pyodide").mkdir()
+    for name in PYODIDE_FILES:
+        shutil.copyfile(pyodide / name, out / "pyodide" / name)
+    wheel = build_wheel(out)
+
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    # The version names the service worker's cache: any change to any served byte makes a new one.
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode() + b"\0" + (out / name).read_bytes() + b"\0")
+    version = f"{project_version()}-{digest.hexdigest()[:12]}"
+    precache = ["./"] + [f"./{name}" for name in files if name != "sw.js"]
+    for name in TEMPLATED:
+        path = out / name
+        text = path.read_text()
+        text = text.replace(VERSION_MARK, version).replace(WHEEL_MARK, wheel)
+        text = text.replace(PRECACHE_MARK, json.dumps(precache, indent=2))
+        path.write_text(text)
+    description = {"version": version, "wheel": wheel, "pyodide": _pyodide_version(pyodide),
+                   "files": files + ["build.json"]}
+    (out / "build.json").write_text(json.dumps(description, indent=2) + "\n")
+    return description
+
+
+def _pyodide_version(pyodide: Path) -> str:
+    return json.loads((pyodide / "package.json").read_text())["version"]
+
+
+# --- serving -------------------------------------------------------------------------------------
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    """Static files with the right MIME types, single-range requests, the CSP, no caching surprises.
+
+    Range matters: the app and the benchmark can read model files over HTTP by range, and the
+    browser tests check that a view only fetches the bytes it shows.
+    """
+
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME_TYPES}
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    quiet = True
+
+    def end_headers(self) -> None:
+        self.send_header("Content-Security-Policy", CSP)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Accept-Ranges", "bytes")
+        super().end_headers()
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+        if not self.quiet:
+            super().log_message(format, *args)
+
+    def send_head(self):
+        self._remaining = None
+        spec = self.headers.get("Range")
+        path = self.translate_path(self.path)
+        if spec is None or not os.path.isfile(path):
+            return super().send_head()
+        size = os.path.getsize(path)
+        try:
+            span = _parse_range(spec, size)
+        except ValueError:
+            return super().send_head()
+        if span is None:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        start, end = span
+        f = open(path, "rb")
+        f.seek(start)
+        self.send_response(206)
+        self.send_header("Content-Type", self.guess_type(path))
+        self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        self._remaining = end - start + 1
+        return f
+
+    def copyfile(self, source, outputfile) -> None:
+        remaining = getattr(self, "_remaining", None)
+        if remaining is None:
+            return super().copyfile(source, outputfile)
+        while remaining:
+            chunk = source.read(min(remaining, 1 << 20))
+            if not chunk:
+                break
+            outputfile.write(chunk)
+            remaining -= len(chunk)
+
+
+def _parse_range(spec: str, size: int) -> tuple[int, int] | None:
+    """(first, last) byte of a single `bytes=a-b`, `bytes=a-` or `bytes=-n` range, or None when
+    it cannot be satisfied. Raises ValueError for ranges we ignore (other units, several ranges):
+    the whole file is served then, as RFC 9110 allows."""
+    unit, _, ranges = spec.partition("=")
+    if unit.strip() != "bytes" or "," in ranges:
+        raise ValueError(spec)
+    first, _, last = ranges.strip().partition("-")
+    if first == "":
+        n = int(last)
+        start, end = max(0, size - n), size - 1
+    else:
+        start = int(first)
+        end = min(int(last), size - 1) if last else size - 1
+    if start > end or start >= size:
+        return None
+    return start, end
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def make_server(directory: Path, host: str = "127.0.0.1", port: int = 8000,
+                quiet: bool = True) -> Server:
+    """A server for `directory` (port 0 picks a free port: see server.server_address)."""
+    handler = type("DistHandler", (Handler,), {"quiet": quiet})
+
+    def factory(*args, **kwargs):
+        return handler(*args, directory=str(directory), **kwargs)
+
+    return Server((host, port), factory)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", nargs="?", choices=("build", "serve"), default="build")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default dist/)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--no-build", action="store_true", help="serve the existing dist/")
+    args = parser.parse_args(argv)
+    if not (args.command == "serve" and args.no_build):
+        description = build(args.out)
+        print(f"built {args.out} ({len(description['files'])} files, version {description['version']})")
+    if args.command == "serve":
+        server = make_server(args.out, args.host, args.port, quiet=False)
+        host, port = server.server_address[:2]
+        print(f"serving {args.out} on http://{host}:{port}/  (Ctrl+C stops)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+
+
+if __name__ == "__main__":
+    main()

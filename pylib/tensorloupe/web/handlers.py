@@ -1,0 +1,230 @@
+"""What the page can ask the worker, one thin handler per message, all in terms of the library.
+
+Every reply is `(json_text, buffers)`: the JSON envelope `{"ok": true, "result": ..., "io": ...}`
+or `{"ok": false, "error": {"kind", "message"}}`, plus binary buffers (heatmap pixels and values)
+the worker transfers to the page. A failed open leaves the previous checkpoint open and in use.
+
+The page shows the numbers the CLI prints: a tensor's statistics come from `sample(tensor)` with
+the library's default sample size, exactly as `tensorloupe stats FILE TENSOR --json` computes them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from array import array
+
+from .. import colormap, moe, report
+from .. import open as open_checkpoint
+from ..errors import TensorloupeError, UsageError
+from ..gather import dtype_of, gather_range
+from ..model import Checkpoint
+from ..sample import EXACT_CHUNK_ELEMS, grid, histogram, sample, values
+from ..stats import Stats, compute, json_number, merge
+
+HISTOGRAM_BINS = 64
+MAX_GRID = 512          # lattice cells per side the page may ask for
+MAX_VALUES = 4096       # elements per `values` request
+# Metadata can hold whole tokenizers (150k strings): the summary shows a bounded preview.
+MAX_LIST_ITEMS = 48
+MAX_STRING = 4000
+
+
+class ExactJob:
+    """`exact_stats` cut into steps so the worker can answer messages (cancel!) between them.
+
+    The chunks and the merge are those of `tensorloupe.exact_stats`, so the result is the same
+    number for number (tests/browser/test_handlers.py checks it).
+    """
+
+    def __init__(self, tensor):
+        info = dtype_of(tensor)
+        self.tensor = tensor
+        self.chunk = max(info.block_elems, EXACT_CHUNK_ELEMS // info.block_elems * info.block_elems)
+        self.total = tensor.numel
+        self.done = 0
+        self.stats = Stats()
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
+
+    def step(self) -> None:
+        count = min(self.chunk, self.total - self.done)
+        part = compute(gather_range(self.tensor, self.done, count), percentiles=False)
+        self.stats = merge(self.stats, part) if self.stats.count else part
+        self.done += count
+
+
+class Session:
+    """The worker's state: one open checkpoint, its MoE structure, running exact-stats jobs."""
+
+    def __init__(self) -> None:
+        self.checkpoint: Checkpoint | None = None
+        self.moe = None
+        self.jobs: dict[int, ExactJob] = {}
+        self.next_job = 1
+
+    # --- dispatch ----------------------------------------------------------------------------
+
+    def handle(self, op: str, args: dict):
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            raise UsageError(f"unknown request {op!r}")
+        return handler(args)
+
+    def io(self) -> dict | None:
+        ckpt = self.checkpoint
+        if ckpt is None:
+            return None
+        return {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads(), "size": ckpt.size}
+
+    def current(self) -> Checkpoint:
+        if self.checkpoint is None:
+            raise UsageError("no checkpoint is open")
+        return self.checkpoint
+
+    # --- opening -----------------------------------------------------------------------------
+
+    def op_hello(self, args):
+        return {"python": sys.version.split()[0], "palette_levels": colormap.GRADIENT_LEVELS,
+                "specials": {"nan": colormap.NAN_INDEX, "posinf": colormap.POSINF_INDEX,
+                             "neginf": colormap.NEGINF_INDEX}}, [colormap.palette_rgba()]
+
+    def op_open_demo(self, args):
+        from .. import synthetic
+        return self._adopt(open_checkpoint(synthetic.demo_bytes(), name=synthetic.FILE_NAME))
+
+    def op_open(self, args):
+        return self._adopt(open_checkpoint(args["path"], name=args.get("name")))
+
+    def _adopt(self, ckpt: Checkpoint):
+        """Make a successfully opened checkpoint current (only now is the old one closed)."""
+        try:
+            found = moe.detect(ckpt)
+        except TensorloupeError as e:
+            found = moe.MoE(False, f"MoE detection failed: {e}")
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+        self.checkpoint, self.moe = ckpt, found
+        self.jobs.clear()
+        return self.model_payload(), []
+
+    def model_payload(self) -> dict:
+        ckpt = self.current()
+        bytes_by_dtype: dict[str, int] = {}
+        for t in ckpt.tensors:
+            bytes_by_dtype[t.dtype] = bytes_by_dtype.get(t.dtype, 0) + t.nbytes
+        summary = {
+            "name": ckpt.name, "format": ckpt.format, "size": ckpt.size,
+            "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
+            "parameters_by_dtype": [[dtype, count, bytes_by_dtype.get(dtype, 0)]
+                                    for dtype, count in ckpt.parameters_by_dtype().items()],
+            "metadata": preview(report.jsonable(ckpt.metadata)),
+            "warnings": [str(w) for w in ckpt.warnings],
+            "extras": preview(report.jsonable(ckpt.extras)),
+        }
+        # Compact rows: a 90k-tensor checkpoint's list stays a few MB.
+        tensors = [[t.name, t.dtype, list(t.shape), t.nbytes, t.offset, t.problem]
+                   for t in ckpt.tensors]
+        return {"summary": summary, "tensors": tensors, "moe": self.moe.to_json() if self.moe else None}
+
+    # --- one tensor --------------------------------------------------------------------------
+
+    def op_tensor(self, args):
+        """Descriptor, sampled statistics and histogram: what the tensor view shows first."""
+        t = self.current().tensor(args["name"])
+        out = {"tensor": t.to_json()}
+        if t.problem is None:
+            s = sample(t)
+            out["sample"] = s.to_json()
+            out["histogram"] = histogram(s.values, int(args.get("bins", HISTOGRAM_BINS))).to_json()
+        return out, []
+
+    def op_heatmap(self, args):
+        """A lattice over (a region of) a 2-D view: RGBA pixels and float64 values, row-major."""
+        t = self.current().tensor(args["name"])
+        rows = min(MAX_GRID, int(args.get("rows", 256)))
+        cols = min(MAX_GRID, int(args.get("cols", 256)))
+        region = tuple(int(v) for v in args["region"]) if args.get("region") else None
+        plane = tuple(int(v) for v in args["plane"]) if args.get("plane") else None
+        index = {int(k): int(v) for k, v in (args.get("index") or {}).items()}
+        g = grid(t, rows, cols, region, plane, index or None)
+        floats = g.floats()
+        scale = args.get("scale")
+        if not isinstance(scale, (int, float)) or not scale > 0:
+            scale = g.amax
+        pixels = colormap.rgba(floats, scale)
+        cells = array("d", floats)
+        if sys.byteorder == "big":
+            cells.byteswap()
+        result = {"rows": g.rows, "cols": g.cols, "row_index": g.row_index, "col_index": g.col_index,
+                  "view_shape": list(g.view_shape), "exact": g.exact, "scale": json_number(scale),
+                  "region": list(region) if region else [0, g.view_shape[0], 0, g.view_shape[1]]}
+        return result, [bytes(pixels), cells.tobytes()]
+
+    def op_values(self, args):
+        t = self.current().tensor(args["name"])
+        start, count = int(args.get("start", 0)), min(MAX_VALUES, int(args.get("count", 1)))
+        return {"start": start, "values": [json_number(v) for v in values(t, start, count)]}, []
+
+    # --- exact statistics, stepwise ----------------------------------------------------------
+
+    def op_exact_start(self, args):
+        t = self.current().tensor(args["name"])
+        job_id = self.next_job
+        self.next_job += 1
+        self.jobs[job_id] = ExactJob(t)
+        return {"job": job_id, "total": t.numel}, []
+
+    def op_exact_step(self, args):
+        job_id = int(args["job"])
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise UsageError(f"exact statistics job {job_id} is not running (cancelled?)")
+        job.step()
+        out = {"job": job_id, "done": job.done, "total": job.total, "finished": job.finished}
+        if job.finished:
+            del self.jobs[job_id]
+            out["stats"] = job.stats.to_json()
+        return out, []
+
+    def op_exact_cancel(self, args):
+        return {"cancelled": self.jobs.pop(int(args["job"]), None) is not None}, []
+
+
+def preview(value, depth: int = 0):
+    """A bounded copy of JSON-able data: long lists and strings are cut, with a note of how much."""
+    if isinstance(value, str):
+        if len(value) > MAX_STRING:
+            return f"{value[:MAX_STRING]}… ({len(value):,} characters)"
+        return value
+    if isinstance(value, list):
+        head = [preview(v, depth + 1) for v in value[:MAX_LIST_ITEMS]]
+        if len(value) > MAX_LIST_ITEMS:
+            head.append(f"… {len(value) - MAX_LIST_ITEMS:,} more ({len(value):,} items)")
+        return head
+    if isinstance(value, dict):
+        return {k: preview(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+session = Session()
+
+
+def dispatch(op: str, args_json: str = "{}") -> tuple[str, list[bytes]]:
+    """The worker's single entry point. Never raises: every failure becomes a readable message."""
+    try:
+        args = json.loads(args_json) if args_json else {}
+        result, buffers = session.handle(op, args)
+        envelope = {"ok": True, "result": result, "io": session.io()}
+        return json.dumps(envelope, allow_nan=False, separators=(",", ":")), buffers
+    except TensorloupeError as e:
+        error = {"kind": type(e).__name__, "message": str(e)}
+    except MemoryError:
+        error = {"kind": "MemoryError", "message": "out of memory (the browser tab has at most ~4 GB)"}
+    except Exception as e:  # a bug of ours: say so readably and keep the worker serving
+        error = {"kind": "InternalError", "message": f"internal error: {type(e).__name__}: {e}",
+                 "detail": traceback.format_exc(limit=8)}
+    return json.dumps({"ok": False, "error": error, "io": session.io()}), []

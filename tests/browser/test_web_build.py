@@ -1,0 +1,119 @@
+"""build.py: what goes into dist/, relative URLs only, the server's MIME types and Range support."""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_FILES = ("index.html", "app.js", "tree.js", "tensor.js", "summary.js", "util.js", "worker.mjs", "sw.js",
+             "style.css", "manifest.webmanifest")
+
+
+def get(url: str, headers: dict | None = None):
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status, response.headers, response.read()
+
+
+def test_dist_holds_the_app_the_runtime_and_the_wheel(dist):
+    build = json.loads((dist / "build.json").read_text())
+    on_disk = sorted(p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file())
+    assert on_disk == sorted(build["files"])
+    for name in APP_FILES + ("pyodide/pyodide.mjs", "pyodide/pyodide.asm.mjs", "pyodide/pyodide.asm.wasm",
+                             "pyodide/python_stdlib.zip", "pyodide/pyodide-lock.json", "icons/icon-192.png",
+                             "icons/icon-512.png", build["wheel"]):
+        assert (dist / name).is_file(), name
+    assert build["pyodide"] == json.loads((ROOT / "package.json").read_text())["dependencies"]["pyodide"]
+    assert not [n for n in on_disk if n.endswith(".map") or n.startswith("node_modules")]
+
+
+def test_the_wheel_holds_the_whole_package(dist):
+    build = json.loads((dist / "build.json").read_text())
+    with zipfile.ZipFile(dist / build["wheel"]) as wheel:
+        names = set(wheel.namelist())
+    sources = {p.relative_to(ROOT / "pylib").as_posix() for p in (ROOT / "pylib" / "tensorloupe").rglob("*.py")
+               if "__pycache__" not in p.parts}
+    assert sources <= names
+    assert {"tensorloupe/web/handlers.py", "tensorloupe/colormap.py", "tensorloupe/synthetic.py"} <= names
+    assert any(n.endswith(".dist-info/RECORD") for n in names)
+
+
+def test_templates_are_filled_and_the_precache_lists_every_file(dist):
+    build = json.loads((dist / "build.json").read_text())
+    for name in ("sw.js", "worker.mjs"):
+        assert "__TENSORLOUPE_" not in (dist / name).read_text()
+    sw = (dist / "sw.js").read_text()
+    precache = json.loads(re.search(r"const PRECACHE = (\[.*?\]);", sw, re.S).group(1))
+    assert precache[0] == "./"
+    assert sorted(precache[1:]) == sorted(f"./{n}" for n in build["files"] if n not in ("sw.js", "build.json"))
+    assert f'const VERSION = "{build["version"]}"' in sw
+    assert build["wheel"] in (dist / "worker.mjs").read_text()
+
+
+def test_only_relative_urls_and_no_outside_host(dist):
+    """dist/ works from any sub-path, and our own files name no other host."""
+    html = (dist / "index.html").read_text()
+    for url in re.findall(r'(?:src|href)="([^"]+)"', html):
+        assert not url.startswith(("/", "http:", "https:", "//")), url
+    for name in APP_FILES:
+        text = (dist / name).read_text()
+        assert not re.search(r"https?://", text), f"{name} names a URL"
+        assert not re.search(r"""(?:import|fetch|new URL)\(\s*["']/""", text), f"{name} uses a root-relative URL"
+    manifest = json.loads((dist / "manifest.webmanifest").read_text())
+    assert manifest["start_url"] == "./" and all(not i["src"].startswith("/") for i in manifest["icons"])
+
+
+def test_build_is_reproducible(tmp_path):
+    """The same sources give the same bytes, so the service worker's cache version only changes
+    when something served changes."""
+    spec = importlib.util.spec_from_file_location("build_again", ROOT / "build.py")
+    build_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_module)
+    first = build_module.build(tmp_path / "one")
+    second = build_module.build(tmp_path / "two")
+    assert first == second
+    assert (tmp_path / "one" / first["wheel"]).read_bytes() == (tmp_path / "two" / first["wheel"]).read_bytes()
+
+
+@pytest.mark.parametrize("name, mime", [
+    ("pyodide/pyodide.asm.wasm", "application/wasm"),
+    ("pyodide/pyodide.mjs", "text/javascript"),
+    ("worker.mjs", "text/javascript"),
+    ("manifest.webmanifest", "application/manifest+json"),
+    ("index.html", "text/html"),
+])
+def test_server_mime_types(server, name, mime):
+    status, headers, _ = get(server + name)
+    assert status == 200 and headers["Content-Type"].split(";")[0] == mime
+    assert "default-src 'self'" in headers["Content-Security-Policy"]
+
+
+def test_server_answers_range_requests(server, dist):
+    whole = (dist / "pyodide" / "pyodide.asm.wasm").read_bytes()
+    status, headers, body = get(server + "pyodide/pyodide.asm.wasm", {"Range": "bytes=100-163"})
+    assert status == 206 and body == whole[100:164]
+    assert headers["Content-Range"] == f"bytes 100-163/{len(whole)}"
+    status, _, body = get(server + "pyodide/pyodide.asm.wasm", {"Range": "bytes=-10"})
+    assert status == 206 and body == whole[-10:]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        get(server + "index.html", {"Range": f"bytes={10**9}-"})
+    assert e.value.code == 416
+    status, _, body = get(server + "index.html", {"Range": "bytes=0-1,5-9"})   # ignored: whole file
+    assert status == 200 and body == (dist / "index.html").read_bytes()
+    # A HEAD with a range leaves no state behind on the kept-alive connection.
+    connection = http.client.HTTPConnection(*urllib.parse.urlsplit(server).netloc.split(":"))
+    connection.request("HEAD", "/index.html", headers={"Range": "bytes=0-3"})
+    connection.getresponse().read()
+    connection.request("GET", "/index.html")
+    assert connection.getresponse().read() == (dist / "index.html").read_bytes()
+    connection.close()

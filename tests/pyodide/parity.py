@@ -1,0 +1,102 @@
+"""A known-answer report of what tensorloupe reads from a set of files, run twice: in CPython and
+in Pyodide (under Node). The two JSON reports must be identical, number for number: that is the
+proof that the pure-Python library behaves the same in the browser as on the command line.
+
+Standard library and tensorloupe only (this file runs inside Pyodide).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+import tensorloupe
+from tensorloupe import colormap, moe, report, synthetic
+from tensorloupe.errors import TensorloupeError
+from tensorloupe.stats import json_number
+from tensorloupe.web import handlers
+
+SMALL_SAMPLES = 4096          # every tensor: a small sample (quantized decoding is slow-ish)
+FULL_SAMPLES_TENSORS = 3      # the first few tensors of a file: the default sample, as the CLI
+EXACT_LIMIT = 200_000         # exact statistics for tensors up to this many elements
+
+
+def numbers(values) -> list:
+    return [json_number(v) for v in values]
+
+
+def tensor_report(t) -> dict:
+    out = {"descriptor": t.to_json()}
+    if t.problem:
+        return out
+    try:
+        small = tensorloupe.sample(t, SMALL_SAMPLES)
+        out["sample_small"] = small.to_json()
+        out["histogram"] = tensorloupe.histogram(small.values, 32).to_json()
+        g = tensorloupe.grid(t, 17, 23)
+        out["grid"] = g.to_json()
+        out["grid_rgba_sha256"] = hashlib.sha256(colormap.rgba(g.floats(), g.amax)).hexdigest()
+        out["values_head"] = numbers(tensorloupe.values(t, 0, 48))
+        out["values_middle"] = numbers(tensorloupe.values(t, t.numel // 2, 16))
+        if t.numel <= EXACT_LIMIT:
+            out["exact"] = tensorloupe.exact_stats(t).to_json()
+    except TensorloupeError as e:
+        out["error"] = [type(e).__name__, str(e)]
+    return out
+
+
+def file_report(path: str) -> dict:
+    try:
+        ckpt = tensorloupe.open(path)
+    except TensorloupeError as e:
+        return {"error": [type(e).__name__, str(e)]}
+    with ckpt:
+        out = {"inspect": report.jsonable(report.inspect_json(ckpt)), "moe": moe.detect(ckpt).to_json()}
+        out["opened_with"] = {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads()}
+        tensors = {}
+        for i, t in enumerate(ckpt.tensors):
+            entry = tensor_report(t)
+            if i < FULL_SAMPLES_TENSORS and not t.problem and "error" not in entry:
+                entry["sample_default"] = tensorloupe.sample(t).to_json()
+            tensors[t.name] = entry
+        out["tensors"] = tensors
+        out["total"] = {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads()}
+    return out
+
+
+def web_report(path: str) -> dict:
+    """The worker's handlers on the same file: the envelopes the page receives."""
+    session = handlers.Session()
+    handlers.session = session
+    opened = json.loads(handlers.dispatch("open", json.dumps({"path": path}))[0])
+    out = {"open": opened}
+    if opened["ok"] and opened["result"]["tensors"]:
+        first = next((row[0] for row in opened["result"]["tensors"] if not row[5]), None)
+        if first:
+            out["tensor"] = json.loads(handlers.dispatch("tensor", json.dumps({"name": first}))[0])
+            text, buffers = handlers.dispatch("heatmap", json.dumps({"name": first, "rows": 64, "cols": 64}))
+            out["heatmap"] = json.loads(text)
+            out["heatmap_buffers"] = [hashlib.sha256(b).hexdigest() for b in buffers]
+    return out
+
+
+def build(paths: list[str]) -> dict:
+    demo = synthetic.demo_bytes()
+    out = {"python": "parity-v1", "demo_sha256": hashlib.sha256(demo).hexdigest(),
+           "palette_sha256": hashlib.sha256(colormap.palette_rgba()).hexdigest(), "files": {}}
+    for path in paths:
+        name = path.rsplit("/", 1)[-1]
+        out["files"][name] = {"library": file_report(path), "web": web_report(path)}
+    return out
+
+
+def main(argv: list[str]) -> None:
+    """parity.py OUT.json FILE...: write the report (used under Node, where stdout is noisy)."""
+    result = build(argv[1:])
+    with open(argv[0], "w") as f:
+        json.dump(result, f, sort_keys=True, allow_nan=False)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

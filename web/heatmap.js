@@ -1,0 +1,307 @@
+// The heatmap: a lattice of a 2-D view of the tensor, drawn from pixels Python computes
+// (tensorloupe.colormap), with zoom and pan that ask the worker for the visible region only, so
+// zooming into a 40 GB tensor reads a tile's bytes. Once the region is no larger than the lattice
+// every cell is one element and the readout under the pointer is that element's exact value.
+// 3-D+ tensors get an axis picker: which two axes form the view, and the index along the others.
+
+import {defaultView, renderAxisPicker, tensorIndex, viewShape} from "./axes.js";
+import {clear, el, exact, fmt, grouped} from "./util.js";
+
+const LATTICE = 256;          // cells per side requested from the worker
+const MAX_SIDE = 640;         // CSS pixels
+const MAX_HEIGHT = 512;
+const MIN_HEIGHT = 64;
+const MAX_CELL = 24;          // CSS pixels per element at most: tiny tensors stay small
+const ZOOM_STEP = 1.6;
+
+
+export class Heatmap {
+  constructor(app) {
+    this.app = app;
+    const $ = (id) => document.getElementById(id);
+    this.dom = {
+      axis: $("axis-picker"), canvas: $("heatmap"), wrap: $("heatmap-wrap"), region: $("region-label"),
+      readout: $("readout"), cbLo: $("cb-lo"), cbHi: $("cb-hi"), scaleMode: $("scale-mode"),
+    };
+    this.tensor = null;
+    this.generation = 0;
+    this.view = null;
+    this.heat = null;          // the last lattice drawn: {meta, args, image, values}
+    this.inflight = false;
+    this.again = false;
+    this.robustScale = null;
+    this.drawSeq = 0;
+    this.bind();
+  }
+
+  bind() {
+    document.getElementById("zoom-in").addEventListener("click", () => this.zoomAt(0.5, 0.5, 1 / ZOOM_STEP));
+    document.getElementById("zoom-out").addEventListener("click", () => this.zoomAt(0.5, 0.5, ZOOM_STEP));
+    document.getElementById("zoom-reset").addEventListener("click", () => this.resetZoom());
+    this.dom.scaleMode.addEventListener("change", () => this.requestHeatmap());
+    const c = this.dom.canvas;
+    c.addEventListener("wheel", (e) => {
+      e.preventDefault();
+      const [fx, fy] = this.fraction(e);
+      this.zoomAt(fx, fy, Math.pow(ZOOM_STEP, Math.sign(e.deltaY) * Math.min(3, Math.abs(e.deltaY) / 100 || 1)));
+    }, {passive: false});
+    c.addEventListener("dblclick", (e) => {
+      const [fx, fy] = this.fraction(e);
+      this.zoomAt(fx, fy, e.shiftKey ? 2 : 0.5);
+    });
+    c.addEventListener("pointerdown", (e) => {
+      if (!this.view || e.button !== 0) return;
+      c.setPointerCapture(e.pointerId);
+      this.drag = {x: e.clientX, y: e.clientY, region: [...this.view.region]};
+    });
+    c.addEventListener("pointermove", (e) => (this.drag ? this.pan(e) : this.readout(e)));
+    const stop = () => { this.drag = null; };
+    c.addEventListener("pointerup", stop);
+    c.addEventListener("pointercancel", stop);
+    c.addEventListener("pointerleave", () => { if (!this.drag) this.readoutIdle(); });
+    c.addEventListener("keydown", (e) => this.key(e));
+  }
+
+  // Show `tensor` ({name, shape, ...}); `expert` picks a slice of a stacked expert tensor (axis 0).
+  show(tensor, expert = null) {
+    this.generation += 1;
+    this.tensor = tensor;
+    this.robustScale = null;
+    this.setupView(tensor.shape, expert);
+    this.requestHeatmap();
+  }
+
+  clear() {
+    this.generation += 1;
+    this.tensor = null;
+    this.view = null;
+    this.heat = null;
+  }
+
+  // The sample's 1st/99th percentile magnitude, for the "percentile" colour range.
+  setRobustScale(scale) {
+    this.robustScale = scale || null;
+    if (this.dom.scaleMode.value === "p99") this.requestHeatmap();
+  }
+
+  // --- view ----------------------------------------------------------------------------------
+
+  setupView(shape, expert) {
+    this.view = {...defaultView(shape, expert), region: null, viewShape: null};
+    this.renderAxisPicker();
+    this.resetZoom({request: false});
+  }
+
+  renderAxisPicker() {
+    renderAxisPicker(this.dom.axis, this.view, {onView: () => this.resetZoom(), onIndex: () => this.requestHeatmap()});
+  }
+
+  // Show the whole view again.
+  resetZoom({request = true} = {}) {
+    if (!this.view) return;
+    const [height, width] = viewShape(this.view);
+    this.view.viewShape = [height, width];
+    this.view.region = [0, height, 0, width];
+    this.heat = null;
+    this.layout();
+    if (request) this.requestHeatmap();
+  }
+
+  // Size the canvas for the view: lattice cells are whole pixels at the start (crisp), the
+  // height follows the view's aspect within limits. Returns whether anything changed.
+  layout() {
+    const available = this.dom.wrap.clientWidth;
+    if (!this.view || !available) return false;   // hidden tab: done when it is shown
+    const [height, width] = this.view.viewShape;
+    const side = Math.max(200, Math.min(MAX_SIDE, available));
+    const cols = Math.min(LATTICE, width);
+    const rows = Math.min(LATTICE, height);
+    const cellW = Math.max(1, Math.min(MAX_CELL, Math.floor(side / cols)));
+    const cssW = cols * cellW;
+    const targetH = Math.max(Math.min(MIN_HEIGHT, rows * MAX_CELL), Math.min(MAX_HEIGHT, Math.round((cssW * height) / width)));
+    const cellH = Math.max(1, Math.min(MAX_CELL, Math.floor(targetH / rows)));
+    const cssH = rows * cellH;
+    const canvas = this.dom.canvas;
+    const ratio = window.devicePixelRatio || 1;
+    const changed = canvas.style.width !== `${cssW}px` || canvas.style.height !== `${cssH}px`
+      || String(this.view.lattice) !== String([rows, cols]);
+    canvas.style.width = `${cssW}px`;
+    canvas.style.height = `${cssH}px`;
+    canvas.width = Math.round(cssW * ratio);
+    canvas.height = Math.round(cssH * ratio);
+    this.view.lattice = [rows, cols];
+    this.draw();
+    return changed;
+  }
+
+  // The panel became visible or changed size.
+  relayout() {
+    if (this.view && this.layout() && !this.heat) this.requestHeatmap();
+  }
+
+  integerRegion() {
+    const [r0, r1, c0, c1] = this.view.region;
+    const [height, width] = this.view.viewShape;
+    const ir0 = Math.max(0, Math.floor(r0 + 1e-9));
+    const ic0 = Math.max(0, Math.floor(c0 + 1e-9));
+    const ir1 = Math.min(height, Math.max(ir0 + 1, Math.ceil(r1 - 1e-9)));
+    const ic1 = Math.min(width, Math.max(ic0 + 1, Math.ceil(c1 - 1e-9)));
+    return [ir0, ir1, ic0, ic1];
+  }
+
+  requestHeatmap() {
+    if (!this.view || !this.view.lattice) return;
+    if (this.inflight) {
+      this.again = true;
+      return;
+    }
+    const generation = this.generation;
+    const [rows, cols] = this.view.lattice;
+    const args = {name: this.tensor.name, rows, cols, region: this.integerRegion(),
+                  plane: this.view.plane, index: this.view.index};
+    // Colour range: the largest |value| in view (default), or the sample's 1st/99th percentile
+    // so that a few outliers do not wash out the rest.
+    if (this.dom.scaleMode.value === "p99" && this.robustScale) args.scale = this.robustScale;
+    this.inflight = true;
+    this.dom.canvas.dataset.loading = "true";
+    this.app.request("heatmap", args, {label: "Drawing the heatmap…"}).then(({result, buffers}) => {
+      if (generation !== this.generation) return;
+      const [pixels, cells] = buffers;
+      const image = document.createElement("canvas");
+      image.width = result.cols;
+      image.height = result.rows;
+      image.getContext("2d").putImageData(
+        new ImageData(new Uint8ClampedArray(pixels.buffer, pixels.byteOffset, pixels.byteLength), result.cols, result.rows), 0, 0);
+      this.heat = {meta: result, args, image, values: new Float64Array(cells.buffer, cells.byteOffset, cells.byteLength / 8)};
+      this.draw();
+    }).catch((error) => {
+      if (generation !== this.generation) return;
+      this.dom.readout.textContent = error.message;
+    }).finally(() => {
+      this.inflight = false;
+      if (this.again) {
+        this.again = false;
+        this.requestHeatmap();
+      } else {
+        this.dom.canvas.dataset.loading = "false";
+      }
+    });
+  }
+
+  draw() {
+    const canvas = this.dom.canvas;
+    const ctx = canvas.getContext("2d");
+    ctx.imageSmoothingEnabled = false;
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.fillStyle = "#e9ebf0";
+    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    if (!this.heat || !this.view) return;
+    const [r0, r1, c0, c1] = this.view.region;
+    const [ir0, ir1, ic0, ic1] = this.heat.meta.region;
+    const sx = canvas.width / (c1 - c0);
+    const sy = canvas.height / (r1 - r0);
+    // While a new tile is on its way the last one is drawn where it belongs: instant feedback.
+    ctx.drawImage(this.heat.image, (ic0 - c0) * sx, (ir0 - r0) * sy, (ic1 - ic0) * sx, (ir1 - ir0) * sy);
+    const m = this.heat.meta;
+    Object.assign(canvas.dataset, {rows: String(m.rows), cols: String(m.cols), exact: String(m.exact),
+      scale: String(m.scale), region: JSON.stringify(m.region), request: JSON.stringify(this.heat.args),
+      view: JSON.stringify(this.view.region),
+      seq: String(++this.drawSeq)});
+    this.dom.cbLo.textContent = `−${fmt(m.scale, 3)}`;
+    this.dom.cbHi.textContent = `+${fmt(m.scale, 3)}`;
+    const [height, width] = this.view.viewShape;
+    const sampled = m.exact ? "every element" : `1 cell ≈ ${fmt((ir1 - ir0) / m.rows, 3)} × ${fmt((ic1 - ic0) / m.cols, 3)} elements`;
+    this.dom.region.textContent = `rows ${grouped(ir0)}–${grouped(ir1 - 1)} of ${grouped(height)} · cols ${grouped(ic0)}–${grouped(ic1 - 1)} of ${grouped(width)} · ${m.rows}×${m.cols} cells, ${sampled}`;
+  }
+
+  // --- zoom, pan, readout --------------------------------------------------------------------
+
+  fraction(event) {
+    const rect = this.dom.canvas.getBoundingClientRect();
+    return [Math.min(1, Math.max(0, (event.clientX - rect.left) / rect.width)),
+            Math.min(1, Math.max(0, (event.clientY - rect.top) / rect.height))];
+  }
+
+  zoomAt(fx, fy, factor) {
+    if (!this.view) return;
+    const [r0, r1, c0, c1] = this.view.region;
+    const [height, width] = this.view.viewShape;
+    const h = Math.min(height, Math.max(Math.min(height, 1), (r1 - r0) * factor));
+    const w = Math.min(width, Math.max(Math.min(width, 1), (c1 - c0) * factor));
+    const pr = r0 + fy * (r1 - r0);
+    const pc = c0 + fx * (c1 - c0);
+    const nr0 = Math.min(height - h, Math.max(0, pr - fy * h));
+    const nc0 = Math.min(width - w, Math.max(0, pc - fx * w));
+    this.view.region = [nr0, nr0 + h, nc0, nc0 + w];
+    this.draw();
+    this.requestHeatmap();
+  }
+
+  pan(event) {
+    const rect = this.dom.canvas.getBoundingClientRect();
+    const [r0, r1, c0, c1] = this.drag.region;
+    const [height, width] = this.view.viewShape;
+    const dr = ((event.clientY - this.drag.y) / rect.height) * (r1 - r0);
+    const dc = ((event.clientX - this.drag.x) / rect.width) * (c1 - c0);
+    const nr0 = Math.min(height - (r1 - r0), Math.max(0, r0 - dr));
+    const nc0 = Math.min(width - (c1 - c0), Math.max(0, c0 - dc));
+    this.view.region = [nr0, nr0 + (r1 - r0), nc0, nc0 + (c1 - c0)];
+    this.draw();
+    this.requestHeatmap();
+  }
+
+  key(event) {
+    const moves = {
+      "+": () => this.zoomAt(0.5, 0.5, 1 / ZOOM_STEP), "=": () => this.zoomAt(0.5, 0.5, 1 / ZOOM_STEP),
+      "-": () => this.zoomAt(0.5, 0.5, ZOOM_STEP), "0": () => this.resetZoom(),
+      ArrowLeft: () => this.shift(0, -0.1), ArrowRight: () => this.shift(0, 0.1),
+      ArrowUp: () => this.shift(-0.1, 0), ArrowDown: () => this.shift(0.1, 0),
+    };
+    if (moves[event.key]) {
+      event.preventDefault();
+      moves[event.key]();
+    }
+  }
+
+  shift(fr, fc) {
+    const [r0, r1, c0, c1] = this.view.region;
+    const [height, width] = this.view.viewShape;
+    const nr0 = Math.min(height - (r1 - r0), Math.max(0, r0 + fr * (r1 - r0)));
+    const nc0 = Math.min(width - (c1 - c0), Math.max(0, c0 + fc * (c1 - c0)));
+    this.view.region = [nr0, nr0 + (r1 - r0), nc0, nc0 + (c1 - c0)];
+    this.draw();
+    this.requestHeatmap();
+  }
+
+  readout(event) {
+    const heat = this.heat;
+    if (!heat || !this.view) return;
+    const [fx, fy] = this.fraction(event);
+    const [r0, r1, c0, c1] = this.view.region;
+    const [ir0, ir1, ic0, ic1] = heat.meta.region;
+    const vr = r0 + fy * (r1 - r0);
+    const vc = c0 + fx * (c1 - c0);
+    const i = Math.floor(((vr - ir0) / (ir1 - ir0)) * heat.meta.rows);
+    const j = Math.floor(((vc - ic0) / (ic1 - ic0)) * heat.meta.cols);
+    if (i < 0 || j < 0 || i >= heat.meta.rows || j >= heat.meta.cols) return this.readoutIdle();
+    const row = heat.meta.row_index[i];
+    const col = heat.meta.col_index[j];
+    const value = heat.values[i * heat.meta.cols + j];
+    const where = `[${tensorIndex(this.view, row, col).join(", ")}]`;
+    const out = clear(this.dom.readout);
+    Object.assign(out.dataset, {row: String(row), col: String(col), value: String(value), exact: String(heat.meta.exact)});
+    if (heat.meta.exact) {
+      out.append(`row ${row}, col ${col}  ${where} = `, el("strong", {class: "value", text: exact(value)}),
+                 el("span", {class: "muted", text: "  exact element"}));
+    } else {
+      out.append(`row ${row}, col ${col}  ${where} ≈ `, el("strong", {class: "value", text: fmt(value)}),
+                 el("span", {class: "muted", text: "  sampled cell: zoom in for every element"}));
+    }
+  }
+
+  readoutIdle() {
+    const out = clear(this.dom.readout);
+    delete out.dataset.value;
+    out.textContent = "Point at the heatmap to read values · scroll to zoom · drag to pan";
+  }
+}
