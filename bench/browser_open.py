@@ -133,7 +133,7 @@ def main() -> None:
     cli_s = time.perf_counter() - started
     assert json.loads(done.stdout)["tensor_count"] == tensors
     started = time.perf_counter()
-    startup = subprocess.run([sys.executable, "-c", "import tensorloupe.cli"], check=True)
+    subprocess.run([sys.executable, "-c", "import tensorloupe.cli"], check=True)
     import_s = time.perf_counter() - started
     sys.path.insert(0, str(ROOT / "pylib"))
     import tensorloupe

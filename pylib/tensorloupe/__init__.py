@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import os
 
 from . import detect
 from .errors import TensorloupeError

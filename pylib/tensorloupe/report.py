@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 from .model import Checkpoint, Tensor
 from .stats import json_number

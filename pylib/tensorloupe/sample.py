@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from .errors import Cancelled, UsageError
 from .gather import dtype_of, gather, gather_range
@@ -77,10 +77,11 @@ def values(tensor: Tensor, start: int = 0, count: int = 100) -> list:
     return gather_range(tensor, start, count)
 
 
-def exact_stats(tensor: Tensor, progress: Callable[[int, int], object] | None = None,
-                chunk_elems: int = EXACT_CHUNK_ELEMS) -> Stats:
-    """Statistics of every element, streamed in chunks. `progress(done, total)` returning False
-    (or raising Cancelled) stops the work with Cancelled."""
+def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Iterator[tuple[int, int, Stats]]:
+    """Statistics of every element, one chunk at a time: yields (done, total, stats so far).
+
+    A generator so that callers can stop between chunks: the CLI through a progress callback,
+    the browser worker between messages (a cancel must be able to arrive)."""
     info = dtype_of(tensor)
     chunk = max(info.block_elems, chunk_elems // info.block_elems * info.block_elems)
     total = tensor.numel
@@ -88,7 +89,16 @@ def exact_stats(tensor: Tensor, progress: Callable[[int, int], object] | None = 
     for start in range(0, total, chunk):
         part = compute(gather_range(tensor, start, min(chunk, total - start)), percentiles=False)
         result = merge(result, part) if result.count else part
-        if progress is not None and progress(min(start + chunk, total), total) is False:
+        yield min(start + chunk, total), total, result
+
+
+def exact_stats(tensor: Tensor, progress: Callable[[int, int], object] | None = None,
+                chunk_elems: int = EXACT_CHUNK_ELEMS) -> Stats:
+    """Statistics of every element, streamed in chunks. `progress(done, total)` returning False
+    (or raising Cancelled) stops the work with Cancelled."""
+    result = Stats()
+    for done, total, result in exact_stats_steps(tensor, chunk_elems):
+        if progress is not None and progress(done, total) is False:
             raise Cancelled(f"exact statistics of {tensor.name!r} cancelled")
     return result
 

@@ -12,8 +12,6 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit

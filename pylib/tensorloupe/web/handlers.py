@@ -18,10 +18,10 @@ from array import array
 from .. import colormap, moe, report
 from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
-from ..gather import dtype_of, gather_range
+from ..gather import dtype_of
 from ..model import Checkpoint
-from ..sample import EXACT_CHUNK_ELEMS, grid, histogram, sample, values
-from ..stats import Stats, compute, json_number, merge
+from ..sample import exact_stats_steps, grid, histogram, sample, values
+from ..stats import Stats, json_number
 
 HISTOGRAM_BINS = 64
 MAX_GRID = 512          # lattice cells per side the page may ask for
@@ -32,29 +32,23 @@ MAX_STRING = 4000
 
 
 class ExactJob:
-    """`exact_stats` cut into steps so the worker can answer messages (cancel!) between them.
-
-    The chunks and the merge are those of `tensorloupe.exact_stats`, so the result is the same
-    number for number (tests/browser/test_handlers.py checks it).
-    """
+    """`exact_stats` one chunk per step, so the worker can answer messages (cancel!) between them."""
 
     def __init__(self, tensor):
-        info = dtype_of(tensor)
-        self.tensor = tensor
-        self.chunk = max(info.block_elems, EXACT_CHUNK_ELEMS // info.block_elems * info.block_elems)
+        dtype_of(tensor)  # refuse an unreadable tensor now, not at the first step
+        self.steps = exact_stats_steps(tensor)
         self.total = tensor.numel
         self.done = 0
         self.stats = Stats()
-
-    @property
-    def finished(self) -> bool:
-        return self.done >= self.total
+        self.finished = self.total == 0
 
     def step(self) -> None:
-        count = min(self.chunk, self.total - self.done)
-        part = compute(gather_range(self.tensor, self.done, count), percentiles=False)
-        self.stats = merge(self.stats, part) if self.stats.count else part
-        self.done += count
+        try:
+            self.done, self.total, self.stats = next(self.steps)
+        except StopIteration:
+            self.finished = True
+            return
+        self.finished = self.done >= self.total
 
 
 class Session:
