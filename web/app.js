@@ -2,6 +2,7 @@
 // it files, and shows what it sends back. It owns layout and input only; every number on the page
 // comes from the tensorloupe library running in the worker.
 
+import {ExpertAnalysis} from "./experts.js";
 import {Outline} from "./tree.js";
 import {TensorView} from "./tensor.js";
 import {renderMoE, renderSummary, updateIo} from "./summary.js";
@@ -105,6 +106,7 @@ const boot = {
     document.body.dataset.bootMs = String(Math.round(timings.ready_ms));
     $("build-info").textContent = `Python ${info.python} · build ${info.build}`;
     tensorView.setPalette(new Uint8Array(palette.buffer), info.palette_levels);
+    experts.setPalette(new Uint8Array(palette.buffer), info.palette_levels);
   },
   failed(message) {
     busy.booting = null;
@@ -126,6 +128,9 @@ const outline = new Outline({
   onSelect: (name) => selectTensor(name, {switchTab: true}),
 });
 const tensorView = new TensorView({request, cancel});
+const experts = new ExpertAnalysis({
+  request, cancel, onTensor: (name, expert) => selectTensor(name, {switchTab: true, expert}),
+});
 
 function tensorRow(name) {
   return state.model?.tensors.find((t) => t[0] === name) || null;
@@ -147,6 +152,7 @@ function showTab(tab) {
     $(`panel-${button.dataset.tab}`).hidden = !selected;
   }
   if (tab === "tensor") tensorView.relayout();
+  if (tab === "moe") experts.relayout();
 }
 
 for (const button of document.querySelectorAll("[role=tab]")) {
@@ -189,6 +195,7 @@ function adopt(entry, payload, startedAt) {
   renderMoE($("panel-moe"), moe, {
     onTensor: (name, expert) => selectTensor(name, {switchTab: true, expert}),
   });
+  experts.render($("panel-moe"), moe);
   if (state.tab === "moe" && !(moe && moe.detected)) showTab("summary");
   renderFiles();
   tensorView.clearAll();

@@ -4,17 +4,22 @@
 // the page's thread, so long work cannot freeze the page.
 //
 // Page -> worker:  {id, op, args}            a request (op "mount" carries File objects in `files`)
-//                  {type: "cancel", id}      stop request `id` (an exact-statistics job)
+//                  {type: "cancel", id}      stop request `id` (a job, or a request still queued)
 // Worker -> page:  {type: "status", stage, message}   boot progress
 //                  {type: "ready", info, palette, timings} / {type: "fatal", message}
 //                  {id, ok, result | error, io, buffers}  a reply (buffers are transferred)
-//                  {id, progress: {done, total}}          exact-statistics progress
+//                  {id, progress: {done, total, ...}, io} a job's progress after each step
+//
+// Jobs are long requests done in steps, one step per task, so that cancel messages and other
+// requests get in between: the page asks for `op`, Python answers `<op>_start`, `<op>_step`
+// (progress, and the result with the last step) and `<op>_cancel`.
 
 const BUILD = "__TENSORLOUPE_BUILD__";
 const WHEEL = "__TENSORLOUPE_WHEEL__";
 
+const JOBS = new Set(["exact", "moe"]);   // exact statistics, the experts' redundancy analysis
 const queue = [];            // requests waiting for Python, in arrival order
-const jobs = [];             // exact-statistics jobs, stepped between requests
+const jobs = [];             // running jobs, stepped between requests
 const cancelled = new Set();
 let pyodide = null;
 let dispatch = null;
@@ -78,11 +83,11 @@ function handle(message) {
   try {
     if (op === "mount") return reply(id, {ok: true, result: mount(message.files)});
     if (op === "memory") return reply(id, {ok: true, result: memory()});
-    if (op === "exact") {
-      const {envelope} = call("exact_start", args);
+    if (JOBS.has(op)) {
+      const {envelope} = call(`${op}_start`, args);
       if (!envelope.ok) return reply(id, envelope);
-      jobs.push({id, job: envelope.result.job});
-      return self.postMessage({id, progress: {done: 0, total: envelope.result.total}});
+      jobs.push({id, op, job: envelope.result.job});
+      return self.postMessage({id, progress: envelope.result, io: envelope.io});
     }
     const {envelope, buffers} = call(op, args);
     reply(id, envelope, buffers);
@@ -99,12 +104,12 @@ function step(job) {
   };
   try {
     if (cancelled.has(job.id)) {
-      call("exact_cancel", {job: job.job});
+      call(`${job.op}_cancel`, {job: job.job});
       return finish({ok: false, error: {kind: "Cancelled", message: "cancelled"}});
     }
-    const {envelope} = call("exact_step", {job: job.job});
+    const {envelope} = call(`${job.op}_step`, {job: job.job});
     if (!envelope.ok || envelope.result.finished) return finish(envelope);
-    self.postMessage({id: job.id, progress: {done: envelope.result.done, total: envelope.result.total}, io: envelope.io});
+    self.postMessage({id: job.id, progress: envelope.result, io: envelope.io});
   } catch (error) {
     finish({ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }

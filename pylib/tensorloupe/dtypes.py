@@ -59,7 +59,20 @@ def _typecode(signed: bool, size: int) -> str:
     raise RuntimeError(f"no array typecode for {size}-byte integers")
 
 
+def _f16_cast_works() -> bool:
+    # memoryview.cast("e") exists from Python 3.12 (Pyodide has it) and is ~2x faster than struct.
+    try:
+        return memoryview(b"\x00\x3c").cast("e").tolist() == [1.0]
+    except (ValueError, TypeError):
+        return False
+
+
+_F16_CAST = _f16_cast_works() and sys.byteorder == "little"
+
+
 def _decode_f16(buf, big_endian=False):
+    if _F16_CAST and not big_endian:
+        return memoryview(buf).cast("B").cast("e").tolist()
     return list(struct.unpack(("<%de" if not big_endian else ">%de") % (len(buf) // 2), buf))
 
 

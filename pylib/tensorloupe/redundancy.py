@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from .dtypes import to_float
 from .errors import Cancelled, UsageError
@@ -38,6 +38,8 @@ DEFAULT_THRESHOLD = 0.9
 # Few, longer windows per matrix: a whole model has thousands of expert matrices and every read
 # costs ~1.5 ms in the browser, while 4 windows already cover the start, middle and end.
 SIGNATURE_WINDOWS = 4
+# Similarities closer than this many decimal digits rank as equal (see _tie).
+TIE_DIGITS = 9
 
 
 @dataclass
@@ -101,6 +103,11 @@ class Analysis:
     bytes_read: int
 
     @property
+    def complete(self) -> bool:
+        """Every MoE layer is analysed (an analysis in progress holds the finished layers only)."""
+        return len(self.layers) == len(self.moe.layers)
+
+    @property
     def recommendations(self) -> list[Recommendation]:
         return [r for layer in self.layers for r in layer.recommendations]
 
@@ -121,27 +128,111 @@ def analyse(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
             samples_per_matrix: int = DEFAULT_SAMPLES_PER_MATRIX, config: dict | None = None,
             progress: Callable[[int, int], object] | None = None) -> Analysis:
     """Measure every MoE layer. `progress(done_experts, total_experts)` returning False cancels."""
+    reported = 0
+    for done, total, analysis in analyse_steps(checkpoint, threshold, samples_per_matrix, config):
+        if progress is not None and done > reported:
+            reported = done
+            if progress(done, total) is False:
+                raise Cancelled("the expert analysis was cancelled")
+    return analysis
+
+
+def analyse_steps(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
+                  samples_per_matrix: int = DEFAULT_SAMPLES_PER_MATRIX,
+                  config: dict | None = None) -> Iterator[tuple[int, int, Analysis]]:
+    """The analysis in small steps: yields (done experts, total experts, analysis so far).
+
+    A generator so that callers can stop between steps: `analyse` through its progress callback,
+    the browser worker between messages (a cancel must be able to arrive). A step measures one
+    expert, or compares one expert with the rest of its layer once the layer is measured (so
+    `done` may repeat). The analysis so far holds the finished layers (`complete` once all are)
+    and its `bytes_read` counts every byte read up to this step; the last one is the whole
+    analysis. A model without experts yields once: (0, 0, an empty analysis). Arguments are
+    checked and the experts found now, before the first step."""
     if not 0 < samples_per_matrix:
         raise UsageError("samples_per_matrix must be positive")
     found = detect(checkpoint, config)
+    return _steps(checkpoint, found, threshold, samples_per_matrix)
+
+
+def _steps(checkpoint, found: MoE, threshold, samples_per_matrix):
     total = sum(layer.expert_count for layer in found.layers)
     done = 0
     start_bytes = checkpoint.bytes_read()
-    layers = []
+    layers: list[LayerAnalysis] = []
+
+    def so_far() -> Analysis:
+        return Analysis(found, list(layers), threshold, samples_per_matrix,
+                        checkpoint.bytes_read() - start_bytes)
+
+    if not total:
+        yield 0, 0, so_far()
     for layer in found.layers:
         before = checkpoint.bytes_read()
-        signatures, matrices = [], _common_leaves(layer)
-        for expert in sorted(layer.experts):
+        matrices = _common_leaves(layer)
+        experts = sorted(layer.experts)
+        signatures = []
+        for expert in experts:
             signatures.append(_signature(checkpoint, layer, expert, matrices, samples_per_matrix))
             done += 1
-            if progress is not None and progress(done, total) is False:
-                raise Cancelled("the expert analysis was cancelled")
+            yield done, total, so_far()
+        similarity = None
+        for similarity in _similarity_rows(signatures):
+            # Comparing 64 experts takes ~1 s in the browser: a cancel may arrive between rows.
+            yield done, total, so_far()
         profiles = [_profile(e, sig, _expert_numel(checkpoint, layer, e, matrices))
-                    for e, sig in zip(sorted(layer.experts), signatures)]
-        analysis = LayerAnalysis(layer.prefix, layer.index, profiles, _similarity(signatures),
-                                 matrices, threshold, bytes_read=checkpoint.bytes_read() - before)
+                    for e, sig in zip(experts, signatures)]
+        analysis = LayerAnalysis(layer.prefix, layer.index, profiles, similarity, matrices,
+                                 threshold, bytes_read=checkpoint.bytes_read() - before)
         layers.append(_cluster(analysis))
-    return Analysis(found, layers, threshold, samples_per_matrix, checkpoint.bytes_read() - start_bytes)
+        yield done, total, so_far()
+
+
+@dataclass
+class Cost:
+    """What an analysis will read, before it runs: the bound the page states next to its button."""
+    samples_per_matrix: int
+    experts: int
+    layers: int
+    matrices: list[str]          # the signature leaves of the first layer (the same in every layer)
+    elements_per_expert: int     # the most over all layers
+    bytes_per_expert: int        # the most over all layers
+    total_bytes: int
+    exact: bool                  # False if a strided tensor may read a little more than planned
+
+    def to_json(self) -> dict:
+        return {"samples_per_matrix": self.samples_per_matrix, "experts": self.experts,
+                "layers": self.layers, "matrices": self.matrices,
+                "elements_per_expert": self.elements_per_expert,
+                "bytes_per_expert": self.bytes_per_expert, "total_bytes": self.total_bytes,
+                "exact": self.exact}
+
+
+def cost(checkpoint: Checkpoint, found: MoE,
+         samples_per_matrix: int = DEFAULT_SAMPLES_PER_MATRIX) -> Cost:
+    """The bytes `analyse` reads for the MoE `found`: the same windows, counted without reading."""
+    if not 0 < samples_per_matrix:
+        raise UsageError("samples_per_matrix must be positive")
+    per_expert_bytes = per_expert_elems = total = 0
+    exact = True
+    for layer in found.layers:
+        for expert in layer.experts:
+            elements = nbytes = 0
+            for leaf in _common_leaves(layer):
+                t = expert_tensor(checkpoint, layer, expert, leaf)
+                info = dtype_of(t)
+                block = info.block_elems if t.contiguous else 1
+                exact = exact and t.contiguous
+                for start, count in plan_windows(t.numel, samples_per_matrix, block, SIGNATURE_WINDOWS):
+                    elements += count
+                    # gather_range reads the whole blocks the window touches
+                    nbytes += ((start + count - 1) // block - start // block + 1) * info.block_bytes
+            per_expert_bytes = max(per_expert_bytes, nbytes)
+            per_expert_elems = max(per_expert_elems, elements)
+            total += nbytes
+    matrices = _common_leaves(found.layers[0]) if found.layers else []
+    return Cost(samples_per_matrix, sum(l.expert_count for l in found.layers), len(found.layers),
+                matrices, per_expert_elems, per_expert_bytes, total, exact)
 
 
 def _common_leaves(layer: MoELayer) -> list[str]:
@@ -203,8 +294,11 @@ def _dot(a: list[float], b: list[float]) -> float:
     return sumprod(a, b) if sumprod else sum(map(operator.mul, a, b))
 
 
-def _similarity(signatures: list[list[float]]) -> list[list[float]]:
-    """Cosine similarity of every pair: experts x experts dot products of unit signatures."""
+def _similarity_rows(signatures: list[list[float]]) -> Iterator[list[list[float]]]:
+    """Cosine similarity of every pair: experts x experts dot products of unit signatures.
+
+    Yields the matrix after each row is complete (the last yield is the whole matrix), so that
+    callers can stop between rows."""
     units = []
     for s in signatures:
         norm = math.sqrt(_dot(s, s))
@@ -214,7 +308,14 @@ def _similarity(signatures: list[list[float]]) -> list[list[float]]:
     for i in range(n):
         for j in range(i + 1, n):
             matrix[i][j] = matrix[j][i] = max(-1.0, min(1.0, _dot(units[i], units[j])))
-    return matrix
+        yield matrix
+
+
+def _tie(value: float) -> float:
+    # Dot products differ in their last bits between CPython 3.11 (sum of products) and 3.12+
+    # (math.sumprod, as in Pyodide): near-equal values (copies of an expert: 1.0 or 1 - 2e-16)
+    # must rank and pick the same expert everywhere, so rankings compare them rounded.
+    return round(value, TIE_DIGITS)
 
 
 def _cluster(layer: LayerAnalysis) -> LayerAnalysis:
@@ -238,10 +339,10 @@ def _cluster(layer: LayerAnalysis) -> LayerAnalysis:
     layer.clusters = [[experts[i] for i in g] for g in groups.values() if len(g) > 1]
     layer.recommendations = []
     for group in (g for g in groups.values() if len(g) > 1):
-        keep = max(group, key=lambda i: (sum(layer.similarity[i][j] for j in group), -i))
+        keep = max(group, key=lambda i: (_tie(sum(layer.similarity[i][j] for j in group)), -i))
         for i in group:
             if i != keep:
                 layer.recommendations.append(
                     Recommendation(layer.index, experts[i], experts[keep], layer.similarity[i][keep]))
-    layer.recommendations.sort(key=lambda r: -r.similarity)
+    layer.recommendations.sort(key=lambda r: (-_tie(r.similarity), r.drop))
     return layer

@@ -202,12 +202,12 @@ class App:
     def heatmap(self) -> dict:
         return self.page.eval_on_selector("#heatmap", "c => ({...c.dataset, width: c.width, height: c.height})")
 
-    def pixels(self, points: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
-        return [tuple(p) for p in self.page.evaluate("""points => {
-            const c = document.getElementById('heatmap');
-            const ctx = c.getContext('2d');
+    def pixels(self, points: list[tuple[int, int]], selector: str = "#heatmap") -> list[tuple[int, int, int, int]]:
+        """RGBA of canvas pixels (canvas coordinates, not CSS pixels)."""
+        return [tuple(p) for p in self.page.evaluate("""([selector, points]) => {
+            const ctx = document.querySelector(selector).getContext('2d');
             return points.map(([x, y]) => Array.from(ctx.getImageData(x, y, 1, 1).data));
-        }""", points)]
+        }""", [selector, points])]
 
     def screenshot(self, name: str) -> Path:
         ARTIFACTS.mkdir(exist_ok=True)

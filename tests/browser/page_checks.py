@@ -54,15 +54,21 @@ def assert_heatmap_matches(app, checkpoint, extra_cells=()) -> None:
     scale = float(info["scale"])
     assert scale == grid.amax
     assert json.loads(info["view"]) == json.loads(info["region"]), "probe only an unzoomed, settled view"
-    width, height = info["width"], info["height"]
+    assert_lattice_pixels(app, "#heatmap", grid, scale, extra_cells)
+
+
+def assert_lattice_pixels(app, selector: str, grid, scale: float, extra_cells=()) -> None:
+    """Probed cells of the canvas `selector`, which shows the whole lattice `grid`, have the
+    colormap's colour of the value the library reads at that cell, against +-`scale`."""
+    width, height = app.page.eval_on_selector(selector, "c => [c.width, c.height]")
     cells = [(i, j) for i in spread(grid.rows) for j in spread(grid.cols)] + list(extra_cells)
     points = [(int((j + 0.5) * width / grid.cols), int((i + 0.5) * height / grid.rows)) for i, j in cells]
-    got = app.pixels(points)
+    got = app.pixels(points, selector)
     floats = grid.floats()
     for (i, j), pixel in zip(cells, got):
         expected = colormap.colour(floats[i * grid.cols + j], scale)
-        assert pixel == expected, f"cell {(i, j)} value {floats[i * grid.cols + j]}: {pixel} != {expected}"
-    assert len(set(got)) > 1 or len(set(floats)) == 1, "the heatmap is blank"
+        assert pixel == expected, f"{selector} cell {(i, j)} value {floats[i * grid.cols + j]}: {pixel} != {expected}"
+    assert len(set(got)) > 1 or len(set(floats)) == 1, f"{selector} is blank"
 
 
 def cli_stats(path: Path, tensor: str) -> dict:

@@ -88,8 +88,7 @@ def test_heatmap_plane_and_index(files):
 
 def test_stepwise_exact_stats_equal_exact_stats(files):
     t = tensorloupe.open(files / "a.safetensors").tensor("x")
-    job = ExactJob(t)
-    job.chunk = 4096                    # many steps, as for a large tensor
+    job = ExactJob(t, chunk_elems=4096)     # many steps, as for a large tensor
     steps = 0
     while not job.finished:
         job.step()

@@ -13,18 +13,18 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from array import array
 
 from .. import colormap, moe, report
 from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
 from ..model import Checkpoint
-from ..sample import exact_stats_steps, grid, histogram, sample, values
+from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
 from ..stats import Stats, json_number
+from .moe_ops import MoEOps
+from .views import heatmap_reply, lattice
 
 HISTOGRAM_BINS = 64
-MAX_GRID = 512          # lattice cells per side the page may ask for
 MAX_VALUES = 4096       # elements per `values` request
 # Metadata can hold whole tokenizers (150k strings): the summary shows a bounded preview.
 MAX_LIST_ITEMS = 48
@@ -32,11 +32,16 @@ MAX_STRING = 4000
 
 
 class ExactJob:
-    """`exact_stats` one chunk per step, so the worker can answer messages (cancel!) between them."""
+    """`exact_stats` one chunk per step, so the worker can answer messages (cancel!) between them.
 
-    def __init__(self, tensor):
+    A job (this one and moe_ops.AnalysisJob) has `step()`, `finished`, `progress()` (JSON sent
+    after every step) and `result()` (JSON added to the last step's reply)."""
+
+    label = "exact statistics"
+
+    def __init__(self, tensor, chunk_elems: int = EXACT_CHUNK_ELEMS):
         dtype_of(tensor)  # refuse an unreadable tensor now, not at the first step
-        self.steps = exact_stats_steps(tensor)
+        self.steps = exact_stats_steps(tensor, chunk_elems)
         self.total = tensor.numel
         self.done = 0
         self.stats = Stats()
@@ -50,14 +55,21 @@ class ExactJob:
             return
         self.finished = self.done >= self.total
 
+    def progress(self) -> dict:
+        return {"done": self.done, "total": self.total}
 
-class Session:
-    """The worker's state: one open checkpoint, its MoE structure, running exact-stats jobs."""
+    def result(self) -> dict:
+        return {"stats": self.stats.to_json()}
+
+
+class Session(MoEOps):
+    """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs."""
 
     def __init__(self) -> None:
         self.checkpoint: Checkpoint | None = None
         self.moe = None
-        self.jobs: dict[int, ExactJob] = {}
+        self.analysis = None          # the last expert analysis, as measured (moe_ops)
+        self.jobs: dict[int, object] = {}
         self.next_job = 1
 
     # --- dispatch ----------------------------------------------------------------------------
@@ -101,7 +113,7 @@ class Session:
             found = moe.MoE(False, f"MoE detection failed: {e}")
         if self.checkpoint is not None:
             self.checkpoint.close()
-        self.checkpoint, self.moe = ckpt, found
+        self.checkpoint, self.moe, self.analysis = ckpt, found, None
         self.jobs.clear()
         return self.model_payload(), []
 
@@ -139,24 +151,11 @@ class Session:
     def op_heatmap(self, args):
         """A lattice over (a region of) a 2-D view: RGBA pixels and float64 values, row-major."""
         t = self.current().tensor(args["name"])
-        rows = min(MAX_GRID, int(args.get("rows", 256)))
-        cols = min(MAX_GRID, int(args.get("cols", 256)))
-        region = tuple(int(v) for v in args["region"]) if args.get("region") else None
-        plane = tuple(int(v) for v in args["plane"]) if args.get("plane") else None
-        index = {int(k): int(v) for k, v in (args.get("index") or {}).items()}
-        g = grid(t, rows, cols, region, plane, index or None)
-        floats = g.floats()
+        g, region = lattice(t, args)
         scale = args.get("scale")
         if not isinstance(scale, (int, float)) or not scale > 0:
             scale = g.amax
-        pixels = colormap.rgba(floats, scale)
-        cells = array("d", floats)
-        if sys.byteorder == "big":
-            cells.byteswap()
-        result = {"rows": g.rows, "cols": g.cols, "row_index": g.row_index, "col_index": g.col_index,
-                  "view_shape": list(g.view_shape), "exact": g.exact, "scale": json_number(scale),
-                  "region": list(region) if region else [0, g.view_shape[0], 0, g.view_shape[1]]}
-        return result, [bytes(pixels), cells.tobytes()]
+        return heatmap_reply(g, region, scale)
 
     def op_values(self, args):
         t = self.current().tensor(args["name"])
@@ -167,25 +166,41 @@ class Session:
 
     def op_exact_start(self, args):
         t = self.current().tensor(args["name"])
-        job_id = self.next_job
-        self.next_job += 1
-        self.jobs[job_id] = ExactJob(t)
-        return {"job": job_id, "total": t.numel}, []
+        return self.start_job(ExactJob(t)), []
 
     def op_exact_step(self, args):
-        job_id = int(args["job"])
-        job = self.jobs.get(job_id)
-        if job is None:
-            raise UsageError(f"exact statistics job {job_id} is not running (cancelled?)")
-        job.step()
-        out = {"job": job_id, "done": job.done, "total": job.total, "finished": job.finished}
-        if job.finished:
-            del self.jobs[job_id]
-            out["stats"] = job.stats.to_json()
-        return out, []
+        return self.step_job(args, ExactJob)[0], []
 
     def op_exact_cancel(self, args):
-        return {"cancelled": self.jobs.pop(int(args["job"]), None) is not None}, []
+        return self.cancel_job(args, ExactJob), []
+
+    # --- jobs: long work in steps, so that the worker can take a cancel between them ------------
+
+    def start_job(self, job) -> dict:
+        job_id = self.next_job
+        self.next_job += 1
+        self.jobs[job_id] = job
+        return {"job": job_id, "finished": False, **job.progress()}
+
+    def step_job(self, args, kind) -> tuple[dict, object]:
+        """One step of job `args["job"]`; the reply has its progress, and its result once finished."""
+        job_id = int(args["job"])
+        job = self.jobs.get(job_id)
+        if not isinstance(job, kind):
+            raise UsageError(f"{kind.label} job {job_id} is not running (cancelled?)")
+        job.step()
+        out = {"job": job_id, "finished": job.finished, **job.progress()}
+        if job.finished:
+            del self.jobs[job_id]
+            out.update(job.result())
+        return out, job
+
+    def cancel_job(self, args, kind) -> dict:
+        job_id = int(args["job"])
+        if isinstance(self.jobs.get(job_id), kind):
+            del self.jobs[job_id]
+            return {"cancelled": True}
+        return {"cancelled": False}
 
 
 def preview(value, depth: int = 0):
