@@ -143,3 +143,44 @@ def test_torch_checkpoint_with_qwen_names_and_planted_duplicates(tmp_path):
         assert sorted(layer.clusters) == [[0, 3], [2, 4]]
         # in a pair both members are each other's medoid: the lower index is kept
         assert {(r.drop, r.keep) for r in layer.recommendations} == {(3, 0), (4, 2)}
+
+
+def test_steps_yield_progress_and_finish_with_the_analysis(demo_bytes, demo_analysis):
+    from tensorloupe.redundancy import analyse_steps
+    ckpt = tensorloupe.open(demo_bytes)
+    steps = list(analyse_steps(ckpt))
+    done = [d for d, _, _ in steps]
+    assert done == sorted(done) and done[0] == 1 and done[-1] == 32 and {t for _, t, _ in steps} == {32}
+    partial = [a for _, _, a in steps]
+    assert [len(a.layers) for a in partial if a.complete] == [4]
+    assert all(a.bytes_read <= b.bytes_read for a, b in zip(partial, partial[1:]))
+    assert partial[-1].to_json() == demo_analysis.to_json()
+    # Arguments are checked when the steps are asked for, not at the first step.
+    with pytest.raises(tensorloupe.TensorloupeError, match="samples_per_matrix"):
+        analyse_steps(ckpt, samples_per_matrix=0)
+
+
+def test_cost_is_what_the_analysis_reads(demo_bytes, tmp_path):
+    from gguf_files import write_moe
+    from tensorloupe.redundancy import cost, detect
+    for source in (demo_bytes, write_moe(tmp_path / "moe.gguf")):
+        for samples in (100, 4096):
+            ckpt = tensorloupe.open(source)
+            before = ckpt.bytes_read()
+            plan = cost(ckpt, detect(ckpt), samples)
+            assert ckpt.bytes_read() == before, "the plan is made from descriptors alone"
+            result = analyse(ckpt, samples_per_matrix=samples)
+            assert result.bytes_read == plan.total_bytes and plan.exact
+            assert plan.bytes_per_expert * plan.experts == plan.total_bytes
+
+
+def test_near_equal_similarities_rank_the_same_everywhere():
+    # Copies of an expert are 1.0 or 1 - 2e-16 similar depending on how dot products round
+    # (CPython 3.11 against 3.12+ and Pyodide): the ranking must not depend on that.
+    from tensorloupe.redundancy import ExpertProfile, LayerAnalysis, _cluster
+    profiles = [ExpertProfile(e, 0.8, 1.0, 0.0, 1.0, 4) for e in range(4)]
+    for near_one in (1.0, 1.0 - 2.0 ** -52):
+        sim = [[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, near_one], [1.0, 0.0, 1.0, 0.0],
+               [0.0, near_one, 0.0, 1.0]]
+        layer = _cluster(LayerAnalysis("l", 0, profiles, sim, ["w"], 0.9))
+        assert [(r.drop, r.keep) for r in layer.recommendations] == [(2, 0), (3, 1)]

@@ -220,13 +220,12 @@ def cost(checkpoint: Checkpoint, found: MoE,
             elements = nbytes = 0
             for leaf in _common_leaves(layer):
                 t = expert_tensor(checkpoint, layer, expert, leaf)
-                info = dtype_of(t)
-                block = info.block_elems if t.contiguous else 1
+                block, windows = _windows(t, samples_per_matrix)
                 exact = exact and t.contiguous
-                for start, count in plan_windows(t.numel, samples_per_matrix, block, SIGNATURE_WINDOWS):
+                for start, count in windows:
                     elements += count
                     # gather_range reads the whole blocks the window touches
-                    nbytes += ((start + count - 1) // block - start // block + 1) * info.block_bytes
+                    nbytes += ((start + count - 1) // block - start // block + 1) * dtype_of(t).block_bytes
             per_expert_bytes = max(per_expert_bytes, nbytes)
             per_expert_elems = max(per_expert_elems, elements)
             total += nbytes
@@ -265,12 +264,18 @@ def _expert_numel(checkpoint, layer, expert, matrices) -> int:
     return sum(expert_tensor(checkpoint, layer, expert, leaf).numel for leaf in matrices)
 
 
+def _windows(tensor: Tensor, samples: int) -> tuple[int, list[tuple[int, int]]]:
+    """The element windows a signature reads from one matrix, block-aligned, at the same
+    positions in every expert (what `_signature` reads and `cost` counts); and the block size."""
+    block = dtype_of(tensor).block_elems if tensor.contiguous else 1
+    return block, plan_windows(tensor.numel, samples, block, SIGNATURE_WINDOWS)
+
+
 def _signature(checkpoint, layer, expert, matrices, samples) -> list[float]:
     out: list = []
     for leaf in matrices:
         t = expert_tensor(checkpoint, layer, expert, leaf)
-        block = dtype_of(t).block_elems if t.contiguous else 1
-        for start, count in plan_windows(t.numel, samples, block, SIGNATURE_WINDOWS):
+        for start, count in _windows(t, samples)[1]:
             out += gather_range(t, start, count)
     if out and not isinstance(out[0], float):
         out = [to_float(v) for v in out]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_FILES = ("index.html", "app.js", "tree.js", "tensor.js", "summary.js", "util.js", "worker.mjs", "sw.js",
-             "style.css", "manifest.webmanifest")
+APP_FILES = ("index.html", "app.js", "tree.js", "tensor.js", "summary.js", "experts.js", "pair.js", "moecharts.js",
+             "util.js", "worker.mjs", "sw.js", "style.css", "manifest.webmanifest")
 
 
 def get(url: str, headers: dict | None = None):

@@ -146,3 +146,113 @@ def test_hello_sends_the_palette():
     result, (palette,) = call(Session(), "hello")
     assert palette == colormap.palette_rgba()
     assert result["palette_levels"] == colormap.GRADIENT_LEVELS
+
+
+# --- the Experts tab: the redundancy analysis as a job, the threshold, experts side by side -------
+
+def run_moe(s: Session, **args) -> tuple[list[dict], dict]:
+    """Start and step an analysis to its end, as the worker does; (progress replies, last reply)."""
+    started, _ = call(s, "moe_start", **args)
+    assert started["done"] == 0 and not started["finished"]
+    replies = []
+    while True:
+        step, _ = call(s, "moe_step", job=started["job"])
+        if step["finished"]:
+            return replies, step
+        replies.append(step)
+
+
+def test_moe_analysis_in_steps_equals_analyse():
+    s = Session()
+    call(s, "open_demo")
+    plan, _ = call(s, "moe_plan")
+    assert (plan["bytes_per_expert"], plan["total_bytes"], plan["experts"]) == (49152, 32 * 49152, 32)
+    assert plan["matrices"] == ["w1.weight", "w2.weight", "w3.weight"] and plan["exact"]
+    before = s.checkpoint.bytes_read()
+    progress, last = run_moe(s)
+    # Per layer: one step per expert, one per row of its similarity matrix, one to finish it.
+    assert len(progress) + 1 == 4 * (8 + 8 + 1)
+    assert [p["done"] for p in progress][:8] == list(range(1, 9))
+    assert all(a["bytes_read"] <= b["bytes_read"] for a, b in zip(progress, progress[1:]))
+    assert progress[7]["bytes_read"] == 8 * 49152 and progress[7]["layers_done"] == 0
+    from tensorloupe.synthetic import demo_bytes
+    expected = tensorloupe.redundancy.analyse(tensorloupe.open(demo_bytes())).to_json()
+    del expected["moe"]
+    assert last["analysis"] == json.loads(json.dumps(expected))
+    assert s.checkpoint.bytes_read() - before == plan["total_bytes"] == last["bytes_read"]
+
+
+def test_moe_threshold_reclusters_without_reading():
+    s = Session()
+    call(s, "open_demo")
+    with pytest.raises(tensorloupe.TensorloupeError, match="no expert analysis"):
+        s.handle("moe_threshold", {"threshold": 0.5})
+    run_moe(s)
+    before = s.checkpoint.bytes_read()
+    strict, _ = call(s, "moe_threshold", threshold=0.999)
+    assert strict["recommendations"] == [] and all(l["clusters"] == [] for l in strict["layers"])
+    again, _ = call(s, "moe_threshold", threshold=0.9)
+    assert len(again["recommendations"]) == 16
+    assert all(sorted(l["clusters"]) == [[0, 4], [1, 5], [2, 6], [3, 7]] for l in again["layers"])
+    assert s.checkpoint.bytes_read() == before
+    with pytest.raises(tensorloupe.TensorloupeError, match="within"):
+        s.handle("moe_threshold", {"threshold": 1.5})
+
+
+def test_moe_cancel_and_errors(files):
+    s = Session()
+    call(s, "open", path=str(files / "a.safetensors"))
+    with pytest.raises(tensorloupe.TensorloupeError, match="no Mixture-of-Experts"):
+        s.handle("moe_start", {})
+    call(s, "open_demo")
+    started, _ = call(s, "moe_start")
+    call(s, "moe_step", job=started["job"])
+    assert call(s, "moe_cancel", job=started["job"])[0] == {"cancelled": True}
+    with pytest.raises(tensorloupe.TensorloupeError, match="expert analysis job .* not running"):
+        s.handle("moe_step", {"job": started["job"]})
+    # An exact-statistics job id is not an analysis job, and the other way round.
+    exact, _ = call(s, "exact_start", name="lm_head.weight")
+    assert call(s, "moe_cancel", job=exact["job"])[0] == {"cancelled": False}
+    assert call(s, "exact_cancel", job=exact["job"])[0] == {"cancelled": True}
+
+
+def test_moe_similarity_pixels():
+    s = Session()
+    call(s, "open_demo")
+    _, last = run_moe(s)
+    layer = last["analysis"]["layers"][2]
+    result, (pixels,) = call(s, "moe_similarity", layer=layer["prefix"])
+    assert result["experts"] == 8 and result["scale"] == 1.0
+    flat = [v for row in layer["similarity"] for v in row]
+    assert bytes(pixels) == bytes(colormap.rgba(flat, 1.0))
+
+
+def test_expert_heatmaps_share_one_scale_and_slice_stacked_experts(tmp_path):
+    import gguf_files
+    path = gguf_files.write_moe(tmp_path / "moe.gguf")
+    s = Session()
+    call(s, "open", path=str(path))
+    prefix = s.moe.layers[1].prefix
+    result, buffers = call(s, "expert_heatmaps", layer=prefix, experts=[1, 5], leaf="gate", rows=256, cols=256)
+    assert [p["tensor"] for p in result["panels"]] == ["blk.1.ffn_gate_exps.weight[1]", "blk.1.ffn_gate_exps.weight[5]"]
+    assert len(buffers) == 6                      # pixels and values of each expert, then of the difference
+    ckpt = tensorloupe.open(path)
+    layer = tensorloupe.redundancy.detect(ckpt).layers[1]
+    grids = [tensorloupe.grid(tensorloupe.redundancy.expert_tensor(ckpt, layer, e, "gate"), 256, 256) for e in (1, 5)]
+    assert result["scale"] == max(g.amax for g in grids)
+    for k, g in enumerate(grids):
+        values = array("d")
+        values.frombytes(buffers[2 * k + 1])
+        assert list(values) == g.floats() and g.exact
+        assert buffers[2 * k] == bytes(colormap.rgba(g.floats(), result["scale"]))
+    diff = array("d")
+    diff.frombytes(buffers[5])
+    assert set(diff) == {0.0}, "expert 5 is a copy of expert 1"
+    # The stacked expert's slice is the tensor's plane at that index: the Tensor tab's view.
+    whole, (_, cells) = call(s, "heatmap", name="blk.1.ffn_gate_exps.weight", plane=[1, 2], index={"0": 5})
+    assert cells == buffers[3]
+    for bad, message in [({"experts": [1, 99]}, "are not 1 to 4 experts"), ({"leaf": "nope"}, "no matrix 'nope'"),
+                         ({"layer": "blk.9"}, "no MoE layer")]:
+        args = {"layer": prefix, "experts": [1, 5], "leaf": "gate", **bad}
+        with pytest.raises(tensorloupe.TensorloupeError, match=message):
+            s.handle("expert_heatmaps", args)
