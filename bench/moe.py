@@ -75,6 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--experts", type=int, default=64)
+    parser.add_argument("--browser", action="store_true", help="also run it in the app in Chromium")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "moe-32x64.safetensors"
@@ -106,6 +107,47 @@ def main() -> None:
         print(f"  planted duplicate pairs found in {planted} of {len(result.layers)} layers; "
               f"{len(result.recommendations)} drop recommendations")
         print(f"  browser estimate at ~1.5 ms per read: {ckpt.reads() * 1.5e-3:.0f} s of read overhead")
+        if args.browser:
+            browser_run(path, experts)
+
+
+def browser_run(path: Path, experts: int) -> None:
+    import importlib.util
+    import threading
+
+    from playwright.sync_api import sync_playwright
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("tensorloupe_build", root / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    build.build()
+    server = build.make_server(root / "dist", port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    hour = 3_600_000
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+        page.wait_for_selector("body[data-python=ready]", state="attached", timeout=120_000)
+        page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'")
+        page.set_input_files("#file-input", str(path))
+        page.wait_for_function("name => document.body.dataset.model === name", arg=path.name, timeout=hour)
+        page.click("#tab-moe")
+        page.wait_for_selector("#moe-cost[data-total-bytes]", timeout=hour)
+        start = time.perf_counter()
+        page.click("#moe-run")
+        page.wait_for_selector("#redundancy[data-state=done]", timeout=hour)
+        elapsed = time.perf_counter() - start
+        outcome = page.inner_text("#moe-outcome")
+        verdict = page.inner_text("#moe-verdict")
+        browser.close()
+    server.shutdown()
+    print(f"in the browser (Pyodide, headless Chromium): {elapsed:.1f} s "
+          f"({elapsed / experts * 1e3:.1f} ms per expert)")
+    print(f"  the page says: {outcome} / {verdict}")
 
 
 if __name__ == "__main__":
