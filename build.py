@@ -1,8 +1,10 @@
 """Build the tensorloupe browser app into dist/, and serve it.
 
     python build.py                 # assemble dist/ (runs `npm ci` first if node_modules is missing)
-    python build.py serve           # build, then serve dist/ on http://127.0.0.1:8000
-    python build.py serve --port 9000 --no-build
+    python build.py serve           # build, then serve dist/ on http://127.0.0.1:8000 (the demo opens)
+    python build.py serve FILE ...  # the same, and serve the files under /files/<name>; the printed
+                                    # address (?url=files/<name>...) opens them (several: as shards)
+    python build.py serve --port 9000 --no-build --open
 
 dist/ is a static site with relative URLs only, so it works from any sub-path (a GitHub Pages
 project site, a folder on a USB stick served by anything):
@@ -15,7 +17,7 @@ project site, a folder on a USB stick served by anything):
 
 Nothing is ever fetched from a CDN: the Pyodide files come from node_modules (package.json pins
 the version, package-lock.json its integrity hash), and the page's Content-Security-Policy only
-allows its own origin.
+allows its own origin. The worker's requests are governed by another policy (see WORKER_CSP).
 
 The server here is also the one the browser tests and the benchmark use: threaded, with HTTP Range
 support (Python's http.server has none) and Nagle's algorithm off (else ~40 ms stalls per request).
@@ -32,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import urllib.parse
 import zipfile
 from base64 import urlsafe_b64encode
 from pathlib import Path
@@ -59,6 +62,22 @@ ZIP_EPOCH = (2020, 1, 1, 0, 0, 0)
 CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self'; "
        "img-src 'self' data: blob:; connect-src 'self'; worker-src 'self'; manifest-src 'self'; "
        "font-src 'self'; object-src 'none'; base-uri 'self'; form-action 'none'")
+
+# The worker's policy. A same-origin module worker does not get the page's policy (the <meta> in
+# index.html covers the page only): Chromium gives it the policy of worker.mjs's own response
+# headers, which is this one when this server serves the app. Verified in Chromium 156: with
+# connect-src 'self' in worker.mjs's headers, the worker's XHR to another origin fails before any
+# request leaves; with no header (a static host such as GitHub Pages), the worker may connect
+# anywhere whatever the page's <meta> says. It differs from CSP in connect-src only, relaxed
+# because the user may type the URL of a checkpoint on any server and the worker reads it by Range
+# requests: https: for any server, http: for plain-http ones (local servers; an https page cannot
+# reach those anyway, mixed content). That the worker contacts nothing but the typed URL is then
+# the code's doing (web/remote.py, worker.mjs probe), and the browser tests record every request.
+# The page itself keeps connect-src 'self'.
+WORKER_CSP = CSP.replace("connect-src 'self'", "connect-src 'self' https: http:")
+WORKER_SCRIPT = "/worker.mjs"
+# `serve FILE ...` serves the files given under this path, and opens the app on them.
+FILES_PREFIX = "/files/"
 
 MIME_TYPES = {
     ".wasm": "application/wasm",
@@ -178,19 +197,28 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     """Static files with the right MIME types, single-range requests, the CSP, no caching surprises.
 
     Range matters: the app and the benchmark can read model files over HTTP by range, and the
-    browser tests check that a view only fetches the bytes it shows.
+    browser tests check that a view only fetches the bytes it shows. `files` maps names to local
+    files served under /files/<name> (`serve FILE ...`).
     """
 
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **MIME_TYPES}
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     quiet = True
+    files: dict[str, Path] = {}
 
     def end_headers(self) -> None:
-        self.send_header("Content-Security-Policy", CSP)
+        path = urllib.parse.urlsplit(self.path).path
+        self.send_header("Content-Security-Policy", WORKER_CSP if path.endswith(WORKER_SCRIPT) else CSP)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Accept-Ranges", "bytes")
         super().end_headers()
+
+    def translate_path(self, path: str) -> str:
+        route = urllib.parse.unquote(urllib.parse.urlsplit(path).path)
+        if route.startswith(FILES_PREFIX) and route[len(FILES_PREFIX):] in self.files:
+            return str(self.files[route[len(FILES_PREFIX):]])
+        return super().translate_path(path)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
         if not self.quiet:
@@ -261,9 +289,10 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 def make_server(directory: Path, host: str = "127.0.0.1", port: int = 8000,
-                quiet: bool = True) -> Server:
-    """A server for `directory` (port 0 picks a free port: see server.server_address)."""
-    handler = type("DistHandler", (Handler,), {"quiet": quiet})
+                quiet: bool = True, files: dict[str, Path] | None = None) -> Server:
+    """A server for `directory` (port 0 picks a free port: see server.server_address), and for
+    `files` ({name: path}) under /files/<name>."""
+    handler = type("DistHandler", (Handler,), {"quiet": quiet, "files": dict(files or {})})
 
     def factory(*args, **kwargs):
         return handler(*args, directory=str(directory), **kwargs)
@@ -271,21 +300,59 @@ def make_server(directory: Path, host: str = "127.0.0.1", port: int = 8000,
     return Server((host, port), factory)
 
 
+def served_files(paths: list[Path]) -> dict[str, Path]:
+    """{name: path} for `serve FILE ...`; refuses missing files and two files of one name."""
+    files: dict[str, Path] = {}
+    for path in paths:
+        if not path.is_file():
+            sys.exit(f"build.py: {path} is not a file")
+        if path.name in files:
+            sys.exit(f"build.py: two files are named {path.name} ({files[path.name]} and {path})")
+        files[path.name] = path.resolve()
+    return files
+
+
+def app_address(host: str, port: int, files: dict[str, Path]) -> str:
+    """The app's address; with files, ?url=files/<name> for each, which the page opens (as one
+    checkpoint when they are shards) instead of the demo."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    base = f"http://{host}:{port}/"
+    if not files:
+        return base
+    query = "&".join("url=" + urllib.parse.quote(f"{FILES_PREFIX[1:]}{name}") for name in files)
+    return f"{base}?{query}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", nargs="?", choices=("build", "serve"), default="build")
+    parser.add_argument("files", nargs="*", type=Path, metavar="FILE",
+                        help="serve: checkpoint files to serve and open (shards open as one)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default dist/)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--no-build", action="store_true", help="serve the existing dist/")
+    parser.add_argument("--open", action="store_true", help="serve: open the app in a browser")
     args = parser.parse_args(argv)
+    if args.files and args.command != "serve":
+        parser.error("files are only for `serve`")
+    files = served_files(args.files)
     if not (args.command == "serve" and args.no_build):
         description = build(args.out)
         print(f"built {args.out} ({len(description['files'])} files, version {description['version']})")
     if args.command == "serve":
-        server = make_server(args.out, args.host, args.port, quiet=False)
+        server = make_server(args.out, args.host, args.port, quiet=False, files=files)
         host, port = server.server_address[:2]
+        address = app_address(host, port, files)
         print(f"serving {args.out} on http://{host}:{port}/  (Ctrl+C stops)", flush=True)
+        for name, path in files.items():
+            print(f"serving {path} as {FILES_PREFIX}{name}", flush=True)
+        if files:
+            print(f"open {address}", flush=True)
+        if args.open:
+            import webbrowser
+            webbrowser.open(address)
         try:
             server.serve_forever()
         except KeyboardInterrupt:

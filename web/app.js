@@ -208,12 +208,18 @@ function adopt(entry, payload, startedAt) {
   document.body.dataset.opened = String(Number(document.body.dataset.opened || 0) + 1);
 }
 
+// An entry is the demo, or what tensorloupe.web.files grouped: {kind: "file" | "set", name,
+// paths, files, size, config} where paths are mounted files or (remote: true) URLs. A set (shards,
+// their index) opens as one checkpoint; config is a config.json that came with it.
 async function openEntry(entry) {
   const startedAt = performance.now();
   try {
     const {result} = entry.demo
       ? await request("open_demo", {}, {label: "Building the demo model…"})
-      : await request("open", {path: entry.path, name: entry.name}, {label: `Opening ${entry.name}…`});
+      : entry.remote
+        ? await request("open_url", {urls: entry.paths, config: entry.config}, {label: `Reading ${entry.name} from its server…`})
+        : await request("open", {paths: entry.paths, config: entry.config}, {label: `Opening ${entry.name}…`});
+    if (entry.remote && entry.size === null) entry.size = result.summary.size;
     adopt(entry, result, startedAt);
   } catch (error) {
     entry.failed = true;
@@ -224,22 +230,65 @@ async function openEntry(entry) {
   }
 }
 
-async function openFiles(fileList) {
-  const files = [...fileList];
+// New entries go first, after the demo (the list is also how you switch between them); the
+// first set of shards opens, or else the first file.
+async function addEntries(entries, emptyMessage) {
+  if (!entries.length) return showError("Nothing to open.", emptyMessage);
+  state.files.splice(1, 0, ...entries);
+  renderFiles();
+  await openEntry(entries.find((e) => e.kind === "set") || entries[0]);
+}
+
+// `given`: File objects, or {file, rel, folder} for files found in a dropped folder.
+async function openFiles(given) {
+  const files = [...given].map((item) => item instanceof File
+    ? {file: item, rel: item.webkitRelativePath || item.name, folder: Boolean(item.webkitRelativePath)}
+    : item);
   if (!files.length) return;
-  const startedAt = performance.now();
-  document.body.dataset.selectedAt = String(startedAt);
+  document.body.dataset.selectedAt = String(performance.now());
   try {
     const {result} = await request("mount", {}, {files, label: "Reading the file list…"});
-    const entries = result.files;
-    // Newest first, after the demo: the list is also how you switch between dropped files.
-    state.files.splice(1, 0, ...entries);
-    renderFiles();
-    await openEntry(entries[0]);
+    await addEntries(result.entries, "The folder holds no checkpoint files (.safetensors, .gguf, .pt, .pth, .bin, .ckpt).");
   } catch (error) {
     showError("Could not read the dropped files.", error.message);
   }
 }
+
+// URLs typed in the box (several, separated by spaces, for shards) or given as ?url= in the
+// page's address; relative ones are relative to the page. The page never fetches them itself:
+// the worker reads them by Range requests, and they are the only other server it contacts.
+async function openUrls(texts) {
+  const urls = [];
+  for (const text of texts) {
+    let url;
+    try {
+      url = new URL(text, location.href);
+    } catch {
+      return showError(`Could not open ${text}.`, "This is not a URL.");
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") {
+      return showError(`Could not open ${text}.`, "Only http: and https: URLs can be read.");
+    }
+    url.hash = "";
+    urls.push(url.href);
+  }
+  if (!urls.length) return;
+  const known = state.files.find((e) => e.remote && e.paths.join(" ") === urls.join(" "));
+  if (known) return openEntry(known);
+  try {
+    const files = urls.map((url) => ({rel: url, path: url, size: null, folder: false}));
+    const {result} = await request("group", {files}, {quiet: true});
+    for (const entry of result.entries) entry.remote = true;
+    await addEntries(result.entries, "No URL was given.");
+  } catch (error) {
+    showError("Could not open the URL.", error.message);
+  }
+}
+
+$("url-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  openUrls($("url-input").value.trim().split(/\s+/).filter(Boolean));
+});
 
 function renderFiles() {
   const list = clear($("file-list"));
@@ -248,23 +297,37 @@ function renderFiles() {
     list.append(el("li", {},
       el("button", {
         type: "button", class: `file${current ? " current" : ""}${entry.failed ? " failed" : ""}`,
-        title: entry.demo ? "The built-in synthetic MoE model" : entry.name,
+        title: entry.demo ? "The built-in synthetic MoE model"
+          : [...(entry.remote ? entry.paths : entry.files), ...(entry.config ? ["config.json"] : [])].join("\n"),
         "aria-current": current ? "true" : null,
         dataset: {file: entry.name},
         onclick: () => { if (!current) openEntry(entry); },
       },
       el("span", {class: "entry-name", text: entry.demo ? "Demo model" : entry.name}),
-      el("span", {class: "entry-size", text: entry.demo ? "synthetic MoE" : entry.failed ? "cannot open" : bytes(entry.size)}))));
+      el("span", {class: "entry-size", text: entryNote(entry)}))));
   }
+}
+
+function entryNote(entry) {
+  if (entry.demo) return "synthetic MoE";
+  const parts = [];
+  if (entry.remote) parts.push(new URL(entry.paths[0]).host);   // the same name on two servers
+  if (entry.failed) return [...parts, "cannot open"].join(" · ");
+  if (entry.files.length > 1) parts.push(`${entry.files.length} files`);
+  if (entry.config) parts.push("+ config.json");
+  parts.push(entry.size === null ? "URL" : bytes(entry.size));
+  return parts.join(" · ");
 }
 
 // --- input: picker, drag and drop anywhere, keyboard -------------------------------------------
 
-$("file-input").addEventListener("change", (event) => {
-  const input = event.target;
-  openFiles(input.files);
-  input.value = "";
-});
+for (const id of ["file-input", "folder-input"]) {
+  $(id).addEventListener("change", (event) => {
+    const input = event.target;
+    openFiles(input.files);
+    input.value = "";
+  });
+}
 
 let dragDepth = 0;
 const carriesFiles = (event) => [...(event.dataTransfer?.types || [])].includes("Files");
@@ -287,8 +350,40 @@ window.addEventListener("drop", (event) => {
   event.preventDefault();
   dragDepth = 0;
   $("drop-overlay").hidden = true;
-  if (event.dataTransfer?.files?.length) openFiles(event.dataTransfer.files);
+  const transfer = event.dataTransfer;
+  if (!transfer) return;
+  // The entries must be taken now: a drop's items are gone once this handler returns.
+  const entries = [...transfer.items].filter((item) => item.kind === "file")
+    .map((item) => item.webkitGetAsEntry?.()).filter(Boolean);
+  if (entries.some((entry) => entry.isDirectory)) {
+    droppedFiles(entries).then(openFiles, (error) => showError("Could not read the dropped folder.", error.message));
+  } else if (transfer.files.length) {
+    openFiles(transfer.files);
+  }
 });
+
+// Every file under the dropped entries, with its path in the drop ("/folder/sub/name").
+async function droppedFiles(entries) {
+  const out = [];
+  const walk = async (entry, inFolder) => {
+    if (entry.isFile) {
+      const file = await new Promise((resolve, reject) => entry.file(resolve, reject));
+      out.push({file, rel: entry.fullPath, folder: inFolder});
+      return;
+    }
+    const reader = entry.createReader();
+    const children = [];
+    for (;;) {   // readEntries answers in batches (100 in Chromium) until an empty one
+      const batch = await new Promise((resolve, reject) => reader.readEntries(resolve, reject));
+      if (!batch.length) break;
+      children.push(...batch);
+    }
+    children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const child of children) await walk(child, true);
+  };
+  for (const entry of entries) await walk(entry, false);
+  return out;
+}
 
 document.addEventListener("keydown", (event) => {
   const typing = event.target.closest("input, select, textarea");
@@ -328,10 +423,18 @@ if ("serviceWorker" in navigator) {
 }
 
 // For the console and the benchmark: the same requests the page makes.
-window.tensorloupe = {request, openFiles};
+window.tensorloupe = {request, openFiles, openUrls};
 
 // --- start -----------------------------------------------------------------------------------
 
 renderFiles();
 busy.render();
-openEntry(DEMO);
+// `?url=<url>` (repeatable: shards) opens that checkpoint instead of the demo
+// (`python3 build.py serve FILE` prints such an address).
+const startUrls = new URLSearchParams(location.search).getAll("url").filter(Boolean);
+if (startUrls.length) {
+  $("url-input").value = startUrls.join(" ");
+  openUrls(startUrls);
+} else {
+  openEntry(DEMO);
+}

@@ -3,7 +3,9 @@
 // and answers the page's requests through tensorloupe.web.dispatch. Python runs here, never on
 // the page's thread, so long work cannot freeze the page.
 //
-// Page -> worker:  {id, op, args}            a request (op "mount" carries File objects in `files`)
+// Page -> worker:  {id, op, args}            a request (op "mount" carries `files`:
+//                                            [{file: File, rel: "folder/name", folder: bool}])
+//                                            op "open_url" ({urls, config}) is probed here first
 //                  {type: "cancel", id}      stop request `id` (a job, or a request still queued)
 // Worker -> page:  {type: "status", stage, message}   boot progress
 //                  {type: "ready", info, palette, timings} / {type: "fatal", message}
@@ -81,7 +83,8 @@ function call(op, args) {
 function handle(message) {
   const {id, op, args} = message;
   try {
-    if (op === "mount") return reply(id, {ok: true, result: mount(message.files)});
+    if (op === "mount") return reply(id, call("group", {files: mount(message.files)}).envelope);
+    if (op === "open_url") return openUrls(id, args);
     if (op === "memory") return reply(id, {ok: true, result: memory()});
     if (JOBS.has(op)) {
       const {envelope} = call(`${op}_start`, args);
@@ -115,13 +118,68 @@ function step(job) {
   }
 }
 
-// Each batch of files gets its own directory: names may repeat across batches, and an earlier
-// batch's files stay readable (the previous model stays usable while a new one opens).
-function mount(files) {
+// Each batch of files gets its own directory, one WORKERFS mount holding every file of the batch
+// at its path in the drop (a dropped folder keeps its tree, so shards and their config.json stay
+// side by side): names may repeat across batches, and an earlier batch's files stay readable (the
+// previous model stays usable while a new one opens). Returns what Python groups (files.py).
+function mount(given) {
   const dir = `/mnt/${++mounts}`;
+  const used = new Set();
+  const blobs = given.map(({file, rel}, i) => {
+    // No empty, "." or ".." segments: every file lands inside this batch's directory.
+    let name = String(rel || file.name).split("/").filter((part) => part && part !== "." && part !== "..").join("/") || `file-${i}`;
+    if (used.has(name)) name = `${i}/${name}`;   // the same name twice in one drop
+    used.add(name);
+    return {name, data: file};
+  });
   pyodide.FS.mkdirTree(dir);
-  pyodide.FS.mount(pyodide.FS.filesystems.WORKERFS, {files}, dir);
-  return {files: files.map((file) => ({name: file.name, size: file.size, path: `${dir}/${file.name}`}))};
+  pyodide.FS.mount(pyodide.FS.filesystems.WORKERFS, {blobs}, dir);
+  return given.map(({file, rel, folder}, i) => ({
+    rel: rel || file.name, path: `${dir}/${blobs[i].name}`, size: file.size, folder: Boolean(folder)}));
+}
+
+// A synchronous XHR cannot be stopped once sent: sent to a server that ignores Range it would
+// download the whole file before Python could refuse it. So the first request to each URL is
+// this asynchronous fetch of byte 0, aborted as soon as the answer is not 206; Python (web/
+// remote.py) judges what it saw and reads everything else by synchronous XHR. Only the URLs the
+// user gave are ever requested.
+async function probe(url) {
+  const controller = new AbortController();
+  try {
+    const response = await fetch(url, {headers: {Range: "bytes=0-0"}, cache: "no-store", signal: controller.signal});
+    const seen = {status: response.status, reason: response.statusText, total: null};
+    if (response.status === 206) {
+      seen.total = rangeTotal(response.headers.get("Content-Range"));
+      await response.arrayBuffer();
+      if (seen.total === null) {
+        // Content-Range hidden by CORS: Content-Length of a HEAD is always readable.
+        const head = await fetch(url, {method: "HEAD", cache: "no-store"});
+        const length = head.ok ? head.headers.get("Content-Length") : null;
+        if (length !== null && /^\d+$/.test(length)) seen.total = Number(length);
+      }
+    } else {
+      controller.abort();
+    }
+    return seen;
+  } catch (error) {
+    return {error: String(error && error.message || error)};
+  }
+}
+
+function rangeTotal(header) {
+  const match = /\/(\d+)\s*$/.exec(header || "");
+  return match ? Number(match[1]) : null;
+}
+
+async function openUrls(id, args) {
+  try {
+    const urls = [...(args.urls || []), ...(args.config ? [args.config] : [])];
+    const seen = await Promise.all(urls.map(probe));
+    const probes = Object.fromEntries(urls.map((url, i) => [url, seen[i]]));
+    reply(id, call("open_url", {...args, probes}).envelope);
+  } catch (error) {
+    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+  }
 }
 
 function memory() {

@@ -244,7 +244,7 @@ class HttpSource(ByteSource):
     def __init__(self, url: str, name: str | None = None, timeout: float = 30.0):
         super().__init__()
         self.url = url
-        self.name = name or url.rstrip("/").rsplit("/", 1)[-1].split("?")[0] or url
+        self.name = name or url_name(url)
         self.timeout = timeout
         first, total = self._range(0, 1, probing=True)
         self.size = total
@@ -258,22 +258,48 @@ class HttpSource(ByteSource):
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 if response.status != 206:
-                    raise UsageError("the server does not answer HTTP Range requests, so the file "
-                                     "cannot be read in pieces", file=self.name,
-                                     expected="206 Partial Content", found=response.status)
+                    raise range_refused(self.name, response.status)
                 content_range = response.headers.get("Content-Range", "")
                 total = int(content_range.rsplit("/", 1)[-1]) if "/" in content_range else -1
                 return response.read(n + 1), total
         except urllib.error.HTTPError as e:
             if e.code == 416 and probing:
                 return b"", 0  # an empty file
-            raise UsageError(f"the server answered {e.code} {e.reason}", file=self.name) from e
+            raise http_failed(self.name, e.code, e.reason) from e
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise UsageError(f"cannot fetch {self.url}: {getattr(e, 'reason', e)}", file=self.name) from e
 
     def _read(self, offset: int, n: int) -> bytes:
         data, _ = self._range(offset, n)
         return self._count(data[:n])
+
+
+# The wording of HTTP failures, shared with the browser's source (tensorloupe.web.remote), so the
+# CLI and the page say the same thing about the same server.
+
+def range_refused(name: str, status: int) -> UsageError:
+    """A server that answered a Range request with anything but 206 (usually 200, the whole file)."""
+    return UsageError("the server does not answer HTTP Range requests, so the file cannot be read "
+                      "in pieces", file=name, expected="206 Partial Content", found=status)
+
+
+def http_failed(name: str, status: int, reason: str = "") -> UsageError:
+    """An HTTP error status (404, 403, ...); `reason` defaults to the standard phrase (HTTP/2
+    responses carry none)."""
+    import http
+    if not reason:
+        try:
+            reason = http.HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+    return UsageError(f"the server answered {status} {reason}".rstrip(), file=name)
+
+
+def url_name(url: str) -> str:
+    """The file name a URL shows: its last path segment, without query or fragment, unquoted."""
+    from urllib.parse import unquote, urlsplit
+    path = urlsplit(url).path.rstrip("/")
+    return unquote(path.rsplit("/", 1)[-1]) or url
 
 
 def is_url(target) -> bool:

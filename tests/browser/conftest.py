@@ -110,8 +110,11 @@ class App:
         self.wait_ready()
 
     def wait_ready(self) -> None:
-        self.page.wait_for_selector("body[data-python=ready]", state="attached", timeout=BOOT_TIMEOUT_MS)
+        self.wait_python()
         self.wait_model("demo-moe.safetensors")
+
+    def wait_python(self) -> None:
+        self.page.wait_for_selector("body[data-python=ready]", state="attached", timeout=BOOT_TIMEOUT_MS)
 
     def opened(self) -> int:
         return int(self.page.evaluate("Number(document.body.dataset.opened || 0)"))
@@ -159,6 +162,16 @@ class App:
             target.dispatchEvent(new DragEvent('drop', {bubbles: true, cancelable: true, dataTransfer: data}));
         }""")
 
+    def drop_paths(self, *paths: Path) -> None:
+        """Files and folders dropped as from the desktop: Chromium's own drag data (through CDP),
+        so a folder arrives as a directory entry (webkitGetAsEntry), as when a user drops one."""
+        cdp = self.page.context.new_cdp_session(self.page)
+        data = {"items": [], "files": [str(p) for p in paths], "dragOperationsMask": 1}
+        x, y = VIEWPORT["width"] // 2, VIEWPORT["height"] // 2
+        for kind in ("dragEnter", "dragOver", "drop"):
+            cdp.send("Input.dispatchDragEvent", {"type": kind, "x": x, "y": y, "data": data})
+        cdp.detach()
+
     def open_file(self, path: Path, how: str = "input") -> None:
         before = self.opened()
         (self.open_with_drop if how == "drop" else self.open_with_input)(path)
@@ -176,6 +189,10 @@ class App:
 
     def fact(self, key: str) -> str:
         return self.page.inner_text(f"#panel-summary .fact[data-key={key}] .fact-value")
+
+    def entries(self) -> list[str]:
+        """The names in the list of opened files, top to bottom."""
+        return self.page.eval_on_selector_all("#file-list .file", "els => els.map(e => e.dataset.file)")
 
     def bytes_read(self) -> int:
         return int(self.page.get_attribute("#io", "data-bytes-read") or 0)
@@ -227,17 +244,29 @@ def _number(text: str):
     return int(value) if value.is_integer() and "." not in text and "e" not in text else value
 
 
-def open_page(browser, url: str):
-    """A fresh context and page at the app, Python ready and the demo model open."""
+def new_page(browser, url: str):
+    """A fresh context and page for the app at `url`, not yet loaded, recording every request
+    and every uncaught error."""
     context = browser.new_context(viewport=VIEWPORT)
     requests = Requests()
     requests.attach(context)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    app = App(page, url)
+    return context, App(page, url), requests, errors
+
+
+def open_page(browser, url: str):
+    """A fresh context and page at the app, Python ready and the demo model open."""
+    context, app, requests, errors = new_page(browser, url)
     app.goto()
     return context, app, requests, errors
+
+
+@pytest.fixture(scope="session")
+def page_factory(browser):
+    """new_page(browser, url) for tests that load the app at an address of their own."""
+    return lambda url: new_page(browser, url)
 
 
 @pytest.fixture(scope="module")
@@ -344,3 +373,11 @@ def files(tmp_path_factory) -> dict[str, Path]:
     paths["unknown"] = out / "notes.dat"
     paths["unknown"].write_bytes(bytes(range(256)) * 8)
     return paths
+
+
+@pytest.fixture(scope="session")
+def shards(tmp_path_factory) -> dict[str, Path]:
+    """Model folders (fixtures/shard_files.py): a sharded MoE with its index and config.json, and a
+    split GGUF."""
+    import shard_files
+    return shard_files.write_all(tmp_path_factory.mktemp("shards"))

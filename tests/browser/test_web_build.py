@@ -6,6 +6,7 @@ import http.client
 import importlib.util
 import json
 import re
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -117,3 +118,56 @@ def test_server_answers_range_requests(server, dist):
     connection.request("GET", "/index.html")
     assert connection.getresponse().read() == (dist / "index.html").read_bytes()
     connection.close()
+
+
+def _build():
+    spec = importlib.util.spec_from_file_location("build_for_serve", ROOT / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _directives(policy: str) -> dict[str, str]:
+    return dict((part.strip().split(" ", 1) + [""])[:2] for part in policy.split(";") if part.strip())
+
+
+def test_the_worker_script_carries_its_own_policy(server):
+    """A same-origin module worker takes its CSP from its own response, not from the page's
+    <meta> (test_page_urls shows it in Chromium): worker.mjs is sent with WORKER_CSP, which only
+    widens connect-src (to the URLs a user may type); every other file gets the page's CSP."""
+    build = _build()
+    _, headers, _ = get(server + "worker.mjs")
+    assert headers["Content-Security-Policy"] == build.WORKER_CSP
+    page, worker = _directives(build.CSP), _directives(build.WORKER_CSP)
+    assert page.keys() == worker.keys()
+    assert {k for k in page if page[k] != worker[k]} == {"connect-src"}
+    assert page["connect-src"] == "'self'" and worker["connect-src"] == "'self' https: http:"
+    for name in ("", "index.html?url=files/x.safetensors", "app.js", "pyodide/pyodide.mjs"):
+        _, headers, _ = get(server + name)
+        assert headers["Content-Security-Policy"] == build.CSP, name
+
+
+def test_serve_files_are_under_files_with_range_support(dist, tmp_path):
+    """`build.py serve FILE`: the files given are served under /files/<name>, by ranges, and the
+    printed address opens them."""
+    build = _build()
+    model = tmp_path / "a b.safetensors"
+    model.write_bytes(bytes(range(256)) * 4)
+    httpd = build.make_server(dist, port=0, files={model.name: model})
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        status, headers, body = get(f"{base}/files/a%20b.safetensors", {"Range": "bytes=10-19"})
+        assert status == 206 and body == bytes(range(10, 20))
+        assert headers["Content-Range"] == "bytes 10-19/1024"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            get(f"{base}/files/other.safetensors")
+        assert e.value.code == 404
+        status, _, body = get(f"{base}/index.html")
+        assert status == 200 and body == (dist / "index.html").read_bytes()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert build.app_address("127.0.0.1", 8000, {}) == "http://127.0.0.1:8000/"
+    assert build.app_address("0.0.0.0", 9000, {model.name: model, "b.gguf": model}) == \
+        "http://127.0.0.1:9000/?url=files/a%20b.safetensors&url=files/b.gguf"

@@ -21,6 +21,7 @@ from ..gather import dtype_of
 from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
 from ..stats import Stats, json_number
+from . import files, remote
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice
 
@@ -102,13 +103,53 @@ class Session(MoEOps):
         from .. import synthetic
         return self._adopt(open_checkpoint(synthetic.demo_bytes(), name=synthetic.FILE_NAME))
 
-    def op_open(self, args):
-        return self._adopt(open_checkpoint(args["path"], name=args.get("name")))
+    def op_group(self, args):
+        """Dropped files, a folder's files or URLs as the entries to list (web/files.py)."""
+        return {"entries": files.group(files.given(args.get("files", [])))}, []
 
-    def _adopt(self, ckpt: Checkpoint):
-        """Make a successfully opened checkpoint current (only now is the old one closed)."""
+    def op_open(self, args):
+        """One file (`path`) or the files of one checkpoint (`paths`: shards, index), with the
+        model's config.json (`config`) if it was given too."""
+        config = self._config(args.get("config"), files.load_config)
+        if "paths" in args:
+            return self._adopt(open_checkpoint(list(args["paths"])), *config)
+        return self._adopt(open_checkpoint(args["path"], name=args.get("name")), *config)
+
+    def op_open_url(self, args):
+        """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py)."""
+        urls, probes = list(args.get("urls", [])), args.get("probes", {})
+        if not urls:
+            raise UsageError("no URL was given")
+
+        def probe(url):
+            return probes.get(url, {"error": "the worker did not probe this URL"})
+        config = self._config(args.get("config"), lambda url: remote.read_config(url, probe(url)))
+        sources = []
         try:
-            found = moe.detect(ckpt)
+            for url in urls:
+                sources.append(remote.open_url(url, probe(url)))
+        except TensorloupeError:
+            for source in sources:
+                source.close()
+            raise
+        return self._adopt(open_checkpoint(sources), *config)
+
+    @staticmethod
+    def _config(where, load) -> tuple[dict | None, str | None]:
+        """(config, None) or (None, a warning): a broken config.json does not stop the model."""
+        if not where:
+            return None, None
+        try:
+            return load(where), None
+        except TensorloupeError as e:
+            return None, f"{e} (top-k is not taken from it)"
+
+    def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None):
+        """Make a successfully opened checkpoint current (only now is the old one closed)."""
+        if config_warning:
+            ckpt.warnings.append(config_warning)
+        try:
+            found = moe.detect(ckpt, config)
         except TensorloupeError as e:
             found = moe.MoE(False, f"MoE detection failed: {e}")
         if self.checkpoint is not None:

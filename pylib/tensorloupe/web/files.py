@@ -1,0 +1,138 @@
+"""What the user gave the page, as checkpoints: dropped or picked files, a dropped folder, URLs.
+
+Files that are parts of one checkpoint become one entry that opens them together
+(`tensorloupe.open([...])`, formats/shards.py): split GGUF `<stem>-00001-of-00003.gguf`, sharded
+safetensors `<stem>-00001-of-00003.safetensors` with their `<stem>.safetensors.index.json` if it
+is there. A `config.json` beside a model (same folder) is not an entry of its own: it goes with
+every entry of that folder, for the top-k of moe.detect. Every other file is an entry by itself,
+as it always was, so unrelated files dropped together are a list to pick from; inside a dropped
+folder, only files that can be checkpoints are listed (not tokenizer.json, README.md, ...).
+
+Pure Python, on names only (the same rules for mounted paths and for URLs), tested in CPython.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from ..errors import FormatError, LimitError, UsageError
+from ..formats.shards import PART_NAME
+from ..source import is_url, url_name
+
+CONFIG_NAME = "config.json"
+INDEX_SUFFIX = ".safetensors.index.json"
+MODEL_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth", ".bin", ".ckpt")
+# config.json is a few KB; refuse to parse anything absurd.
+MAX_CONFIG_BYTES = 10 << 20
+
+
+class Given(NamedTuple):
+    """One file as the page gave it: `rel` its path in the drop (folder/name) or its URL, `path`
+    what Python opens (the WORKERFS path, or the URL), `folder` whether it came from a folder."""
+    rel: str
+    path: str
+    size: int | None
+    folder: bool
+
+    @property
+    def name(self) -> str:
+        return url_name(self.rel) if is_url(self.rel) else self.rel.rsplit("/", 1)[-1]
+
+    @property
+    def directory(self) -> str:
+        return self.rel.split("#", 1)[0].split("?", 1)[0].rsplit("/", 1)[0] if "/" in self.rel else ""
+
+
+def given(files: list[dict]) -> list[Given]:
+    try:
+        return [Given(str(f["rel"]), str(f["path"]), f.get("size"), bool(f.get("folder")))
+                for f in files]
+    except (KeyError, TypeError) as e:
+        raise UsageError(f"a file entry lacks {e}") from e
+
+
+def group(files: list[Given]) -> list[dict]:
+    """The entries the page lists, in the order their first file was given: {"kind": "set"
+    (several files, one checkpoint) or "file", "name", "paths" (what to open, together), "files"
+    (their names), "size" (None if unknown: URLs), "config" (the config.json's path, or None)}."""
+    configs = {f.directory: f for f in files if f.name == CONFIG_NAME}
+    sets: dict[tuple, list[Given]] = {}
+    singles: list[Given] = []
+    for f in files:
+        name = f.name
+        m = PART_NAME.match(name)
+        if m:
+            sets.setdefault((f.directory, m["stem"], m["ext"]), []).append(f)
+        elif name.endswith(INDEX_SUFFIX):
+            sets.setdefault((f.directory, name[:-len(INDEX_SUFFIX)], "safetensors"), []).append(f)
+        elif name != CONFIG_NAME and (not f.folder or _may_be_checkpoint(f.rel)):
+            singles.append(f)
+    position = {f: i for i, f in enumerate(files)}
+    entries: list[tuple[int, str, str, list[Given]]] = []
+    for (directory, stem, ext), members in sets.items():
+        counts = sorted({int(m["count"]) for m in map(PART_NAME.match, (f.name for f in members)) if m})
+        if len(members) == 1:     # one part alone opens as a set too: its missing parts are named
+            kind, name = "file", members[0].name
+        elif len(counts) == 1:
+            kind, name = "set", f"{stem}-*-of-{counts[0]:05d}.{ext}"
+        else:
+            kind, name = "set", f"{stem}-*.{ext}"
+        entries.append((min(position[f] for f in members), kind, name,
+                        sorted(members, key=lambda f: f.name)))
+    entries += [(position[f], "file", f.name, [f]) for f in singles]
+    with_model = {members[0].directory for *_, members in entries}
+    # A config.json with no model beside it is listed (and refused when opened) as before.
+    entries += [(position[f], "file", f.name, [f]) for d, f in configs.items()
+                if d not in with_model and not f.folder]
+    entries.sort(key=lambda entry: entry[0])
+    return [_entry(kind, name, members, configs.get(members[0].directory))
+            for _, kind, name, members in entries]
+
+
+def _entry(kind: str, name: str, members: list[Given], config: Given | None) -> dict:
+    sizes = [f.size for f in members]
+    if config in members:
+        config = None
+    return {"kind": kind, "name": name, "paths": [f.path for f in members],
+            "files": [f.name for f in members],
+            "size": sum(sizes) if all(isinstance(s, int) for s in sizes) else None,
+            "config": config.path if config else None}
+
+
+def _may_be_checkpoint(rel: str) -> bool:
+    """Inside a dropped folder: a model file's name, not hidden nor in a hidden folder (.git,
+    .cache) under it (the dropped folder's own name, parts[0], may be anything)."""
+    parts = [p for p in rel.split("/") if p]
+    return (len(parts) > 1 and not any(p.startswith(".") for p in parts[1:])
+            and parts[-1].lower().endswith(MODEL_SUFFIXES))
+
+
+def load_config(path: str) -> dict:
+    """A config.json on the (mounted) file system, as a dict."""
+    name = path.rsplit("/", 1)[-1]
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise UsageError(f"cannot read the file: {e.strerror}", file=name) from e
+    if len(data) > MAX_CONFIG_BYTES:
+        raise LimitError("config.json is too large", file=name,
+                         expected=f"at most {MAX_CONFIG_BYTES} bytes")
+    return parse_config(data, name)
+
+
+def parse_config(data: bytes, name: str = CONFIG_NAME) -> dict:
+    """A Hugging Face config.json: a JSON object (anything else is a FormatError)."""
+    try:
+        config = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise FormatError("the file is not valid UTF-8", file=name, format="config.json",
+                          offset=e.start) from e
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise FormatError(f"the file is not valid JSON: {getattr(e, 'msg', e)}", file=name,
+                          format="config.json", offset=getattr(e, "pos", None)) from e
+    if not isinstance(config, dict):
+        raise FormatError("the file is not a JSON object", file=name, format="config.json",
+                          expected="{...}", found=type(config).__name__)
+    return config

@@ -1,0 +1,134 @@
+"""Files on a web server, read by the worker with synchronous XMLHttpRequest Range requests.
+
+The browser's counterpart of source.HttpSource (urllib, CPython), with the same refusals in the
+same words: a server that answers a Range request with 200 (the whole file) is refused, an HTTP
+error names its status, and a request the browser could not make at all (server unreachable, or
+no CORS permission for this page to read it) says so.
+
+Why the first request is not made here: a synchronous XHR cannot be aborted, so one sent to a
+server that ignores Range would download the whole file (tens of GB) before we could refuse it.
+The worker (web/worker.mjs) therefore makes one asynchronous `fetch` with `Range: bytes=0-0` per
+URL, aborts it as soon as the status is not 206, and hands us what it saw: the *probe*
+{"status", "reason", "total"} or {"error"}. Every later read is a synchronous XHR (the library's
+reads are synchronous), so all reads go through source.CachedSource: each costs ~5-13 ms however
+small.
+
+The transport is a parameter so that this module is tested in CPython; only `xhr_range` touches
+JavaScript.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, NamedTuple
+
+from ..errors import FormatError, LimitError, UsageError
+from ..source import ByteSource, CachedSource, http_failed, range_refused, url_name
+from .files import MAX_CONFIG_BYTES, parse_config
+
+# Remote reads cost a round trip each: fewer, larger blocks than for local files.
+BLOCK_SIZE = 1 << 18
+CACHE_BYTES = 32 << 20
+CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+STATUS_EMPTY = 416      # Range Not Satisfiable: for bytes=0-0, an empty file
+
+
+class Reply(NamedTuple):
+    """What one range request brought back (content_range is None when CORS hides it)."""
+    status: int
+    reason: str
+    content_range: str | None
+    data: bytes
+
+
+class NetworkFailure(Exception):
+    """The browser made no HTTP exchange: unreachable server, or CORS refused this page."""
+
+
+Transport = Callable[[str, int, int], Reply]
+
+
+def unreachable(url: str, detail: str = "") -> UsageError:
+    why = f" ({detail})" if detail else ""
+    return UsageError(f"cannot fetch {url}: the request failed{why}. The server is unreachable, "
+                      "or it does not allow this page to read it (CORS: it must send "
+                      "Access-Control-Allow-Origin)", file=url_name(url))
+
+
+class XhrSource(ByteSource):
+    """A URL read by Range requests, given the worker's probe of it (see the module docstring)."""
+
+    def __init__(self, url: str, probe: dict, name: str | None = None,
+                 transport: Transport | None = None):
+        super().__init__()
+        self.url = url
+        self.name = name or url_name(url)
+        self._transport = transport or xhr_range
+        if probe.get("error") is not None:
+            raise unreachable(url, str(probe["error"]))
+        status = int(probe.get("status", 0))
+        if status == STATUS_EMPTY:
+            self.size = 0
+        elif status == 206:
+            total = probe.get("total")
+            if not isinstance(total, int) or total < 0:
+                raise UsageError("the server answers Range requests but does not let this page "
+                                 "read the file's size (CORS: Content-Range must be listed in "
+                                 "Access-Control-Expose-Headers)", file=self.name)
+            self.size = total
+        elif 200 <= status < 300:
+            raise range_refused(self.name, status)
+        else:
+            raise http_failed(self.name, status, str(probe.get("reason") or ""))
+
+    def _read(self, offset: int, n: int) -> bytes:
+        try:
+            reply = self._transport(self.url, offset, offset + n - 1)
+        except NetworkFailure as e:
+            raise unreachable(self.url, str(e)) from e
+        if reply.status != 206:
+            if 200 <= reply.status < 300:
+                raise range_refused(self.name, reply.status)
+            raise http_failed(self.name, reply.status, reply.reason)
+        if reply.content_range is not None:
+            m = CONTENT_RANGE.match(reply.content_range)
+            if m is None or int(m[1]) != offset:
+                raise FormatError("the server sent another range than the one asked for",
+                                  file=self.name, offset=offset,
+                                  expected=f"bytes {offset}-{offset + n - 1}",
+                                  found=reply.content_range)
+        return self._count(reply.data[:n])
+
+
+def open_url(url: str, probe: dict, transport: Transport | None = None) -> ByteSource:
+    return CachedSource(XhrSource(url, probe, transport=transport), BLOCK_SIZE, CACHE_BYTES)
+
+
+def read_config(url: str, probe: dict, transport: Transport | None = None) -> dict:
+    """A config.json given by URL, whole (it is small), as a dict."""
+    source = XhrSource(url, probe, transport=transport)
+    if source.size > MAX_CONFIG_BYTES:
+        raise LimitError("config.json is too large", file=source.name,
+                         expected=f"at most {MAX_CONFIG_BYTES} bytes", found=source.size)
+    return parse_config(source.read(0, source.size), source.name)
+
+
+def xhr_range(url: str, first: int, last: int) -> Reply:
+    """One synchronous Range request (only possible in a worker; responseType arraybuffer)."""
+    from js import XMLHttpRequest  # the browser only: this module is imported in CPython too
+    xhr = XMLHttpRequest.new()
+    xhr.open("GET", url, False)
+    xhr.responseType = "arraybuffer"
+    xhr.setRequestHeader("Range", f"bytes={first}-{last}")
+    try:
+        xhr.send()
+    except Exception as e:  # pyodide.ffi.JsException: a NetworkError DOMException
+        raise NetworkFailure(str(e).split(":", 1)[0]) from e
+    if xhr.status == 0:
+        raise NetworkFailure("no response")
+    # JavaScript null arrives as pyodide's JsNull, not None: test the types we expect.
+    content_range = xhr.getResponseHeader("Content-Range")
+    body = xhr.response
+    return Reply(int(xhr.status), str(xhr.statusText or ""),
+                 content_range if isinstance(content_range, str) else None,
+                 body.to_bytes() if hasattr(body, "to_bytes") else b"")
