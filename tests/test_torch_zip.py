@@ -191,8 +191,12 @@ def test_opening_reads_the_directory_and_never_storage_bytes(tmp_path):
             return super()._read(offset, n)
 
     ckpt = tensorloupe.open(Recording(path.read_bytes(), name="m.pt"))
-    spans = [(t.offset + 64, t.offset + t.nbytes - 64) for t in ckpt.tensors]  # interiors
+    at_open = list(reads)
+    # the 64 storages' local headers are read when their bytes are first needed, not at open
+    assert all(t.known_file_offset is None for t in ckpt.tensors) and len(at_open) < 20  # not 64+
+    spans = [(t.file_offset + 64, t.file_offset + t.nbytes - 64) for t in ckpt.tensors]  # interiors
     assert not [r for r in reads for lo, hi in spans if r[0] < hi and r[0] + r[1] > lo]
+    assert all(t.known_file_offset == t.file_offset for t in ckpt.tensors)
     assert ckpt.bytes_read() < size / 100
     with tensorloupe.open(path) as on_disk:
         assert on_disk.bytes_read() < size / 20  # the block cache rounds reads up to 64 KiB
@@ -309,7 +313,7 @@ def test_zip64_archive_over_4_gib(tmp_path):
     ckpt = tensorloupe.open(path)
     loaded = torch.load(path, mmap=True, weights_only=True)
     big_t, tail_t, after_t = (ckpt.tensor(n) for n in ("big", "tail", "after"))
-    assert big_t.shape == (numel,) and big_t.offset % 64 == 0 and after_t.offset > 1 << 32
+    assert big_t.shape == (numel,) and big_t.file_offset % 64 == 0 and after_t.file_offset > 1 << 32
     assert tensorloupe.values(big_t, 0, 16) == loaded["big"][:16].tolist() == list(head)
     assert tensorloupe.values(big_t, numel - 16, 16) == loaded["big"][-16:].tolist() == list(tail)
     assert tensorloupe.values(tail_t, 0, 16) == loaded["tail"].reshape(-1).tolist()
@@ -343,3 +347,24 @@ def test_unknown_storage_class_and_dtype_open_with_a_problem(tmp_path):
     assert b.dtype == "torch.float6_e3m2" and "no decoder" in b.problem
     assert {g["verdict"] for g in ckpt.extras["safety"]["globals"]
             if g["name"].startswith("torch.Float6")} == {"unknown"}
+
+
+def test_a_broken_local_header_is_found_when_the_storage_is_needed(tmp_path):
+    # Storages are positioned on first use: a broken local header is reported then, on that tensor,
+    # and a full listing (inspect) turns it into a problem and a warning instead of failing.
+
+    from tensorloupe import report
+    from tensorloupe.errors import TensorloupeError
+    path = tf.save({"good": torch.arange(4.0), "bad": torch.ones(3)}, tmp_path / "m.pt")
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        bad = next(i for i in z.infolist() if i.filename.endswith("data/1"))
+    raw[bad.header_offset:bad.header_offset + 4] = b"XXXX"
+    ckpt = tensorloupe.open(bytes(raw), name="m.pt")
+    assert tensorloupe.values(ckpt.tensor("good")) == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(TensorloupeError, match="has no local header where the central directory says"):
+        tensorloupe.values(ckpt.tensor("bad"))
+    listing = report.inspect_json(ckpt)
+    entry = next(t for t in listing["tensors"] if t["name"] == "bad")
+    assert "cannot be located" in entry["problem"] and entry["offset"] is None
+    assert any("'bad'" in w for w in listing["warnings"])

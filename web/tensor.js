@@ -90,7 +90,8 @@ export class TensorView {
       el("span", {class: "chip", title: "shape", text: shapeText(shape)}),
       el("span", {class: "chip", title: "elements", text: `${grouped(product(shape))} elements`}),
       el("span", {class: "chip", title: "bytes in the file", text: bytes(nbytes)}),
-      el("span", {class: "chip", title: "absolute byte offset of the first element", text: `@ ${grouped(offset)}`}));
+      el("span", {class: "chip offset", title: "absolute byte offset of the first element",
+                  text: offset === null ? "@ …" : `@ ${grouped(offset)}`}));
     d.problem.hidden = !problem;
     d.problem.textContent = problem ? `The values of this tensor cannot be read: ${problem}` : "";
     d.values.hidden = Boolean(problem);
@@ -107,6 +108,8 @@ export class TensorView {
     try {
       const {result} = await this.app.request("tensor", {name}, {label: `Sampling ${name}…`});
       if (generation !== this.generation) return;
+      // torch ZIP storages are positioned when first read: the offset arrives with the values.
+      d.facts.querySelector(".chip.offset").textContent = `@ ${grouped(result.tensor.offset)}`;
       this.renderStats(result);
     } catch (error) {
       if (generation !== this.generation) return;

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dtypes import DType, lookup
-from .errors import UsageError
+from .errors import TensorloupeError, UsageError
 from .source import ByteSource
 
 
@@ -21,7 +21,7 @@ class Tensor:
     name: str
     dtype: str                       # a dtypes table name ("F32", "BF16", "Q4_K"), or the file's own unknown code
     shape: tuple[int, ...]           # row-major, outermost first
-    offset: int                      # absolute byte offset of element 0 (after any storage offset) in `source`
+    offset: int                      # byte offset of element 0 (after any storage offset) in `source`
     nbytes: int                      # bytes this tensor's elements span in the file
     source: ByteSource | None = None
     strides: tuple[int, ...] | None = None   # element strides when not contiguous row-major (torch views)
@@ -41,12 +41,24 @@ class Tensor:
     def contiguous(self) -> bool:
         return self.strides is None or self.strides == contiguous_strides(self.shape)
 
+    @property
+    def file_offset(self) -> int:
+        """Absolute byte offset of element 0 in the file (may read a ZIP local header once)."""
+        return self.source.file_offset(self.offset) if self.source is not None else self.offset
+
+    @property
+    def known_file_offset(self) -> int | None:
+        """The absolute offset if it is known without reading, else None."""
+        return self.source.known_file_offset(self.offset) if self.source is not None else self.offset
+
     def element_strides(self) -> tuple[int, ...]:
         return self.strides if self.strides is not None else contiguous_strides(self.shape)
 
     def to_json(self) -> dict:
+        """The descriptor as JSON; never reads ("offset" is null while unknown, see
+        Checkpoint.locate_all)."""
         out = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
-               "numel": self.numel, "offset": self.offset, "nbytes": self.nbytes}
+               "numel": self.numel, "offset": self.known_file_offset, "nbytes": self.nbytes}
         if self.strides is not None:
             out["strides"] = list(self.strides)
         if self.problem:
@@ -94,6 +106,24 @@ class Checkpoint:
         for t in self.tensors:
             counts[t.dtype] = counts.get(t.dtype, 0) + t.numel
         return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+    def locate_all(self) -> None:
+        """Find every tensor's absolute offset now (torch ZIP storages are otherwise positioned
+        on first use). A storage whose local header is broken gets a problem instead."""
+        pending = [t for t in self.tensors if t.problem is None and t.known_file_offset is None]
+        prefetch = getattr(pending[0].source, "locate_together", None) if pending else None
+        if prefetch is not None:
+            try:
+                prefetch([t.source for t in pending])  # one pass of coalesced header reads
+            except TensorloupeError:
+                pass  # found again below, tensor by tensor, each with its own message
+        for t in pending:
+            if t.problem is None and t.known_file_offset is None:
+                try:
+                    t.file_offset
+                except TensorloupeError as e:
+                    t.problem = f"its bytes cannot be located: {e.message}"
+                    self.warnings.append(f"tensor {t.name!r}: {t.problem}")
 
     def bytes_read(self) -> int:
         return sum(s.root().bytes_read for s in self.sources)

@@ -29,6 +29,7 @@ def jsonable(value, depth: int = 0):
 
 
 def inspect_json(ckpt: Checkpoint) -> dict:
+    ckpt.locate_all()
     return {"file": ckpt.name, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
             "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": jsonable(ckpt.metadata),
@@ -58,6 +59,7 @@ def short(value, width: int = 100) -> str:
 
 
 def print_inspect(ckpt: Checkpoint) -> None:
+    ckpt.locate_all()
     by_dtype = ", ".join(f"{d} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
     print(ckpt.name)
     print(f"  format      {ckpt.format}")
@@ -82,7 +84,7 @@ def print_inspect(ckpt: Checkpoint) -> None:
             print(f"  ! {w}")
     print("\nTensors")
     rows = [(t.name, t.dtype, "×".join(map(str, t.shape)) or "scalar", human_bytes(t.nbytes),
-             _bits(t), str(t.offset)) for t in ckpt.tensors]
+             _bits(t), str(t.known_file_offset)) for t in ckpt.tensors]
     header = ("name", "dtype", "shape", "size", "bits", "offset")
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))

@@ -58,6 +58,15 @@ class ByteSource:
         """The source that really does I/O (what bytes-read counters should be taken from)."""
         return self
 
+    def file_offset(self, offset: int) -> int:
+        """Where byte `offset` of this source lies in the file (sources inside archives may have
+        to read a header to know)."""
+        return offset
+
+    def known_file_offset(self, offset: int) -> int | None:
+        """The same, or None if finding it out would need a read."""
+        return offset
+
     def close(self) -> None:
         pass
 
@@ -132,6 +141,12 @@ class CachedSource(ByteSource):
     def root(self) -> ByteSource:
         return self.inner.root()
 
+    def file_offset(self, offset: int) -> int:
+        return self.inner.file_offset(offset)
+
+    def known_file_offset(self, offset: int) -> int | None:
+        return self.inner.known_file_offset(offset)
+
     def read_data(self, offset: int, n: int) -> bytes:
         return self._count(self.inner.read_data(offset, n))
 
@@ -191,6 +206,12 @@ class SliceSource(ByteSource):
 
     def root(self) -> ByteSource:
         return self.inner.root()
+
+    def file_offset(self, offset: int) -> int:
+        return self.inner.file_offset(self.base + offset)
+
+    def known_file_offset(self, offset: int) -> int | None:
+        return self.inner.known_file_offset(self.base + offset)
 
     def _read(self, offset: int, n: int) -> bytes:
         return self._count(self.inner.read(self.base + offset, n))

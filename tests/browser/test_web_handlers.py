@@ -256,3 +256,26 @@ def test_expert_heatmaps_share_one_scale_and_slice_stacked_experts(tmp_path):
         args = {"layer": prefix, "experts": [1, 5], "leaf": "gate", **bad}
         with pytest.raises(tensorloupe.TensorloupeError, match=message):
             s.handle("expert_heatmaps", args)
+
+
+def test_torch_offsets_are_found_on_first_use(tmp_path):
+    # Opening a torch ZIP reads no storage's local header: the listing has no offset for them,
+    # and the tensor reply gives the absolute offset once its bytes are read.
+    import struct
+    import zipfile
+
+    import torch
+    path = tmp_path / "m.pt"
+    torch.save({"a": torch.arange(6.0), "b": torch.ones(3, 4)}, path)
+    s = Session()
+    result, _ = call(s, "open", path=str(path))
+    assert [row[4] for row in result["tensors"]] == [None, None]
+    reply, _ = call(s, "tensor", name="b")
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith("data/1"))
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        header = f.read(30)
+    name_len, extra_len = struct.unpack_from("<HH", header, 26)
+    assert reply["tensor"]["offset"] == info.header_offset + 30 + name_len + extra_len
+    assert reply["sample"]["stats"]["mean"] == 1.0

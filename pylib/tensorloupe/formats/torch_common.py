@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..errors import FormatError, LimitError, TensorloupeError
 from ..model import Checkpoint, Tensor, contiguous_strides
+from ..source import ByteSource
 from . import torch_globals
 from .pickle_values import LIMITS, Limits, Marker, StandIn
 from .torch_globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
@@ -32,7 +33,9 @@ CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "
                    "model_ema", "ema", "params", "weights")
 WRAPPER_KEYS = ("model", "module", "state_dict", "model_state_dict", "net", "network", "_orig_mod")
 
-Locate = Callable[[StorageRef], "tuple[int, int, str | None]"]  # -> (base offset, bytes, problem)
+# storage -> (the source holding its bytes or None for the file itself, base offset in that
+# source, bytes available, problem)
+Locate = Callable[[StorageRef], "tuple[ByteSource | None, int, int, str | None]"]
 
 
 def storage_loader(legacy: bool = False):
@@ -174,7 +177,8 @@ def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: b
         info.update(storage=storage.key, storage_numel=storage.numel, storage_dtype=storage.dtype)
         if storage.location != "cpu":
             info["location"] = storage.location
-        base, available, where_problem = locate(storage)
+        holder, base, available, where_problem = locate(storage)
+        source = holder or source
         offset = base + start * itemsize
         if where_problem:
             problem = problem or where_problem

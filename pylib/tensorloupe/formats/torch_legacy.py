@@ -127,8 +127,8 @@ def read(source: ByteSource) -> Checkpoint:
 
     def locate(ref):
         if ref.key not in offsets:
-            return 0, 0, f"its storage {ref.key!r} is not in the file's storage list"
-        return offsets[ref.key], ref.nbytes, None
+            return None, 0, 0, f"its storage {ref.key!r} is not in the file's storage list"
+        return None, offsets[ref.key], ref.nbytes, None
 
     sizes = pickles.sys_info.get("type_sizes")
     extras = {"legacy": {

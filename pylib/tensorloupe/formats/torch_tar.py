@@ -162,7 +162,7 @@ def read(source: ByteSource) -> Checkpoint:
                           format=FORMAT) from e
 
     def locate(ref):
-        return offsets[ref.key], ref.nbytes, None
+        return None, offsets[ref.key], ref.nbytes, None
 
     extras = {"tar": {"members": sorted(reader.members), "storages": len(storages)}}
     return checkpoint(FORMAT, source, main, reader.pickles, locate, extras=extras)

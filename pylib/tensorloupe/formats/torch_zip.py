@@ -83,24 +83,21 @@ def read(source: ByteSource) -> Checkpoint:
         raise e.located(file=source.name, format=FORMAT)
 
     members = {key: f"{root}data/{key}" for key in loader.storages}
-    stored = [m for m in members.values() if m in archive.members and
-              archive.members[m].compress_type == STORED and
-              not archive.members[m].flag_bits & ENCRYPTED]
-    offsets = archive.data_offsets(stored)
 
     def locate(ref):
         member = members[ref.key]
         info = archive.members.get(member)
         if info is None:
-            return 0, 0, f"its storage {member!r} is missing from the archive"
-        if member not in offsets:
-            return 0, 0, (f"its storage {member!r} is compressed or encrypted, so it cannot be "
-                          "read in place")
+            return None, 0, 0, f"its storage {member!r} is missing from the archive"
+        if info.compress_type != STORED or info.flag_bits & ENCRYPTED:
+            return None, 0, 0, (f"its storage {member!r} is compressed or encrypted, so it cannot "
+                                "be read in place")
         if info.file_size < ref.nbytes:
-            return offsets[member], info.file_size, (
+            return None, 0, info.file_size, (
                 f"its storage {member!r} holds {info.file_size} bytes but is declared as "
                 f"{ref.numel} {ref.dtype} elements ({ref.nbytes} bytes)")
-        return offsets[member], info.file_size, None
+        # Positioned lazily: the local header is read when the storage's bytes are first needed.
+        return archive.member_source(member), 0, info.file_size, None
 
     extras = {"archive": {"root": root.rstrip("/"), "members": len(archive.members),
                           "storages": len(members), **records}}

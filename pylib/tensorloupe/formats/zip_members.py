@@ -88,6 +88,16 @@ class Archive:
             raise FormatError(f"not a readable ZIP archive: {e}", file=source.name, format=fmt) from e
         self.members: dict[str, zipfile.ZipInfo] = {info.filename: info for info in infos}
         self._data_offsets: dict[str, int] = {}
+        self._member_sources: dict[str, MemberSource] = {}
+
+    def member_source(self, name: str) -> "MemberSource":
+        """A stored member as a byte source of its own, positioned on first use."""
+        if name not in self._member_sources:
+            self._member_sources[name] = MemberSource(self, name)
+        return self._member_sources[name]
+
+    def known_data_offset(self, name: str) -> int | None:
+        return self._data_offsets.get(name)
 
     def error(self, cls, message, **kw):
         return cls(message, file=self.source.name, format=self.fmt, **kw)
@@ -171,3 +181,51 @@ class Archive:
             raise self.error(FormatError, f"member {name!r} fails its CRC-32 check", offset=start,
                              expected=f"{info.CRC:#010x}", found=f"{zlib.crc32(data):#010x}")
         return data
+
+
+class MemberSource(ByteSource):
+    """The bytes of one stored member, read in place.
+
+    Where the data begins is only known from the member's local header, and reading every
+    local header when a checkpoint opens costs one read per storage (~1.5 ms each in the browser:
+    3 s for a 2,000-tensor file). So it is read the first time the member's bytes are needed.
+    """
+
+    def __init__(self, archive: Archive, name: str):
+        super().__init__()
+        self.archive = archive
+        self.member = name
+        self.name = archive.source.name
+        self.size = archive.members[name].file_size
+
+    @property
+    def base(self) -> int:
+        return self.archive.data_offsets([self.member])[self.member]
+
+    def root(self) -> ByteSource:
+        return self.archive.source.root()
+
+    @staticmethod
+    def locate_together(sources) -> None:
+        """Read the local headers of many members in coalesced reads (for listings of every offset)."""
+        by_archive: dict[int, tuple[Archive, list[str]]] = {}
+        for source in sources:
+            if isinstance(source, MemberSource):
+                by_archive.setdefault(id(source.archive), (source.archive, []))[1].append(source.member)
+        for archive, names in by_archive.values():
+            archive.data_offsets(names)
+
+    def file_offset(self, offset: int) -> int:
+        return self.archive.source.file_offset(self.base + offset)
+
+    def known_file_offset(self, offset: int) -> int | None:
+        base = self.archive.known_data_offset(self.member)
+        return None if base is None else self.archive.source.known_file_offset(base + offset)
+
+    def _read(self, offset: int, n: int) -> bytes:
+        return self._count(self.archive.source.read(self.base + offset, n))
+
+    def read_data(self, offset: int, n: int) -> bytes:
+        if offset + n > self.size:
+            return self.read(offset, n)  # raises the truncation error with the member's numbers
+        return self._count(_read_data(self.archive.source, self.base + offset, n))

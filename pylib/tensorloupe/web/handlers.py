@@ -173,7 +173,9 @@ class Session(MoEOps):
             "extras": preview(report.jsonable(ckpt.extras)),
         }
         # Compact rows: a 90k-tensor checkpoint's list stays a few MB.
-        tensors = [[t.name, t.dtype, list(t.shape), t.nbytes, t.offset, t.problem]
+        # The offset is null where knowing it needs a read (torch ZIP storages are positioned on
+        # first use); the "tensor" reply carries it then.
+        tensors = [[t.name, t.dtype, list(t.shape), t.nbytes, t.known_file_offset, t.problem]
                    for t in ckpt.tensors]
         return {"summary": summary, "tensors": tensors, "moe": self.moe.to_json() if self.moe else None}
 
@@ -182,11 +184,12 @@ class Session(MoEOps):
     def op_tensor(self, args):
         """Descriptor, sampled statistics and histogram: what the tensor view shows first."""
         t = self.current().tensor(args["name"])
-        out = {"tensor": t.to_json()}
+        out = {}
         if t.problem is None:
             s = sample(t)
             out["sample"] = s.to_json()
             out["histogram"] = histogram(s.values, int(args.get("bins", HISTOGRAM_BINS))).to_json()
+        out["tensor"] = t.to_json()  # after sampling: a torch storage's offset is known by then
         return out, []
 
     def op_heatmap(self, args):
