@@ -112,15 +112,15 @@ def main() -> None:
 
 
 def browser_run(path: Path, experts: int) -> None:
-    import importlib.util
+    import sys
     import threading
 
     from playwright.sync_api import sync_playwright
 
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("tensorloupe_build", root / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    sys.path.insert(0, str(root))
+    import build  # the app's own builder and Range-capable server
+
     build.build()
     server = build.make_server(root / "dist", port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -198,7 +198,7 @@ class Cost:
     elements_per_expert: int     # the most over all layers
     bytes_per_expert: int        # the most over all layers
     total_bytes: int
-    exact: bool                  # False if a strided tensor may read a little more than planned
+    exact: bool                  # False if the reads may exceed the plan a little (see cost())
 
     def to_json(self) -> dict:
         return {"samples_per_matrix": self.samples_per_matrix, "experts": self.experts,
@@ -221,7 +221,9 @@ def cost(checkpoint: Checkpoint, found: MoE,
             for leaf in _common_leaves(layer):
                 t = expert_tensor(checkpoint, layer, expert, leaf)
                 block, windows = _windows(t, samples_per_matrix)
-                exact = exact and t.contiguous
+                # Strided views may read a little more; a torch storage not yet positioned adds
+                # the read of its ZIP local header.
+                exact = exact and t.contiguous and t.known_file_offset is not None
                 for start, count in windows:
                     elements += count
                     # gather_range reads the whole blocks the window touches
