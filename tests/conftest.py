@@ -7,6 +7,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))
+sys.path.insert(0, str(ROOT))  # `import build`: the app's builder and server, used by several tests
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,7 @@
 ranges travel, and a server without Range support is refused instead of downloaded."""
 
 import http.server
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +10,7 @@ import tensorloupe
 from tensorloupe.errors import UsageError
 from tensorloupe.source import HttpSource
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import build  # noqa: E402  (its Range-capable server is the one the app is served with)
+import build  # (its Range-capable server is the one the app is served with)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ Screenshots land in test-artifacts/ (they are what users see: look at them).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -28,14 +27,7 @@ BOOT_TIMEOUT_MS = 90_000
 STEP_TIMEOUT_MS = 30_000
 
 
-def _load_build():
-    spec = importlib.util.spec_from_file_location("tensorloupe_build", ROOT / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build()
+import build  # noqa: E402  (tests/conftest.py puts the repository root on sys.path)
 
 
 @pytest.fixture(scope="session")

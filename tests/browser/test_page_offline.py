@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 from pathlib import Path
@@ -13,10 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_module():
-    spec = importlib.util.spec_from_file_location("build_for_csp", ROOT / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import build
+    return build
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,7 @@ from tensorloupe.source import HttpSource
 from page_checks import assert_heatmap_matches, assert_stats_equal, cli_stats
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-import build  # noqa: E402  (the app's own server, and `serve FILE` below)
+import build  # (the app's own server, and `serve FILE` below)
 SERVED_NAME = "browser.safetensors"
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import json
 import re
 import threading
@@ -77,9 +76,7 @@ def test_only_relative_urls_and_no_outside_host(dist):
 def test_build_is_reproducible(tmp_path):
     """The same sources give the same bytes, so the service worker's cache version only changes
     when something served changes."""
-    spec = importlib.util.spec_from_file_location("build_again", ROOT / "build.py")
-    build_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build_module)
+    build_module = _build()
     first = build_module.build(tmp_path / "one")
     second = build_module.build(tmp_path / "two")
     assert first == second
@@ -121,10 +118,8 @@ def test_server_answers_range_requests(server, dist):
 
 
 def _build():
-    spec = importlib.util.spec_from_file_location("build_for_serve", ROOT / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import build
+    return build
 
 
 def _directives(policy: str) -> dict[str, str]:

@@ -5,11 +5,9 @@ with a urllib transport standing in for synchronous XHR, and the handlers that o
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +18,7 @@ from tensorloupe.web import remote
 from tensorloupe.web.files import given, group
 from tensorloupe.web.handlers import Session
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import build  # noqa: E402  (the app's Range-capable server)
+import build  # (the app's Range-capable server)
 
 
 def entries(*specs, folder=False):
