@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tensorloupe.dtypes import DTYPES, SAFETENSORS_DTYPES, lookup, minifloat_table
+from tensorloupe.dtypes import lookup
+from tensorloupe.dtypes.plain import DTYPES, SAFETENSORS_DTYPES, minifloat_table
 
 
 def same(ours, ref) -> bool:

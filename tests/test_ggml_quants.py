@@ -15,9 +15,9 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as GT
 from gguf.quants import dequantize, quantize
 from gguf.scripts.gguf_convert_endian import byteswap_tensors
 
-from tensorloupe.dtypes import DTYPES
-from tensorloupe.formats import ggml_grids, ggml_iquants, ggml_legacy
-from tensorloupe.formats.ggml_quants import GGML_TYPE_NAMES, QUANT_DTYPES, ggml_dtype
+from tensorloupe.dtypes.plain import DTYPES
+from tensorloupe.dtypes.ggml import grids as ggml_grids, iquants as ggml_iquants, legacy as ggml_legacy
+from tensorloupe.dtypes.ggml import GGML_TYPE_NAMES, QUANT_DTYPES, ggml_dtype
 
 # gguf-py 0.19.0 has no dequantizer for these; they get known-answer tests below.
 NO_GGUF_DECODER = {"Q8_1", "Q8_K", "Q1_0"}

@@ -23,8 +23,8 @@ import gguf_files as fx  # noqa: E402
 import tensorloupe  # noqa: E402
 from tensorloupe import cli  # noqa: E402
 from tensorloupe.errors import UnsupportedError, UsageError  # noqa: E402
-from tensorloupe.formats import gguf as tg  # noqa: E402
-from tensorloupe.formats import gguf_meta  # noqa: E402
+from tensorloupe.formats.gguf import reader as tg  # noqa: E402
+from tensorloupe.formats.gguf import metadata as gguf_meta  # noqa: E402
 from tensorloupe.source import MemorySource  # noqa: E402
 
 

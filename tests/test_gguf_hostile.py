@@ -17,8 +17,8 @@ import gguf_files as fx  # noqa: E402
 import tensorloupe  # noqa: E402
 from tensorloupe.errors import (FormatError, LimitError, TensorloupeError,  # noqa: E402
                                 TruncatedError)
-from tensorloupe.formats import gguf as tg  # noqa: E402
-from tensorloupe.formats import gguf_meta  # noqa: E402
+from tensorloupe.formats.gguf import reader as tg  # noqa: E402
+from tensorloupe.formats.gguf import metadata as gguf_meta  # noqa: E402
 from tensorloupe.source import MemorySource  # noqa: E402
 
 STRING, ARRAY, U32, F32_T = 8, 9, 4, 6

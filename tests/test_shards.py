@@ -17,7 +17,7 @@ import gguf_files as fx  # noqa: E402
 
 import tensorloupe  # noqa: E402
 from tensorloupe.errors import FormatError, UsageError  # noqa: E402
-from tensorloupe.formats import gguf as tg  # noqa: E402
+from tensorloupe.formats.gguf import reader as tg  # noqa: E402
 
 N_PARTS = 3
 

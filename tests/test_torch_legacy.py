@@ -13,7 +13,7 @@ import torch
 import tensorloupe
 from tensorloupe import detect
 from tensorloupe.errors import FormatError, TruncatedError
-from tensorloupe.formats import torch_legacy
+from tensorloupe.formats.pytorch import legacy as torch_legacy
 from tensorloupe.source import MemorySource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))

@@ -19,7 +19,7 @@ import torch
 
 import tensorloupe
 from tensorloupe.errors import UnsupportedError
-from tensorloupe.formats import torch_zip
+from tensorloupe.formats.pytorch import zip as torch_zip
 from tensorloupe.source import MemorySource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))

@@ -12,10 +12,10 @@ import struct
 import pytest
 
 from tensorloupe.errors import FormatError, LimitError, TensorloupeError, TruncatedError
-from tensorloupe.formats import torch_globals
-from tensorloupe.formats.pickle_args import READERS
-from tensorloupe.formats.pickle_values import Limits, Marker, StandIn
-from tensorloupe.formats.unpickle import _TABLE, unpickle
+from tensorloupe.formats.pytorch import globals as torch_globals
+from tensorloupe.unpickling.args import READERS
+from tensorloupe.unpickling.values import Limits, Marker, StandIn
+from tensorloupe.unpickling.machine import _TABLE, unpickle
 
 
 def load(data: bytes, **kw):

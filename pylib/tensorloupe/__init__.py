@@ -23,7 +23,7 @@ __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histog
 def open(target, name: str | None = None) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
     """Open a checkpoint from a path, bytes, a ByteSource, or a list of shard paths."""
     if isinstance(target, (list, tuple)):
-        from .formats import shards
+        from . import shards
         return shards.open_all([open_source(t) for t in target])
     source = open_source(target, name)
     try:

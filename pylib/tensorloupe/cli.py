@@ -15,7 +15,7 @@ from . import report
 from .errors import TensorloupeError, UsageError
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
-from .stats import json_number
+from .jsonable import json_number
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
 

@@ -10,7 +10,9 @@ import os
 import re
 
 from .errors import UnknownFormatError
-from .formats import gguf, safetensors, torch_legacy, torch_tar, torch_zip
+from .formats import safetensors
+from .formats.gguf import reader as gguf
+from .formats.pytorch import legacy as torch_legacy, tar as torch_tar, zip as torch_zip
 from .model import Checkpoint
 from .source import ByteSource
 

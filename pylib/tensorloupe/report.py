@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from .model import Checkpoint, Tensor
-from .stats import json_number
+from .jsonable import json_number
 
 BAR = "█▉▊▋▌▍▎▏"
 

@@ -15,7 +15,8 @@ from typing import Callable, Iterator
 from .errors import Cancelled, UsageError
 from .gather import dtype_of, gather, gather_range
 from .model import Tensor
-from .stats import Histogram, Stats, compute, histogram, json_number, merge
+from .jsonable import json_number
+from .stats import Histogram, Stats, compute, histogram, merge
 
 __all__ = ["sample", "grid", "values", "exact_stats", "histogram", "Sample", "Grid", "Stats",
            "Histogram"]

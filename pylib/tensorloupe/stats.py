@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from .dtypes import to_float
+from .jsonable import json_number
 
 # |v| below this counts as "near zero": the cheapest sparsity probe (the original tool's threshold).
 NEAR_ZERO = 1e-6
@@ -40,15 +41,6 @@ class Stats:
                 "nan", "posinf", "neginf")}
         out["percentiles"] = {k: json_number(v) for k, v in self.percentiles.items()}
         return out
-
-
-def json_number(value):
-    """JSON has no NaN or Infinity: they travel as the strings "nan", "inf", "-inf"."""
-    if isinstance(value, complex):
-        return [json_number(value.real), json_number(value.imag)]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
 
 
 def compute(raw_values, percentiles: bool = True) -> Stats:

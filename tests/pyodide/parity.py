@@ -14,7 +14,7 @@ import sys
 import tensorloupe
 from tensorloupe import colormap, moe, report, synthetic
 from tensorloupe.errors import TensorloupeError
-from tensorloupe.stats import json_number
+from tensorloupe.jsonable import json_number
 from tensorloupe.web import handlers
 
 SMALL_SAMPLES = 4096          # every tensor: a small sample (quantized decoding is slow-ish)

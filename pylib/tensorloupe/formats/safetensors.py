@@ -13,7 +13,7 @@ import json
 import math
 import struct
 
-from ..dtypes import DTYPES, SAFETENSORS_DTYPES
+from ..dtypes.plain import DTYPES, SAFETENSORS_DTYPES
 from ..errors import FormatError, LimitError, TruncatedError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource

@@ -1,7 +1,7 @@
 """What the user gave the page, as checkpoints: dropped or picked files, a dropped folder, URLs.
 
 Files that are parts of one checkpoint become one entry that opens them together
-(`tensorloupe.open([...])`, formats/shards.py): split GGUF `<stem>-00001-of-00003.gguf`, sharded
+(`tensorloupe.open([...])`, shards.py): split GGUF `<stem>-00001-of-00003.gguf`, sharded
 safetensors `<stem>-00001-of-00003.safetensors` with their `<stem>.safetensors.index.json` if it
 is there. A `config.json` beside a model (same folder) is not an entry of its own: it goes with
 every entry of that folder, for the top-k of moe.detect. Every other file is an entry by itself,
@@ -17,7 +17,7 @@ import json
 from typing import NamedTuple
 
 from ..errors import FormatError, LimitError, UsageError
-from ..formats.shards import PART_NAME
+from ..shards import PART_NAME
 from ..source import is_url, url_name
 
 CONFIG_NAME = "config.json"

@@ -20,7 +20,8 @@ from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
 from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
-from ..stats import Stats, json_number
+from ..jsonable import json_number
+from ..stats import Stats
 from . import files, remote
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice

@@ -7,7 +7,7 @@ from array import array
 
 from .. import colormap
 from ..sample import Grid, grid
-from ..stats import json_number
+from ..jsonable import json_number
 
 MAX_GRID = 512          # lattice cells per side the page may ask for
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import struct
 import tarfile
 
-from ..errors import FormatError, LimitError, TensorloupeError, TruncatedError
-from ..model import Checkpoint
-from ..source import ByteSource
-from .pickle_values import LIMITS
-from .torch_common import checkpoint, load_pickle
-from .torch_report import segment
-from .zip_members import CappedFile
-from .torch_globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
+from ...errors import FormatError, LimitError, TensorloupeError, TruncatedError
+from ...model import Checkpoint
+from ...source import ByteSource
+from ...unpickling.values import LIMITS
+from .common import checkpoint, load_pickle
+from .safety import segment
+from .members import CappedFile
+from .globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 
 FORMAT = "pytorch-tar"
 MEMBERS = ("sys_info", "pickle", "tensors", "storages")

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 
-from ..errors import FormatError, TensorloupeError
-from ..model import Checkpoint
-from ..source import ByteSource
-from .torch_common import checkpoint, load_pickle, storage_loader
-from .pickle_values import LIMITS
-from .zip_members import ENCRYPTED, LOCAL_HEADER, LOCAL_SIGNATURE, STORED, Archive
+from ...errors import FormatError, TensorloupeError
+from ...model import Checkpoint
+from ...source import ByteSource
+from .common import checkpoint, load_pickle, storage_loader
+from ...unpickling.values import LIMITS
+from .members import ENCRYPTED, LOCAL_HEADER, LOCAL_SIGNATURE, STORED, Archive
 
 FORMAT = "pytorch-zip"
 EXTENSIONS = (".pt", ".pth", ".bin", ".ckpt")

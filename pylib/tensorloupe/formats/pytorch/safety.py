@@ -8,10 +8,10 @@ metadata large. `safety_report` is the shape the CLI and the web UI render as ex
 
 from __future__ import annotations
 
-from ..stats import json_number
-from .pickle_values import Marker, StandIn
-from .torch_globals import NumpyData, StorageRef, TensorRef
-from .unpickle import Unpickled
+from ...jsonable import json_number
+from ...unpickling.values import Marker, StandIn
+from .globals import NumpyData, StorageRef, TensorRef
+from ...unpickling.machine import Unpickled
 
 METADATA_NODES = 2000      # JSON values in Checkpoint.metadata
 METADATA_ITEMS = 64        # entries shown per container

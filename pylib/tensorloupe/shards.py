@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import re
 
-from .. import detect
-from ..errors import FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
-from ..model import Checkpoint, Tensor
-from ..source import ByteSource
-from . import gguf
-from .gguf_card import model_card
+from . import detect
+from .errors import FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
+from .model import Checkpoint, Tensor
+from .source import ByteSource
+from .formats.gguf import reader as gguf
+from .formats.gguf.card import model_card
 
 PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors)$")
 INDEX_SUFFIX = ".json"

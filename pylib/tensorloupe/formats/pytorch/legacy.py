@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import FormatError, LimitError, TensorloupeError, TruncatedError
-from ..model import Checkpoint
-from ..source import ByteSource
-from .torch_common import checkpoint, load_pickle, storage_loader
-from .torch_globals import TORCH_DTYPES
-from .pickle_values import LIMITS
+from ...errors import FormatError, LimitError, TensorloupeError, TruncatedError
+from ...model import Checkpoint
+from ...source import ByteSource
+from .common import checkpoint, load_pickle, storage_loader
+from .globals import TORCH_DTYPES
+from ...unpickling.values import LIMITS
 
 FORMAT = "pytorch-legacy"
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C

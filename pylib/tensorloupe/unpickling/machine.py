@@ -1,11 +1,11 @@
 """Pickle as data: an interpreter of every opcode of pickle protocols 0-5 that never runs anything.
 
 The grammar is CPython's own opcode table (`pickletools.opcodes`: code, name, argument kind,
-protocol); pickle_args.py has one reader per argument kind and this module one handler per opcode
+protocol); args.py has one reader per argument kind and this module one handler per opcode
 name, joined into a 256-entry dispatch table at import.
 Nothing here imports a module, looks up an attribute or calls an object named by the pickle: a
 global becomes whatever `resolve(module, name)` returns (allow-listed stand-ins, see
-torch_globals.py), and the opcodes that call (REDUCE, INST, OBJ, NEWOBJ, NEWOBJ_EX) only ever
+formats/pytorch/globals.py), and the opcodes that call (REDUCE, INST, OBJ, NEWOBJ, NEWOBJ_EX) only ever
 run a stand-in's own pure builder; anything else yields an inert Marker that records the call.
 
 Why not `pickle.Unpickler` with a restricted find_class: the C unpickler satisfies EXT opcodes
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import FormatError, LimitError, TensorloupeError, TruncatedError
-from .pickle_args import READERS
-from .pickle_values import LIMITS, Limits, Marker, StandIn, Stateful, check_key
+from .args import READERS
+from .values import LIMITS, Limits, Marker, StandIn, Stateful, check_key
 
 HIGHEST_PROTOCOL = 5
 

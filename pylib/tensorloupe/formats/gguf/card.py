@@ -9,7 +9,7 @@ left out.
 
 from __future__ import annotations
 
-from ..model import Tensor
+from ...model import Tensor
 
 # (label, key template), in display order; "{arch}" is general.architecture.
 ARCH_ROWS = (

@@ -3,7 +3,7 @@
 Spec (ggml docs/gguf.md, "File Structure"):
 
     magic "GGUF" | uint32 version | uint64 tensor_count | uint64 metadata_kv_count
-    metadata_kv_count x (string key, uint32 value type, value)              -> gguf_meta.py
+    metadata_kv_count x (string key, uint32 value type, value)              -> metadata.py
     tensor_count x (string name, uint32 n_dims, uint64 ne[n_dims], uint32 ggml type, uint64 offset)
     padding to `general.alignment` (default 32); then the data section, which offsets count from.
 
@@ -20,7 +20,7 @@ that rounds to the same float32). Arrays of more than 1024 entries appear as {"a
 "type": "string", "length": N, "lazy": True} and strings over 1 MiB as {"string": True, "length": N,
 "lazy": True}; extras["gguf_arrays"] records where each lies, and `read_array` / `read_string` decode
 a page of one on request. extras["gguf"] has version, endian, alignment and data_offset;
-extras["model_card"] is gguf_card.model_card.
+extras["model_card"] is card.model_card.
 
 Unknown ggml type ids do not stop a file from opening: the tensor gets a `problem` (values cannot be
 decoded) and its byte span is bounded by the next tensor's start or the end of the file, which is
@@ -35,12 +35,12 @@ import struct
 from bisect import bisect_right
 from typing import NamedTuple
 
-from ..dtypes import lookup
-from ..errors import FormatError, TensorloupeError, TruncatedError, UsageError
-from ..model import Checkpoint, Tensor
-from ..source import ByteSource
-from .gguf_card import model_card
-from .gguf_meta import INTEGER_TYPES, VALUE_TYPES, Cursor, Layout, read_entries, top_level
+from ...dtypes.ggml import ggml_dtype
+from ...errors import FormatError, TensorloupeError, TruncatedError, UsageError
+from ...model import Checkpoint, Tensor
+from ...source import ByteSource
+from .card import model_card
+from .metadata import INTEGER_TYPES, VALUE_TYPES, Cursor, Layout, read_entries, top_level
 
 FORMAT = "gguf"
 MAGIC = b"GGUF"
@@ -209,8 +209,6 @@ def _alignment(metadata, types, positions, warnings, error) -> int:
 
 
 def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error) -> list[Tensor]:
-    from .ggml_quants import GGML_TYPE_NAMES  # late, like dtypes.lookup: the quant tables are large
-
     size = source.size
     starts = sorted(data_offset + info.offset for info in infos)
     tensors = []
@@ -221,8 +219,7 @@ def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
             raise error(TruncatedError, f"{where} starts past the end of the file (truncated "
                         "download?)", offset=info.offset_at, expected=f"an offset below {size}",
                         found=f"byte {begin}")
-        type_name = GGML_TYPE_NAMES.get(info.ggml_type)
-        dtype = lookup(type_name) if type_name else None
+        dtype = ggml_dtype(info.ggml_type)
         numel = math.prod(info.ne)
         problem = None
         extra = {}
@@ -230,13 +227,13 @@ def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
             # No block size: bound the bytes by the next tensor (or the file end), still inside.
             later = bisect_right(starts, begin)
             nbytes = (starts[later] if later < len(starts) else size) - begin
-            label = type_name or f"GGML_TYPE_{info.ggml_type}"
+            label = f"GGML_TYPE_{info.ggml_type}"
             problem = (f"ggml type {label} (id {info.ggml_type}) is unknown to tensorloupe: its "
                        "values cannot be decoded")
             warnings.append(f"{where}: {problem}")
             extra["nbytes_inferred"] = True
         else:
-            label = type_name
+            label = dtype.name
             row = info.ne[0] if info.ne else 1
             if row % dtype.block_elems:
                 raise error(FormatError, f"{where} has rows of {row} elements, not whole "

@@ -2,7 +2,7 @@
 
 Every dtype is described as blocks: `block_elems` elements stored in `block_bytes` bytes. Plain
 dtypes are blocks of one element; sub-byte floats pack several (F4: 2 per byte, F6: 4 per 3 bytes);
-ggml quantizations (formats/ggml_quants.py) are blocks of 32-256 elements with their scales. The
+ggml quantizations (dtypes/ggml/) are blocks of 32-256 elements with their scales. The
 sampler only ever deals in whole blocks, so it needs no per-format cases.
 
 Names are the safetensors header codes (the most widely written spelling); torch and ggml readers map
@@ -217,15 +217,6 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
 # The dtypes the safetensors format defines (its Rust `Dtype` enum, safetensors 0.8). C128 is
 # ours, for torch complex128, and is not accepted in a safetensors header.
 SAFETENSORS_DTYPES = frozenset(DTYPES) - {"C128"}
-
-
-def lookup(name: str) -> DType | None:
-    """The DType called `name` (plain or ggml-quantized), or None if we do not know it."""
-    found = DTYPES.get(name)
-    if found is None:
-        from .formats.ggml_quants import QUANT_DTYPES  # late: quant tables are large
-        found = QUANT_DTYPES.get(name)
-    return found
 
 
 def to_float(value) -> float:

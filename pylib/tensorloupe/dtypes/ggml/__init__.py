@@ -2,7 +2,7 @@
 
 The quantized types (ggml-common.h blocks) decode to exactly the float32 values gguf-py's
 `gguf.quants.dequantize` gives (0.19.0), or ggml's C dequantize_row_* where gguf-py has none
-(Q8_1, Q8_K, Q1_0). The decoders live in ggml_legacy / ggml_kquants / ggml_iquants; this module
+(Q8_1, Q8_K, Q1_0). The decoders live in legacy / kquants / iquants; this package
 is the table that ties type id, name, block shape and decoder together.
 
 Big-endian GGUF files: ggml has no big-endian quant layout of its own. gguf-py's
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from ..dtypes import DTYPES, DType
-from . import ggml_iquants as iq
-from . import ggml_kquants as kq
-from . import ggml_legacy as lq
-from .ggml_columns import Layout
+from ..plain import DTYPES, DType
+from . import iquants as iq
+from . import kquants as kq
+from . import legacy as lq
+from .columns import Layout
 
 # ggml_type ids of the plain types, which dtypes.DTYPES decodes. Ids 4-5 (Q4_2, Q4_3), 31-33
 # (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) and 36-38 (IQ4_NL_4_4, _4_8, _8_8) were removed from ggml

@@ -13,7 +13,7 @@ from __future__ import annotations
 import _compat_pickle
 import struct
 
-from .pickle_values import Marker, StandIn, Stateful, check_key
+from ...unpickling.values import Marker, StandIn, Stateful, check_key
 
 # torch dtype name -> (tensorloupe dtype table name or None if we cannot decode it, bytes per element)
 TORCH_DTYPES: dict[str, tuple[str | None, int]] = {

@@ -12,7 +12,7 @@ import struct
 from typing import Callable
 
 from ..errors import LimitError, TruncatedError
-from .pickle_values import LIMITS
+from .values import LIMITS
 
 
 def _fixed(fmt: str):

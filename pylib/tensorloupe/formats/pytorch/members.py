@@ -17,8 +17,8 @@ import zipfile
 import zlib
 from typing import NamedTuple
 
-from ..errors import FormatError, LimitError, TensorloupeError, TruncatedError, UnsupportedError
-from ..source import ByteSource, SourceFile
+from ...errors import FormatError, LimitError, TensorloupeError, TruncatedError, UnsupportedError
+from ...source import ByteSource, SourceFile
 
 # APPNOTE 4.3.7 local file header: signature, version, flags, method, time, date, crc,
 # compressed size, size, name length, extra length.

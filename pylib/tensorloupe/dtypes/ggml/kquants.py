@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from operator import mul, sub
 
-from .ggml_columns import (BITS, CRUMBS, HIGH_NIBBLE, LOW_NIBBLE, Layout, bit_or, byte_table, f16s,
+from .columns import (BITS, CRUMBS, HIGH_NIBBLE, LOW_NIBBLE, Layout, bit_or, byte_table, f16s,
                            f32s, interleave, nibbles, repeat_each, signed, to_f32)
 
 QK_K = 256

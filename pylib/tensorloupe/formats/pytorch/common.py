@@ -1,5 +1,5 @@
 """What the three torch containers share: one unpickling path, the walk that names tensors, the
-tensor descriptors, and the Checkpoint (with torch_report.py's metadata and safety report).
+tensor descriptors, and the Checkpoint (with safety.py's metadata and safety report).
 
 A reader (torch_zip, torch_legacy, torch_tar) reads its pickle bytes, calls `load_pickle` with
 them, decides where each storage's bytes are, and hands everything to `checkpoint`. Tensor names
@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from ..errors import FormatError, LimitError, TensorloupeError
-from ..model import Checkpoint, Tensor, contiguous_strides
-from ..source import ByteSource
-from . import torch_globals
-from .pickle_values import LIMITS, Limits, Marker, StandIn
-from .torch_globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
-from .torch_report import render, safety_report, safety_warnings, segment
-from .unpickle import Unpickled, unpickle
+from ...errors import FormatError, LimitError, TensorloupeError
+from ...model import Checkpoint, Tensor, contiguous_strides
+from ...source import ByteSource
+from . import globals as torch_globals
+from ...unpickling.values import LIMITS, Limits, Marker, StandIn
+from .globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
+from .safety import render, safety_report, safety_warnings, segment
+from ...unpickling.machine import Unpickled, unpickle
 
 MAX_DEPTH = 200            # nesting of the checkpoint's containers
 MAX_NAMES = 1 << 22        # (path, tensor) pairs built while naming (memo sharing multiplies them)

@@ -20,7 +20,7 @@ import struct
 from typing import NamedTuple
 from weakref import WeakKeyDictionary
 
-from ..errors import FormatError, LimitError, TruncatedError
+from ...errors import FormatError, LimitError, TruncatedError
 
 FORMAT = "gguf"
 # Arrays with more entries than this are summarised, not decoded, when a file is opened.

@@ -2,7 +2,7 @@
 
 Layouts are the block structs of ggml-common.h; formulas and element order are gguf-py's
 `quants.py` (0.19.0), which our output must equal bit for bit; they agree with ggml's
-dequantize_row_iq* in ggml-quants.c. A grid quant picks one row of a fixed grid (ggml_grids.py)
+dequantize_row_iq* in ggml-quants.c. A grid quant picks one row of a fixed grid (grids.py)
 per group of 8 elements (IQ3: per 4), then flips signs per element (IQ1: shifts by +-1/8) and
 scales per sub-block. Every product here is exact in float32 (an f16 times a few-bit scale times a
 6-bit grid value), so no float32 rounding pass is needed; comments give the bit counts.
@@ -15,9 +15,9 @@ from functools import lru_cache
 from itertools import chain
 from operator import getitem, mul
 
-from .ggml_columns import (CRUMBS, Layout, bit_or, byte_table, column, f16s, interleave, nibbles,
+from .columns import (CRUMBS, Layout, bit_or, byte_table, column, f16s, interleave, nibbles,
                            repeat_each, signed, spread_bits, u16s, u32s)
-from .ggml_grids import grid
+from .grids import grid
 
 QK_K = 256
 QK4_NL = 32
