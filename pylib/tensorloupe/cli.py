@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+from . import arch_report, beside, report, tokens
 from . import open as open_checkpoint
-from . import report
 from .errors import TensorloupeError, UsageError
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
 from .jsonable import json_number
+from .memory import CACHE_TYPES
+from .tokens import DEFAULT_PAGE
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
 
@@ -40,10 +43,24 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Look inside model checkpoints without executing them.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    p = commands.add_parser("inspect", help="summary, metadata, warnings and the tensor table")
-    p.add_argument("files", nargs="+", help="a checkpoint, or all shards of one")
+    p = commands.add_parser("inspect", help="architecture, memory estimate, summary, metadata, "
+                            "warnings and the tensor table")
+    p.add_argument("files", nargs="+", help="a checkpoint, all shards of one, or its folder")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--config", help="the model's config.json (default: the one beside the file)")
+    p.add_argument("--context", type=int, help="tokens of context for the fits table (default: "
+                   "4096, or the model's maximum if smaller)")
+    p.add_argument("--cache-type", choices=[c for c, _ in CACHE_TYPES], default="f16",
+                   help="KV cache type for the fits table (default %(default)s)")
     p.set_defaults(run=run_inspect)
+
+    p = commands.add_parser("tokens", help="the tokenizer: vocabulary pages, search, special tokens")
+    p.add_argument("files", nargs="+", help="a GGUF file, or a checkpoint with tokenizer.json beside it")
+    p.add_argument("--find", help="tokens containing this text (or, if a number, that token id)")
+    p.add_argument("--start", type=int, default=0, help="first token id of the page")
+    p.add_argument("--count", type=int, default=DEFAULT_PAGE, help="tokens per page")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_tokens)
 
     p = commands.add_parser("stats", help="statistics and a histogram of tensors' values")
     p.add_argument("file")
@@ -64,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("moe", help="Mixture-of-Experts structure and redundant experts")
     p.add_argument("file")
-    p.add_argument("--config", help="the model's config.json, for top-k")
+    p.add_argument("--config", help="the model's config.json, for top-k (default: the one beside "
+                   "the file)")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help="similarity at which experts count as near-duplicates (default %(default)s)")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES_PER_MATRIX,
@@ -79,8 +97,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _open(files):
-    return open_checkpoint(files if isinstance(files, list) and len(files) > 1
-                           else (files[0] if isinstance(files, list) else files))
+    files = _expand(files if isinstance(files, list) else [files])
+    return open_checkpoint(files if len(files) > 1 else files[0])
+
+
+def _expand(files: list[str]) -> list[str]:
+    """A folder stands for the one checkpoint in it (its shards and index, or its model file),
+    grouped by the same rules as files dropped on the page (web/files.py)."""
+    if len(files) != 1 or not os.path.isdir(files[0]):
+        return files
+    from .web.files import given, group
+    folder = files[0]
+    names = sorted(os.listdir(folder))
+    entries = group(given([{"rel": f"{os.path.basename(os.path.abspath(folder))}/{n}",
+                            "path": os.path.join(folder, n), "folder": True} for n in names
+                           if os.path.isfile(os.path.join(folder, n))]))
+    entries = [e for e in entries if not (e["kind"] == "file" and e["name"] == beside.CONFIG_NAME)]
+    if len(entries) != 1:
+        listed = ", ".join(e["name"] for e in entries) or "no checkpoint files"
+        raise UsageError(f"the folder holds {len(entries)} checkpoints ({listed}); name the files",
+                         file=folder)
+    return entries[0]["paths"]
+
+
+def _config(args, files: list[str]) -> beside.Found:
+    """The model's config.json: --config if given (errors are the user's to fix), else the one
+    beside the checkpoint's files if there is one (a broken one becomes a warning)."""
+    if getattr(args, "config", None):
+        try:
+            return beside.Found(beside.load(args.config, beside.CONFIG_NAME), args.config)
+        except TensorloupeError as e:
+            raise UsageError(f"cannot read --config {args.config}: {e}") from e
+    return beside.find(_expand(files if isinstance(files, list) else [files]), beside.CONFIG_NAME)
 
 
 def _emit(obj) -> None:
@@ -89,11 +137,38 @@ def _emit(obj) -> None:
 
 
 def run_inspect(args) -> int:
+    if args.context is not None and args.context < 1:
+        raise UsageError("--context must be at least 1")
+    found = _config(args, args.files)
     with _open(args.files) as ckpt:
+        if found.problem:
+            ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
+        block = arch_report.describe(ckpt, found.data, found.where, args.context, args.cache_type)
         if args.json:
-            _emit(report.inspect_json(ckpt))
+            doc = report.inspect_json(ckpt)
+            _emit({**doc, **block})
         else:
+            arch_report.print_block(block)
+            print()
             report.print_inspect(ckpt)
+    return EXIT_OK
+
+
+def run_tokens(args) -> int:
+    if args.start < 0 or args.count < 0:
+        raise UsageError("--start and --count must be >= 0")
+    files = _expand(args.files)
+    with _open(files) as ckpt:
+        vocab = tokens.vocabulary(ckpt, files)
+        if args.find is not None:
+            out = vocab.search(args.find, args.count or DEFAULT_PAGE)
+        else:
+            out = vocab.page(args.start, args.count)
+        doc = {**vocab.summary(), **out}
+        if args.json:
+            _emit(doc)
+        else:
+            tokens.print_tokens(doc)
     return EXIT_OK
 
 
@@ -135,13 +210,7 @@ def run_values(args) -> int:
 
 
 def run_moe(args) -> int:
-    config = None
-    if args.config:
-        try:
-            with open(args.config, encoding="utf-8") as f:
-                config = json.load(f)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read --config {args.config}: {e}") from e
+    config = _config(args, [args.file]).data
     if not -1.0 <= args.threshold <= 1.0 or args.samples < 1:
         raise UsageError("--threshold must be within [-1, 1] and --samples at least 1")
     with _open(args.file) as ckpt:

@@ -13,18 +13,16 @@ Pure Python, on names only (the same rules for mounted paths and for URLs), test
 
 from __future__ import annotations
 
-import json
 from typing import NamedTuple
 
-from ..errors import FormatError, LimitError, UsageError
+from ..beside import MAX_CONFIG_BYTES, parse_object
+from ..errors import LimitError, UsageError
 from ..shards import PART_NAME
 from ..source import is_url, url_name
 
 CONFIG_NAME = "config.json"
 INDEX_SUFFIX = ".safetensors.index.json"
 MODEL_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth", ".bin", ".ckpt")
-# config.json is a few KB; refuse to parse anything absurd.
-MAX_CONFIG_BYTES = 10 << 20
 
 
 class Given(NamedTuple):
@@ -124,15 +122,4 @@ def load_config(path: str) -> dict:
 
 def parse_config(data: bytes, name: str = CONFIG_NAME) -> dict:
     """A Hugging Face config.json: a JSON object (anything else is a FormatError)."""
-    try:
-        config = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise FormatError("the file is not valid UTF-8", file=name, format="config.json",
-                          offset=e.start) from e
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise FormatError(f"the file is not valid JSON: {getattr(e, 'msg', e)}", file=name,
-                          format="config.json", offset=getattr(e, "pos", None)) from e
-    if not isinstance(config, dict):
-        raise FormatError("the file is not a JSON object", file=name, format="config.json",
-                          expected="{...}", found=type(config).__name__)
-    return config
+    return parse_object(data, name, "config.json")
