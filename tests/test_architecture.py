@@ -239,3 +239,14 @@ def test_inferred_values_say_so(capsys, tmp_path):
 def test_api_summarize_matches_the_cli(capsys, demo_path):
     arch = architecture.summarize(tensorloupe.open(demo_path))
     assert arch.to_json() == inspect(capsys, demo_path)["architecture"]
+
+
+def test_an_absurd_layer_count_is_ignored_not_expanded(capsys, demo_path, tmp_path):
+    """A hostile config.json: 10^15 layers with a sliding window would, taken at its word, build
+    per-layer lists of 10^15 entries (a hang, then MemoryError)."""
+    (tmp_path / "demo-moe.safetensors").write_bytes(demo_path.read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 10 ** 15, "sliding_window": 4096,
+                                                      "num_key_value_heads": 2}))
+    doc = inspect(capsys, tmp_path / "demo-moe.safetensors")
+    assert fields(doc)["layers"] == (4, "embedded config (__metadata__ config): num_hidden_layers")
+    assert fields(doc)["sliding_layers"][0] == [0, 1, 2, 3]

@@ -156,3 +156,14 @@ def test_no_tokenizer_is_one_clear_line(capsys, demo_path):
     assert code == 2
     assert err.strip() == ("tensorloupe: demo-moe.safetensors: no tokenizer: there is no "
                            "tokenizer.json or tokenizer_config.json beside it")
+
+
+def test_a_tokenizer_json_of_mostly_holes_is_refused(capsys, tmp_path):
+    """Ids up to 10^12 for two tokens: paging and search would walk a trillion empty ids."""
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE",
+                                                                   "vocab": {"a": 0, "b": 10 ** 12}}}))
+    save_file({"w": np.zeros(2, dtype=np.float32)}, str(tmp_path / "model.safetensors"))
+    code, _, err = run(capsys, tmp_path / "model.safetensors", "--find", "zzz")
+    assert code == 3
+    assert err.strip() == ("tensorloupe: tokenizer.json: token ids go up to "
+                           "1,000,000,000,000 for only 2 tokens")

@@ -15,13 +15,15 @@ def describe(ckpt: Checkpoint, config: dict | None = None, config_where: str = "
     return {"architecture": arch.to_json(), "memory": memory.estimate(arch, context, cache_type)}
 
 
-def _value(value) -> str:
+def _value(key: str, value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+    if key == "sliding_layers" and isinstance(value, list):
         return f"{len(value)} layers: {_ranges(value)}"
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return f"per layer {min(value)}-{max(value)}"
     if value is None:
         return "none"
     return str(value)
@@ -46,7 +48,7 @@ def print_block(doc: dict) -> None:
     if not arch["fields"]:
         print("  nothing known: no config, no GGUF keys, and no recognisable tensor names")
     for f in arch["fields"]:
-        print(f"  {f['label']:<26} {_value(f['value']):<24} {f['source']}")
+        print(f"  {f['label']:<26} {_value(f['key'], f['value']):<24} {f['source']}")
     params = arch["parameters"]
     line = f"\nParameters  {params['total']:,}"
     if params["active"] is not None and params["active"] != params["total"]:

@@ -77,8 +77,12 @@ TORCH_CONFIG_KEYS = ("hyper_parameters", "hparams", "config", "model_config", "m
 # llama.cpp's per-family sliding-window patterns where the GGUF has no pattern key: every Nth layer
 # is global (llama_model.cpp, hparams.set_swa_pattern).
 SWA_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "cohere2": 4}
+# Larger counts than these are not a model but a broken or hostile config: they are ignored, not
+# expanded into per-layer lists.
+MAX_LAYERS = 100_000
+MAX_INT = 1 << 48
 KIND_CHECK = {
-    "int": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT,
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
     "str": lambda v: isinstance(v, str) and v != "",
     "bool": lambda v: isinstance(v, bool),
@@ -164,6 +168,8 @@ def embedded_configs(checkpoint: Checkpoint) -> list[tuple[str, dict]]:
 def _valid(spec: Spec, value) -> Any:
     if spec.key == "family" and isinstance(value, list) and value and isinstance(value[0], str):
         value = value[0]  # "architectures": ["LlamaForCausalLM"]
+    if spec.key == "layers" and KIND_CHECK["int"](value) and value > MAX_LAYERS:
+        return None
     return value if KIND_CHECK[spec.kind](value) else None
 
 
@@ -211,7 +217,7 @@ def _from_gguf(spec: Spec, meta: dict, arch: str) -> Value | None:
 
 def _gguf_sliding_layers(meta: dict, arch: str) -> Value | None:
     layers, window = meta.get(f"{arch}.block_count"), meta.get(f"{arch}.attention.sliding_window")
-    if not KIND_CHECK["int"](layers) or not KIND_CHECK["int"](window) or window == 0:
+    if not KIND_CHECK["int"](layers) or layers > MAX_LAYERS or not KIND_CHECK["int"](window) or window == 0:
         return None
     key = f"{arch}.attention.sliding_window_pattern"
     pattern = meta.get(key)

@@ -12,8 +12,12 @@ Both are already parsed (bounded) by beside.py; this only reads them.
 from __future__ import annotations
 
 from .beside import Found
+from .errors import FormatError
 from .vocab import MAX_TEMPLATE, Vocabulary, entry
 
+# Ids are dense in real tokenizers (a few unused slots at most); a file whose ids are mostly holes
+# would make paging and search walk empty ranges, so it is refused.
+SPARSE_FACTOR, SPARSE_SLACK = 2, 1024
 SPECIAL_NAMES = (("bos", "bos_token"), ("eos", "eos_token"), ("unk", "unk_token"),
                  ("pad", "pad_token"), ("sep", "sep_token"), ("cls", "cls_token"),
                  ("mask", "mask_token"), ("eot", "eot_token"))
@@ -51,6 +55,9 @@ class JsonVocabulary(Vocabulary):
         pre = data.get("pre_tokenizer")
         self.pre = pre.get("type") if isinstance(pre, dict) else None
         self.size = max(self.tokens) + 1 if self.tokens else 0
+        if self.size > SPARSE_FACTOR * len(self.tokens) + SPARSE_SLACK:
+            raise FormatError(f"token ids go up to {self.size - 1:,} for only {len(self.tokens):,} "
+                              "tokens", file=self.where[0].rsplit("/", 1)[-1])
         self.ids = {t: i for i, t in self.tokens.items()}
 
     def _entries(self, start: int, count: int) -> list[dict]:

@@ -15,7 +15,7 @@ Tokens are shown with invisible characters made visible (vocab.shown).
 from __future__ import annotations
 
 from . import beside
-from .errors import UsageError
+from .errors import FormatError, UsageError
 from .formats.gguf import reader as gguf
 from .model import Checkpoint
 from .tokenizer_json import JsonVocabulary
@@ -44,8 +44,9 @@ class GgufVocabulary(Vocabulary):
 
     def _entries(self, start: int, count: int) -> list[dict]:
         tokens = self._array(TOKENS, start, count)
-        types = self._array(TYPES, start, count) if self.has_types else [None] * len(tokens)
-        scores = self._array(SCORES, start, count) if self.has_scores else [None] * len(tokens)
+        # scores/types shorter than the vocabulary (a broken file) leave the rest blank
+        types = (self._array(TYPES, start, count) if self.has_types else []) + [None] * len(tokens)
+        scores = (self._array(SCORES, start, count) if self.has_scores else []) + [None] * len(tokens)
         return [entry(start + i, t, TOKEN_TYPES.get(k, k) if k is not None else None, s)
                 for i, (t, k, s) in enumerate(zip(tokens, types, scores))]
 
@@ -85,6 +86,10 @@ def _template(ckpt: Checkpoint) -> dict | None:
 def vocabulary(ckpt: Checkpoint, files: list | None = None) -> Vocabulary:
     """The checkpoint's tokenizer: GGUF metadata, else tokenizer.json beside the files."""
     if ckpt.format == "gguf" and TOKENS in ckpt.metadata:
+        value = ckpt.metadata[TOKENS]
+        if not isinstance(value, list) and not (isinstance(value, dict) and value.get("array")):
+            raise FormatError(f"{TOKENS} is not an array", file=ckpt.name, format="gguf",
+                              found=type(value).__name__)
         return GgufVocabulary(ckpt)
     found = beside.find(files or [], beside.TOKENIZER_NAME)
     config = beside.find(files or [], beside.TOKENIZER_CONFIG_NAME)
