@@ -16,7 +16,7 @@ from . import open as open_checkpoint
 from .errors import TensorloupeError, UsageError
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
-from .jsonable import json_number
+from .jsonable import bounded, json_number
 from .memory import CACHE_TYPES
 from .tokens import DEFAULT_PAGE
 
@@ -146,7 +146,7 @@ def run_inspect(args) -> int:
         block = arch_report.describe(ckpt, found.data, found.where, args.context, args.cache_type)
         if args.json:
             doc = report.inspect_json(ckpt)
-            _emit({**doc, **block})
+            _emit({**doc, **bounded(block)})  # a config.json may hold NaN
         else:
             arch_report.print_block(block)
             print()
@@ -216,7 +216,7 @@ def run_moe(args) -> int:
     with _open(args.file) as ckpt:
         analysis = analyse(ckpt, args.threshold, args.samples, config)
         if args.json:
-            _emit(report.jsonable(analysis.to_json()))
+            _emit(bounded(analysis.to_json()))
         else:
             report.print_moe(analysis)
     return EXIT_OK

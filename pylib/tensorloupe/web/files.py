@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .. import detect
 from ..beside import MAX_CONFIG_BYTES, parse_object
 from ..errors import LimitError, UsageError
 from ..shards import PART_NAME
@@ -22,7 +23,7 @@ from ..source import is_url, url_name
 
 CONFIG_NAME = "config.json"
 INDEX_SUFFIX = ".safetensors.index.json"
-MODEL_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth", ".bin", ".ckpt")
+MODEL_SUFFIXES = detect.EXTENSIONS
 
 
 class Given(NamedTuple):
