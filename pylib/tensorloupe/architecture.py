@@ -5,8 +5,8 @@ Values are taken from what the checkpoint carries, in this order (first that has
   2. a config embedded in the file: safetensors `__metadata__["config"]` (JSON text), torch
      checkpoint extras such as Lightning's `hyper_parameters`
   3. GGUF keys (`{arch}.block_count`, ...; gguf-py `constants.py`, class Keys)
-  4. inferred from tensor names and shapes (layer count, hidden size, vocabulary, expert count,
-     MLA ranks, tied embeddings), labelled "inferred"
+  4. inferred from tensor names and shapes (inferred.py: layer count, hidden size, vocabulary,
+     expert count, MLA ranks, tied embeddings), labelled "inferred"
 A few values are derived from others (head dim = hidden / heads) or defaults the format states
 (KV heads = heads when the config has no num_key_value_heads); those say so too.
 """
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from . import moe as moe_detect
-from .components import Breakdown, breakdown, training_group
+from . import inferred
+from .components import Breakdown, breakdown
 from .model import Checkpoint
-from .roles import role_of
 
 
 class Spec(NamedTuple):
@@ -88,8 +88,6 @@ KIND_CHECK = {
     "bool": lambda v: isinstance(v, bool),
     "any": lambda v: v is not None,
 }
-EMBEDDING_ROLES = ("embed_tokens", "wte", "word_embeddings", "token_embd", "tok_embeddings", "embed_in")
-HEAD_ROLES = ("lm_head.weight", "output.weight", "embed_out.weight")
 
 
 class Value(NamedTuple):
@@ -140,7 +138,8 @@ def summarize(checkpoint: Checkpoint, config: dict | None = None, config_where: 
         if got is not None:
             fields[spec.key] = got
     _disable_sliding(fields, configs)
-    _infer(fields, checkpoint, found_moe)
+    for key, (value, source) in inferred.infer(checkpoint, found_moe, fields.get("hidden_size")).items():
+        fields.setdefault(key, Value(value, source))
     _derive(fields, configs, checkpoint.metadata, arch)
     ordered = {s.key: fields[s.key] for s in FIELDS if s.key in fields}
     sources = ([config_where] if isinstance(config, dict) else []) + [label for label, _ in configs
@@ -267,72 +266,6 @@ def _sliding_layers_from_config(fields, configs) -> Value | None:
         k = SWA_PATTERN_DEFAULTS[family.value]
         return Value(_every_nth_global(n, k), f"{family.value} default: every {k}th layer global")
     return Value(list(range(n)) if n else None, f"{window.source} (every layer)") if n else None
-
-
-def _infer(fields: dict[str, Value], ckpt: Checkpoint, found_moe) -> None:
-    """Fill what no config said from tensor names and shapes."""
-    model = [t for t in ckpt.tensors if training_group(t.name) is None]
-    roles = [(t, role_of(t.name)) for t in model]
-
-    def put(key, value, source):
-        if key not in fields and value is not None:
-            fields[key] = Value(value, source)
-
-    indices = sorted({r.layer for _, r in roles if r.layer is not None})
-    if indices:
-        put("layers", indices[-1] + 1, f"inferred from tensor names (layer numbers {indices[0]}..{indices[-1]})")
-    embed = next((t for t, r in roles if len(t.shape) == 2 and r.layer is None
-                  and any(word in r.role for word in EMBEDDING_ROLES)), None)
-    if embed is not None:
-        shape = list(embed.shape)
-        put("vocab_size", shape[0], f"inferred from tensor {embed.name} shape {shape}")
-        put("hidden_size", shape[1], f"inferred from tensor {embed.name} shape {shape}")
-    hidden = fields.get("hidden_size")
-    if hidden is not None and isinstance(hidden.value, int):
-        up = next((t for t, r in roles if r.layer is not None and r.expert is None and len(t.shape) == 2
-                   and hidden.value in t.shape and "experts" not in t.name and "shexp" not in t.name
-                   and any(w in r.role for w in ("up_proj", "ffn_up", "fc1", "w1.", "intermediate.dense",
-                                                 "c_fc", "dense_h_to_4h"))), None)
-        if up is not None:
-            other = [d for d in up.shape if d != hidden.value] or [hidden.value]
-            put("intermediate_size", other[0], f"inferred from tensor {up.name} shape {list(up.shape)}")
-    if found_moe.detected:
-        layers = found_moe.layers
-        put("experts", found_moe.expert_count,
-            f"inferred from tensor names ({found_moe.expert_count} experts in {len(layers)} layers)")
-        if found_moe.top_k is not None:
-            put("experts_per_token", found_moe.top_k, found_moe.top_k_source or "moe.detect")
-        routers = [name for layer in layers for name in layer.router]
-        if routers:
-            put("router", role_of(routers[0]).role, f"inferred from tensor names ({len(routers)} router tensors)")
-        shared = [name for layer in layers for name in layer.shared]
-        if shared:
-            put("shared_experts", "present", f"inferred from tensor {shared[0]}")
-    _infer_mla(put, roles)
-    if embed is not None:
-        head = next((t for t, r in roles if r.layer is None and r.role.endswith(HEAD_ROLES)
-                     and t is not embed), None)
-        if head is None:
-            put("tied_embeddings", True, f"inferred: no output head tensor beside {embed.name}")
-        else:
-            put("tied_embeddings", False, f"inferred: {head.name} is stored apart from {embed.name}")
-
-
-def _infer_mla(put, roles) -> None:
-    """DeepSeek MLA: kv_a_proj_with_mqa is [kv_lora_rank + qk_rope_head_dim, hidden] and
-    kv_a_layernorm is [kv_lora_rank] (GGUF: attn_kv_a_mqa, attn_kv_a_norm, attn_q_a_norm)."""
-    def first(*words):
-        return next((t for t, r in roles if r.layer is not None and any(w in r.role for w in words)), None)
-    norm = first("kv_a_layernorm", "attn_kv_a_norm")
-    mqa = first("kv_a_proj_with_mqa", "attn_kv_a_mqa")
-    if norm is not None and norm.shape:
-        put("kv_lora_rank", norm.shape[0], f"inferred from tensor {norm.name} shape {list(norm.shape)}")
-        if mqa is not None and len(mqa.shape) == 2:
-            put("qk_rope_head_dim", mqa.shape[0] - norm.shape[0],
-                f"inferred from tensor {mqa.name} shape {list(mqa.shape)} minus kv_lora_rank")
-    q_norm = first("q_a_layernorm", "attn_q_a_norm")
-    if q_norm is not None and q_norm.shape:
-        put("q_lora_rank", q_norm.shape[0], f"inferred from tensor {q_norm.name} shape {list(q_norm.shape)}")
 
 
 def _derive(fields: dict[str, Value], configs, meta: dict, arch) -> None:
