@@ -280,3 +280,40 @@ def test_torch_offsets_are_found_on_first_use(tmp_path):
     name_len, extra_len = struct.unpack_from("<HH", header, 26)
     assert reply["tensor"]["offset"] == info.header_offset + 30 + name_len + extra_len
     assert reply["sample"]["stats"]["mean"] == 1.0
+
+
+def test_open_carries_the_architecture_and_memory_the_cli_prints(capsys, demo_path, tmp_path):
+    from tensorloupe.cli import main
+    (tmp_path / "demo-moe.safetensors").write_bytes(demo_path.read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps({"num_experts_per_tok": 3}))
+    s = Session()
+    result, _ = call(s, "open", path=str(tmp_path / "demo-moe.safetensors"), config=str(tmp_path / "config.json"))
+    assert main(["inspect", str(tmp_path / "demo-moe.safetensors"), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert result["model"]["architecture"] == cli["architecture"]
+    assert result["model"]["memory"] == cli["memory"]
+    assert cli["architecture"]["moe"]["experts_per_token"] == 3
+    again, _ = call(s, "architecture", context=32768, cache_type="q8_0")
+    assert main(["inspect", str(tmp_path / "demo-moe.safetensors"), "--json", "--context", "32768",
+                 "--cache-type", "q8_0"]) == 0
+    assert again["memory"]["fits"] == json.loads(capsys.readouterr().out)["memory"]["fits"]
+    assert again["memory"]["fits"]["kv_bytes"] == 32768 * 4 * 2 * (32 // 32 * 34)
+    with pytest.raises(tensorloupe.TensorloupeError, match="whole number of tokens"):
+        call(s, "architecture", context=0)
+
+
+def test_tokens_pages_match_the_cli(capsys, tmp_path):
+    import gguf_files
+    from tensorloupe.cli import main
+    path = gguf_files.write_llama(tmp_path / "tiny-llama.gguf")
+    s = Session()
+    call(s, "open", path=str(path))
+    page, _ = call(s, "tokens", start=256, count=10)
+    assert main(["tokens", str(path), "--start", "256", "--count", "10", "--json"]) == 0
+    assert page == json.loads(capsys.readouterr().out) | {"file": page["file"]}
+    found, _ = call(s, "tokens", find="ab", count=5)
+    assert main(["tokens", str(path), "--find", "ab", "--count", "5", "--json"]) == 0
+    assert found["matches"] == json.loads(capsys.readouterr().out)["matches"]
+    call(s, "open_demo")
+    with pytest.raises(tensorloupe.TensorloupeError, match="no tokenizer"):
+        call(s, "tokens")

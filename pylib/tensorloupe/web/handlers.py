@@ -23,6 +23,7 @@ from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, va
 from ..jsonable import PREVIEW, bounded, json_number
 from ..stats import Stats
 from . import files, remote
+from .model_ops import ModelOps
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice
 
@@ -61,7 +62,7 @@ class ExactJob:
         return {"stats": self.stats.to_json()}
 
 
-class Session(MoEOps):
+class Session(MoEOps, ModelOps):
     """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs."""
 
     def __init__(self) -> None:
@@ -110,8 +111,9 @@ class Session(MoEOps):
         model's config.json (`config`) if it was given too."""
         config = self._config(args.get("config"), files.load_config)
         if "paths" in args:
-            return self._adopt(open_checkpoint(list(args["paths"])), *config)
-        return self._adopt(open_checkpoint(args["path"], name=args.get("name")), *config)
+            return self._adopt(open_checkpoint(list(args["paths"])), *config, args.get("config"))
+        return self._adopt(open_checkpoint(args["path"], name=args.get("name")), *config,
+                           args.get("config"))
 
     def op_open_url(self, args):
         """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py)."""
@@ -130,7 +132,7 @@ class Session(MoEOps):
             for source in sources:
                 source.close()
             raise
-        return self._adopt(open_checkpoint(sources), *config)
+        return self._adopt(open_checkpoint(sources), *config, args.get("config"))
 
     @staticmethod
     def _config(where, load) -> tuple[dict | None, str | None]:
@@ -142,7 +144,8 @@ class Session(MoEOps):
         except TensorloupeError as e:
             return None, f"{e} (top-k is not taken from it)"
 
-    def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None):
+    def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None,
+               config_where: str | None = None):
         """Make a successfully opened checkpoint current (only now is the old one closed)."""
         if config_warning:
             ckpt.warnings.append(config_warning)
@@ -153,6 +156,7 @@ class Session(MoEOps):
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.checkpoint, self.moe, self.analysis = ckpt, found, None
+        self.config, self.config_where = config, config_where or "config.json"
         self.jobs.clear()
         return self.model_payload(), []
 
@@ -175,7 +179,8 @@ class Session(MoEOps):
         # first use); the "tensor" reply carries it then.
         tensors = [[t.name, t.dtype, list(t.shape), t.nbytes, t.known_file_offset, t.problem]
                    for t in ckpt.tensors]
-        return {"summary": summary, "tensors": tensors, "moe": self.moe.to_json() if self.moe else None}
+        return {"summary": summary, "tensors": tensors, "moe": self.moe.to_json() if self.moe else None,
+                "model": self.architecture_payload()}
 
     # --- one tensor --------------------------------------------------------------------------
 
