@@ -220,3 +220,18 @@ def test_unknown_attention_shape_says_why():
     assert doc["kv_cache"]["available"] is False
     assert doc["kv_cache"]["reason"] == "the attention shape (KV heads, head dim) is unknown"
     assert doc["fits"]["kv_included"] is False
+
+
+GPT_OSS_20B = {"model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880,
+               "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+               "sliding_window": 128, "num_local_experts": 32, "experts_per_token": 4,
+               "layer_types": ["sliding_attention", "full_attention"] * 12,
+               "max_position_embeddings": 131072}
+
+
+def test_gpt_oss_layer_types_and_experts_per_token():
+    arch, doc = estimate(GPT_OSS_20B)
+    assert arch.fields["experts_per_token"] == (4, "config.json: experts_per_token")
+    assert arch.get("sliding_layers") == list(range(0, 24, 2))
+    row = 8 * 64 * 2 * 2
+    assert at(doc, 131072)["bytes"] == 12 * row * 131072 + 12 * row * 128

@@ -42,7 +42,7 @@ FIELDS = [
     Spec("heads", "Attention heads", "int", ("num_attention_heads", "n_head", "num_heads", "n_heads"),
          ("{arch}.attention.head_count",)),
     Spec("kv_heads", "KV heads", "int",
-         ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num"),
+         ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "kv_n_heads"),
          ("{arch}.attention.head_count_kv",)),
     Spec("head_dim", "Head dim", "int", ("head_dim", "kv_channels"), ("{arch}.attention.key_length",)),
     Spec("value_head_dim", "Value head dim", "int", ("v_head_dim",), ("{arch}.attention.value_length",)),
@@ -55,7 +55,8 @@ FIELDS = [
     Spec("rope_scaling", "RoPE scaling", "any", ("rope_scaling",), ()),
     Spec("sliding_window", "Sliding window", "int", ("sliding_window",), ("{arch}.attention.sliding_window",)),
     Spec("sliding_layers", "Sliding-window layers", "any", (), ()),
-    Spec("experts", "Experts", "int", ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
+    Spec("experts", "Experts", "int", ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
+                                       "num_experts_routed"),
          ("{arch}.expert_count",)),
     Spec("experts_per_token", "Experts per token", "int", moe_detect.TOP_K_KEYS, ("{arch}.expert_used_count",)),
     Spec("shared_experts", "Shared experts", "int", ("n_shared_experts", "num_shared_experts"),
@@ -71,7 +72,8 @@ FIELDS = [
 ]
 SPECS = {s.key: s for s in FIELDS}
 # Multimodal and wrapper configs keep the language model's numbers one level down.
-NESTED = ("text_config", "llm_config", "language_config", "config", "model_config")
+NESTED = ("text_config", "llm_config", "language_config", "config", "model_config",
+          "ffn_config", "attn_config")   # the last two: DBRX
 # Torch checkpoint extras that hold a model config (Lightning, fairseq-style, hand-written).
 TORCH_CONFIG_KEYS = ("hyper_parameters", "hparams", "config", "model_config", "model_args", "args", "cfg")
 # llama.cpp's per-family sliding-window patterns where the GGUF has no pattern key: every Nth layer

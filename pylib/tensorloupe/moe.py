@@ -29,7 +29,8 @@ GGUF_EXPS = re.compile(r"^(?P<prefix>blk\.\d+)\.ffn_(?P<leaf>\w+)_exps\.weight$"
 GGUF_SHEXP = re.compile(r"^(?P<prefix>blk\.\d+)\.ffn_(?P<leaf>\w+)_shexp\.weight$")
 GGUF_ROUTER = "ffn_gate_inp.weight"
 # config.json keys that say how many experts each token is routed to (Mixtral/Qwen/DeepSeek/...).
-TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts",
+              "experts_per_token", "num_experts_per_token", "moe_top_k")
 LAYER_NUMBER = re.compile(r"(?:^|\.)(?:layers|layer|blk|h|blocks|block)\.(\d+)(?:\.|$)")
 
 
