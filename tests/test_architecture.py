@@ -250,3 +250,21 @@ def test_an_absurd_layer_count_is_ignored_not_expanded(capsys, demo_path, tmp_pa
     doc = inspect(capsys, tmp_path / "demo-moe.safetensors")
     assert fields(doc)["layers"] == (4, "embedded config (__metadata__ config): num_hidden_layers")
     assert fields(doc)["sliding_layers"][0] == [0, 1, 2, 3]
+
+
+def test_tied_weights_saved_by_torch_count_once(capsys, tmp_path):
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = torch.nn.Embedding(50, 8)
+            self.norm = torch.nn.LayerNorm(8)
+            self.lm_head = torch.nn.Linear(8, 50, bias=False)
+            self.lm_head.weight = self.embed_tokens.weight      # tied, as tie_word_embeddings does
+    net = Tiny()
+    path = tmp_path / "tied.pt"
+    torch.save(net.state_dict(), path)
+    doc = inspect(capsys, path)
+    params = doc["architecture"]["parameters"]
+    assert params["total"] == sum(p.numel() for p in net.parameters()) == 50 * 8 + 16
+    assert params["tied"]["tensors"] == 1 and params["tied"]["parameters"] == 400
+    assert fields(doc)["tied_embeddings"] == (True, "inferred: lm_head.weight is stored as the same tensor as embed_tokens.weight")

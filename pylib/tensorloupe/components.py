@@ -93,6 +93,7 @@ class Breakdown:
     components: dict[str, Count] = field(default_factory=dict)
     training: dict[str, Count] = field(default_factory=dict)
     buffers: Count = field(default_factory=Count)
+    tied: Count = field(default_factory=Count)   # the same storage view as a tensor counted already
     model_tensors: list[Tensor] = field(default_factory=list)
 
     @property
@@ -118,7 +119,7 @@ class Breakdown:
     def to_json(self) -> dict:
         return {"by_component": {k: c.to_json() for k, c in self.components.items()},
                 "training_state": {k: c.to_json() for k, c in self.training.items()},
-                "buffers": self.buffers.to_json()}
+                "buffers": self.buffers.to_json(), "tied": self.tied.to_json()}
 
 
 def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
@@ -132,6 +133,7 @@ def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
             special.update({name: "shared_experts" for name in layer.shared})
             special.update({name: "router" for name in layer.router})
     out = Breakdown({k: Count() for k in COMPONENTS})
+    views: dict[tuple, str] = {}
     for t in checkpoint.tensors:
         group = training_group(t.name)
         if group is not None:
@@ -140,10 +142,28 @@ def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
         if BUFFER.search(t.name):
             out.buffers.add(t)
             continue
+        key = view_key(t)
+        if key is not None and key in views:
+            # torch saves a tied weight (lm_head = embed_tokens) once, with both names viewing the
+            # same storage the same way; like torch's parameters(), count it once
+            out.tied.add(t)
+            continue
+        if key is not None:
+            views[key] = t.name
         out.components[special.get(t.name) or component_of(t.name)].add(t)
         out.model_tensors.append(t)
     out.components = {k: c for k, c in out.components.items() if c.tensors}
     return out
+
+
+def view_key(t: Tensor) -> tuple | None:
+    """What makes two torch tensors the same weight: one storage viewed at the same offset, shape,
+    strides and dtype. None for formats whose tensors never share bytes."""
+    storage = t.info.get("storage")
+    if storage is None:
+        return None
+    return (id(t.source.root()) if t.source is not None else None, storage, t.offset, t.shape,
+            t.strides, t.dtype)
 
 
 def component_of(name: str) -> str:

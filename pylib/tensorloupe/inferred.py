@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .components import training_group
+from .components import training_group, view_key
 from .model import Checkpoint
 from .moe import MoE
 from .roles import role_of
@@ -70,7 +70,10 @@ def infer(ckpt: Checkpoint, found_moe: MoE, hidden=None) -> dict[str, tuple]:
     if embed is not None:
         head = next((t for t, r in roles if r.layer is None and r.role.endswith(HEAD_ROLES)
                      and t is not embed), None)
-        if head is None:
+        same = head is not None and view_key(head) is not None and view_key(head) == view_key(embed)
+        if same:
+            put("tied_embeddings", True, f"inferred: {head.name} is stored as the same tensor as {embed.name}")
+        elif head is None:
             put("tied_embeddings", True, f"inferred: no output head tensor beside {embed.name}")
         else:
             put("tied_embeddings", False, f"inferred: {head.name} is stored apart from {embed.name}")
