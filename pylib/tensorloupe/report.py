@@ -28,13 +28,20 @@ def jsonable(value, depth: int = 0):
     return str(value)
 
 
-def inspect_json(ckpt: Checkpoint) -> dict:
-    ckpt.locate_all()
+def checkpoint_json(ckpt: Checkpoint, render=jsonable) -> dict:
+    """The one JSON shape of a checkpoint: `inspect --json` prints it, the page's model payload
+    is built on it (web/handlers.py). Never reads: an offset not known yet is null (see
+    Checkpoint.locate_all). `render` makes metadata and extras JSON-able (the page bounds them)."""
     return {"file": ckpt.name, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
-            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": jsonable(ckpt.metadata),
-            "warnings": list(ckpt.warnings), "extras": jsonable(ckpt.extras),
+            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": render(ckpt.metadata),
+            "warnings": [str(w) for w in ckpt.warnings], "extras": render(ckpt.extras),
             "tensors": [t.to_json() for t in ckpt.tensors]}
+
+
+def inspect_json(ckpt: Checkpoint) -> dict:
+    ckpt.locate_all()
+    return checkpoint_json(ckpt)
 
 
 def human_bytes(n: int) -> str:

@@ -11,7 +11,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import tensorloupe
-from tensorloupe import colormap
+from tensorloupe import colormap, report
 from tensorloupe.web.handlers import MAX_LIST_ITEMS, ExactJob, Session, dispatch, preview
 
 
@@ -33,22 +33,43 @@ def files(tmp_path):
     return tmp_path
 
 
+def records(result) -> list[dict]:
+    """The page's tensor table as records (what web/model.js decodes)."""
+    table = result["tensors"]
+    return [dict(zip(table["columns"], row)) for row in table["rows"]]
+
+
 def test_open_reports_summary_tensors_and_moe(files):
     s = Session()
     result, buffers = call(s, "open", path=str(files / "a.safetensors"))
     assert buffers == []
-    summary = result["summary"]
-    assert (summary["name"], summary["format"], summary["tensor_count"]) == ("a.safetensors", "safetensors", 2)
-    assert summary["parameters"] == 300 * 500 + 3 * 20 * 30
-    assert summary["parameters_by_dtype"] == [["F32", 150000, 600000], ["F16", 1800, 3600]]
-    assert sorted(row[:4] for row in result["tensors"]) == [["cube", "F16", [3, 20, 30], 3600], ["x", "F32", [300, 500], 600000]]
+    assert (result["file"], result["format"], result["tensor_count"]) == ("a.safetensors", "safetensors", 2)
+    assert result["parameters"] == 300 * 500 + 3 * 20 * 30
+    assert result["parameters_by_dtype"] == {"F32": 150000, "F16": 1800}
+    assert result["bytes_by_dtype"] == {"F32": 600000, "F16": 3600}
+    assert sorted((t["name"], t["dtype"], t["shape"], t["nbytes"]) for t in records(result)) == [
+        ("cube", "F16", [3, 20, 30], 3600), ("x", "F32", [300, 500], 600000)]
     assert result["moe"]["detected"] is False
+
+
+def test_the_page_payload_is_inspect_json(files):
+    # One serialisation of a checkpoint: the page gets `inspect --json`'s fields and tensor
+    # records (less `info`, which the "tensor" reply carries), plus page-only fields.
+    s = Session()
+    result, _ = call(s, "open", path=str(files / "a.safetensors"))
+    listing = report.inspect_json(tensorloupe.open(str(files / "a.safetensors")))
+    assert records(result) == [{k: t.get(k) for k in result["tensors"]["columns"]} for t in listing["tensors"]]
+    assert all(set(t) - {"info"} <= set(result["tensors"]["columns"]) for t in listing["tensors"])
+    page_only = {"bytes_by_dtype", "moe"}
+    assert set(result) == set(listing) | page_only
+    assert {k: v for k, v in result.items() if k not in page_only | {"tensors"}} == {
+        k: v for k, v in listing.items() if k != "tensors"}
 
 
 def test_open_demo_detects_experts():
     s = Session()
     result, _ = call(s, "open_demo")
-    assert result["summary"]["name"] == "demo-moe.safetensors"
+    assert result["file"] == "demo-moe.safetensors"
     assert result["moe"]["detected"] and result["moe"]["expert_count"] == 8 and result["moe"]["top_k"] == 2
 
 
@@ -269,7 +290,7 @@ def test_torch_offsets_are_found_on_first_use(tmp_path):
     torch.save({"a": torch.arange(6.0), "b": torch.ones(3, 4)}, path)
     s = Session()
     result, _ = call(s, "open", path=str(path))
-    assert [row[4] for row in result["tensors"]] == [None, None]
+    assert [t["offset"] for t in records(result)] == [None, None]
     reply, _ = call(s, "tensor", name="b")
     with zipfile.ZipFile(path) as z:
         info = next(i for i in z.infolist() if i.filename.endswith("data/1"))
