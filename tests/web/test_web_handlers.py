@@ -12,7 +12,7 @@ from safetensors.numpy import save_file
 
 import tensorloupe
 from tensorloupe import colormap, report
-from tensorloupe.web.handlers import MAX_LIST_ITEMS, ExactJob, Session, dispatch, preview
+from tensorloupe.web.handlers import MAX_LIST_ITEMS, Session, dispatch, exact_job, preview
 
 
 def call(session: Session, op: str, **args):
@@ -109,26 +109,27 @@ def test_heatmap_plane_and_index(files):
 
 def test_stepwise_exact_stats_equal_exact_stats(files):
     t = tensorloupe.open(files / "a.safetensors").tensor("x")
-    job = ExactJob(t, chunk_elems=4096)     # many steps, as for a large tensor
+    job = exact_job(t, chunk_elems=4096)     # many steps, as for a large tensor
     steps = 0
     while not job.finished:
         job.step()
         steps += 1
     assert steps == math.ceil(150000 / 4096)
-    assert job.stats.to_json() == tensorloupe.exact_stats(t, chunk_elems=4096).to_json()
+    assert job.result()["stats"] == tensorloupe.exact_stats(t, chunk_elems=4096).to_json()
 
 
 def test_exact_stats_messages_and_cancel(files):
     s = Session()
     call(s, "open", path=str(files / "a.safetensors"))
     started, _ = call(s, "exact_start", name="x")
-    step, _ = call(s, "exact_step", job=started["job"])
+    step, _ = call(s, "job_step", job=started["job"])
     assert step["finished"] and step["done"] == step["total"] == 150000
     assert step["stats"]["nan"] == 1
     started, _ = call(s, "exact_start", name="x")
-    assert call(s, "exact_cancel", job=started["job"])[0] == {"cancelled": True}
+    assert call(s, "job_cancel", job=started["job"])[0] == {"cancelled": True}
+    assert call(s, "job_cancel", job=started["job"])[0] == {"cancelled": False}
     with pytest.raises(tensorloupe.TensorloupeError, match="not running"):
-        s.handle("exact_step", {"job": started["job"]})
+        s.handle("job_step", {"job": started["job"]})
 
 
 def test_a_failed_open_keeps_the_previous_checkpoint(files, monkeypatch):
@@ -167,6 +168,7 @@ def test_hello_sends_the_palette():
     result, (palette,) = call(Session(), "hello")
     assert palette == colormap.palette_rgba()
     assert result["palette_levels"] == colormap.GRADIENT_LEVELS
+    assert result["jobs"] == ["exact", "moe"]      # the worker steps these (jobs.py)
 
 
 # --- the Experts tab: the redundancy analysis as a job, the threshold, experts side by side -------
@@ -177,7 +179,7 @@ def run_moe(s: Session, **args) -> tuple[list[dict], dict]:
     assert started["done"] == 0 and not started["finished"]
     replies = []
     while True:
-        step, _ = call(s, "moe_step", job=started["job"])
+        step, _ = call(s, "job_step", job=started["job"])
         if step["finished"]:
             return replies, step
         replies.append(step)
@@ -227,14 +229,19 @@ def test_moe_cancel_and_errors(files):
         s.handle("moe_start", {})
     call(s, "open_demo")
     started, _ = call(s, "moe_start")
-    call(s, "moe_step", job=started["job"])
-    assert call(s, "moe_cancel", job=started["job"])[0] == {"cancelled": True}
-    with pytest.raises(tensorloupe.TensorloupeError, match="expert analysis job .* not running"):
-        s.handle("moe_step", {"job": started["job"]})
-    # An exact-statistics job id is not an analysis job, and the other way round.
+    call(s, "job_step", job=started["job"])
     exact, _ = call(s, "exact_start", name="lm_head.weight")
-    assert call(s, "moe_cancel", job=exact["job"])[0] == {"cancelled": False}
-    assert call(s, "exact_cancel", job=exact["job"])[0] == {"cancelled": True}
+    assert exact["job"] != started["job"]           # two jobs at once, each by its own number
+    assert call(s, "job_cancel", job=started["job"])[0] == {"cancelled": True}
+    with pytest.raises(tensorloupe.TensorloupeError, match="not running"):
+        s.handle("job_step", {"job": started["job"]})
+    assert s.analysis is None                       # a cancelled analysis is not kept
+    assert call(s, "job_step", job=exact["job"])[0]["finished"]
+    # Opening another checkpoint drops the jobs of the one before.
+    started, _ = call(s, "moe_start")
+    call(s, "open_demo")
+    with pytest.raises(tensorloupe.TensorloupeError, match="not running"):
+        s.handle("job_step", {"job": started["job"]})
 
 
 def test_moe_similarity_pixels():

@@ -23,6 +23,7 @@ from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, va
 from ..jsonable import json_number
 from ..stats import Stats
 from . import files, remote
+from .jobs import Job, Jobs
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice
 
@@ -33,35 +34,11 @@ MAX_LIST_ITEMS = 48
 MAX_STRING = 4000
 
 
-class ExactJob:
-    """`exact_stats` one chunk per step, so the worker can answer messages (cancel!) between them.
-
-    A job (this one and moe_ops.AnalysisJob) has `step()`, `finished`, `progress()` (JSON sent
-    after every step) and `result()` (JSON added to the last step's reply)."""
-
-    label = "exact statistics"
-
-    def __init__(self, tensor, chunk_elems: int = EXACT_CHUNK_ELEMS):
-        dtype_of(tensor)  # refuse an unreadable tensor now, not at the first step
-        self.steps = exact_stats_steps(tensor, chunk_elems)
-        self.total = tensor.numel
-        self.done = 0
-        self.stats = Stats()
-        self.finished = self.total == 0
-
-    def step(self) -> None:
-        try:
-            self.done, self.total, self.stats = next(self.steps)
-        except StopIteration:
-            self.finished = True
-            return
-        self.finished = self.done >= self.total
-
-    def progress(self) -> dict:
-        return {"done": self.done, "total": self.total}
-
-    def result(self) -> dict:
-        return {"stats": self.stats.to_json()}
+def exact_job(tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Job:
+    """`exact_stats` one chunk per step (jobs.py): the page shows progress and may cancel."""
+    dtype_of(tensor)  # refuse an unreadable tensor now, not at the first step
+    return Job("exact statistics", exact_stats_steps(tensor, chunk_elems), tensor.numel, state=Stats(),
+               result=lambda stats: {"stats": stats.to_json()})
 
 
 class Session(MoEOps):
@@ -71,8 +48,7 @@ class Session(MoEOps):
         self.checkpoint: Checkpoint | None = None
         self.moe = None
         self.analysis = None          # the last expert analysis, as measured (moe_ops)
-        self.jobs: dict[int, object] = {}
-        self.next_job = 1
+        self.jobs = Jobs()
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -95,8 +71,13 @@ class Session(MoEOps):
 
     # --- opening -----------------------------------------------------------------------------
 
+    def job_names(self) -> list[str]:
+        """The requests that are jobs (jobs.py): every `op_<name>_start`."""
+        return sorted(name[3:-6] for name in dir(self) if name.startswith("op_") and name.endswith("_start"))
+
     def op_hello(self, args):
         return {"python": sys.version.split()[0], "palette_levels": colormap.GRADIENT_LEVELS,
+                "jobs": self.job_names(),
                 "specials": {"nan": colormap.NAN_INDEX, "posinf": colormap.POSINF_INDEX,
                              "neginf": colormap.NEGINF_INDEX}}, [colormap.palette_rgba()]
 
@@ -200,45 +181,16 @@ class Session(MoEOps):
         start, count = int(args.get("start", 0)), min(MAX_VALUES, int(args.get("count", 1)))
         return {"start": start, "values": [json_number(v) for v in values(t, start, count)]}, []
 
-    # --- exact statistics, stepwise ----------------------------------------------------------
+    # --- jobs (jobs.py): long work in steps, so that the worker can take a cancel between them ---
 
     def op_exact_start(self, args):
-        t = self.current().tensor(args["name"])
-        return self.start_job(ExactJob(t)), []
+        return self.jobs.start(exact_job(self.current().tensor(args["name"]))), []
 
-    def op_exact_step(self, args):
-        return self.step_job(args, ExactJob)[0], []
+    def op_job_step(self, args):
+        return self.jobs.step(int(args["job"])), []
 
-    def op_exact_cancel(self, args):
-        return self.cancel_job(args, ExactJob), []
-
-    # --- jobs: long work in steps, so that the worker can take a cancel between them ------------
-
-    def start_job(self, job) -> dict:
-        job_id = self.next_job
-        self.next_job += 1
-        self.jobs[job_id] = job
-        return {"job": job_id, "finished": False, **job.progress()}
-
-    def step_job(self, args, kind) -> tuple[dict, object]:
-        """One step of job `args["job"]`; the reply has its progress, and its result once finished."""
-        job_id = int(args["job"])
-        job = self.jobs.get(job_id)
-        if not isinstance(job, kind):
-            raise UsageError(f"{kind.label} job {job_id} is not running (cancelled?)")
-        job.step()
-        out = {"job": job_id, "finished": job.finished, **job.progress()}
-        if job.finished:
-            del self.jobs[job_id]
-            out.update(job.result())
-        return out, job
-
-    def cancel_job(self, args, kind) -> dict:
-        job_id = int(args["job"])
-        if isinstance(self.jobs.get(job_id), kind):
-            del self.jobs[job_id]
-            return {"cancelled": True}
-        return {"cancelled": False}
+    def op_job_cancel(self, args):
+        return self.jobs.cancel(int(args["job"])), []
 
 
 # The tensor records of `inspect --json`, less `info` (format-specific extras: half the bytes;
