@@ -4,38 +4,19 @@ from __future__ import annotations
 
 
 from .model import Checkpoint, Tensor
-from .jsonable import json_number
+from .jsonable import FULL, Limits, bounded, json_number
 
 BAR = "█▉▊▋▌▍▎▏"
 
 
-def jsonable(value, depth: int = 0):
-    """Metadata made safe for JSON: no NaN/Inf floats, bytes as hex, unknown objects as text."""
-    if depth > 32:
-        return "…"
-    if isinstance(value, float) or isinstance(value, complex):
-        return json_number(value)
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, (bytes, bytearray)):
-        return {"bytes": len(value), "hex": bytes(value[:32]).hex()}
-    if isinstance(value, dict):
-        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v, depth + 1) for v in value]
-    if hasattr(value, "to_json"):
-        return jsonable(value.to_json(), depth + 1)
-    return str(value)
-
-
-def checkpoint_json(ckpt: Checkpoint, render=jsonable) -> dict:
+def checkpoint_json(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
     """The one JSON shape of a checkpoint: `inspect --json` prints it, the page's model payload
     is built on it (web/handlers.py). Never reads: an offset not known yet is null (see
-    Checkpoint.locate_all). `render` makes metadata and extras JSON-able (the page bounds them)."""
+    Checkpoint.locate_all). `limits` bound metadata and extras (the page previews them)."""
     return {"file": ckpt.name, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
-            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": render(ckpt.metadata),
-            "warnings": [str(w) for w in ckpt.warnings], "extras": render(ckpt.extras),
+            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata, limits),
+            "warnings": [str(w) for w in ckpt.warnings], "extras": bounded(ckpt.extras, limits),
             "tensors": [t.to_json() for t in ckpt.tensors]}
 
 
@@ -81,7 +62,7 @@ def print_inspect(ckpt: Checkpoint) -> None:
     if ckpt.metadata:
         print("\nMetadata")
         for key, value in ckpt.metadata.items():
-            print(f"  {key}: {short(jsonable(value))}")
+            print(f"  {key}: {short(bounded(value))}")
     safety = ckpt.extras.get("safety")
     if safety:
         print_safety(safety)

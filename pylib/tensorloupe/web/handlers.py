@@ -20,7 +20,7 @@ from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
 from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
-from ..jsonable import json_number
+from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
 from . import files, remote
 from .jobs import Job, Jobs
@@ -29,9 +29,6 @@ from .views import heatmap_reply, lattice
 
 HISTOGRAM_BINS = 64
 MAX_VALUES = 4096       # elements per `values` request
-# Metadata can hold whole tokenizers (150k strings): the summary shows a bounded preview.
-MAX_LIST_ITEMS = 48
-MAX_STRING = 4000
 
 
 def exact_job(tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Job:
@@ -145,7 +142,7 @@ class Session(MoEOps):
         its tensors as a table (page_table), plus what only the page needs: bytes by dtype and
         the MoE structure."""
         ckpt = self.current()
-        out = report.checkpoint_json(ckpt, render=lambda value: preview(report.jsonable(value)))
+        out = report.checkpoint_json(ckpt, PREVIEW)
         out["tensors"] = page_table(out["tensors"])
         bytes_by_dtype: dict[str, int] = {}
         for t in ckpt.tensors:
@@ -203,22 +200,6 @@ PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "s
 def page_table(records: list[dict]) -> dict:
     return {"columns": list(PAGE_TENSOR_COLUMNS),
             "rows": [[r.get(key) for key in PAGE_TENSOR_COLUMNS] for r in records]}
-
-
-def preview(value, depth: int = 0):
-    """A bounded copy of JSON-able data: long lists and strings are cut, with a note of how much."""
-    if isinstance(value, str):
-        if len(value) > MAX_STRING:
-            return f"{value[:MAX_STRING]}… ({len(value):,} characters)"
-        return value
-    if isinstance(value, list):
-        head = [preview(v, depth + 1) for v in value[:MAX_LIST_ITEMS]]
-        if len(value) > MAX_LIST_ITEMS:
-            head.append(f"… {len(value) - MAX_LIST_ITEMS:,} more ({len(value):,} items)")
-        return head
-    if isinstance(value, dict):
-        return {k: preview(v, depth + 1) for k, v in value.items()}
-    return value
 
 
 session = Session()
