@@ -130,10 +130,11 @@ def test_malicious_data_pkl_in_a_torch_save_file(tmp_path, monkeypatch):
                                         "args": [f"touch {tf.CANARY_NAME}"]}
 
 
-def test_unregistered_extension_code_is_an_inert_unknown(tmp_path):
+def test_unregistered_extension_code_is_inert(tmp_path):
+    # a real unpickler stops at an unregistered extension code: nothing can run
     ckpt = tensorloupe.open(evil_zip(tmp_path, b"\x80\x02\x82\xf2" + text("x") + b"\x85R."))
     (entry,) = ckpt.extras["safety"]["globals"]
-    assert entry["verdict"] == "unknown" and "unregistered_code_242" in entry["name"]
+    assert entry["verdict"] == "inert" and "unregistered_code_242" in entry["name"]
 
 
 # --- resource bombs: one per test, each with its own clear error ------------------------------------

@@ -92,7 +92,12 @@ def test_magic_and_version_are_checked():
         torch_legacy.read(MemorySource(bad, "v.pt"))
     assert torch_legacy.sniff(bad, len(bad), "v.pt")
     assert torch_legacy.sniff(pickle.dumps(torch_legacy.MAGIC_NUMBER, protocol=0), 0, "x")
-    assert not torch_legacy.sniff(pickle.dumps(12345, protocol=2), 0, "x")
+    # any other binary pickle is what torch.load's legacy path would unpickle: read for its report
+    plain = pickle.dumps(12345, protocol=2)
+    assert torch_legacy.sniff(plain, 0, "x")
+    ckpt = torch_legacy.read(MemorySource(plain, "x.pt"))
+    assert ckpt.format == "pickle" and ckpt.tensors == [] and ckpt.metadata == {"root": 12345}
+    assert "torch.load(weights_only=False) unpickles its first 6 bytes" in ckpt.warnings[0]
 
 
 # Protocol 0 cannot carry torch's tuple persistent ids (pickle writes str(tuple)): torch.load

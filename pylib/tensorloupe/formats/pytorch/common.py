@@ -194,8 +194,10 @@ def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: b
 
 def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate, *,
                big_endian: bool = False, warnings: list[str] | None = None,
-               extras: dict | None = None) -> Checkpoint:
-    """The Checkpoint for an unpickled torch object: descriptors, metadata, safety report."""
+               extras: dict | None = None, notes: list[str] | None = None) -> Checkpoint:
+    """The Checkpoint for an unpickled torch object: descriptors, metadata, safety report.
+    `notes` are what makes the file's layout deceptive (several data.pkl, bytes before the
+    archive, a failed CRC): they go into the safety report and lead the warnings."""
     try:
         found = find_tensors(root)
     except TensorloupeError as e:
@@ -221,7 +223,7 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
         main = main.get(part, main) if type(main) is dict else main
     rendered = render(root, names, main if prefix else None,
                       sum(t.name.startswith(prefix) for t in tensors), prefix)
-    safety = safety_report(pickles)
+    safety = safety_report(pickles, notes or [])
     warnings = safety_warnings(safety) + list(warnings or [])
     problems = [t for t in tensors if t.problem]
     warnings += [f"tensor {t.name!r}: {t.problem}" for t in problems[:MAX_PROBLEM_WARNINGS]]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import _compat_pickle
 import struct
 
-from ...unpickling.values import Marker, StandIn, Stateful, check_key
+from ...unpickling.values import Marker, StandIn, Stateful, safe_keys
 
 # torch dtype name -> (tensorloupe dtype table name or None if we cannot decode it, bytes per element)
 TORCH_DTYPES: dict[str, tuple[str | None, int]] = {
@@ -152,15 +152,17 @@ def _rebuild_meta(args, kwargs):
 
 
 def _ordered_dict(args, kwargs):
-    out: dict = {}
-    for key, value in (args[0] if args and type(args[0]) in (list, tuple) else ()):
-        out[check_key(key)] = value
-    return out
+    pairs = list(args[0]) if args and type(args[0]) in (list, tuple) else []
+    if not all(type(pair) in (list, tuple) and len(pair) == 2 for pair in pairs):
+        raise TypeError("OrderedDict is given items that are not (key, value) pairs")
+    return dict(zip(safe_keys(key for key, _ in pairs), (value for _, value in pairs)))
 
 
 def _device(args, kwargs):
-    # torch.device("cuda", 0) -> "cuda:0"
-    return ":".join(str(a) for a in args if type(a) in (str, int) and len(str(a)) < 40)
+    # torch.device("cuda", 0) -> "cuda:0" (no str() of a pickle int over 64 bits: it may have
+    # more digits than str() allows)
+    return ":".join(a if type(a) is str else str(a) for a in args
+                    if (type(a) is str and len(a) < 40) or (type(a) is int and a.bit_length() < 64))
 
 
 def _codecs_encode(args, kwargs):
@@ -214,8 +216,8 @@ _DATA_BUILDERS = {
     "torch.Size": _sized(tuple, (list, tuple)),
     "torch.device": _device,
     "_codecs.encode": _codecs_encode,
-    "builtins.set": _sized(lambda items=(): set(map(check_key, items)), (list, tuple)),
-    "builtins.frozenset": _sized(lambda items=(): frozenset(map(check_key, items)), (list, tuple)),
+    "builtins.set": _sized(lambda items=(): set(safe_keys(items)), (list, tuple)),
+    "builtins.frozenset": _sized(lambda items=(): frozenset(safe_keys(items)), (list, tuple)),
     "builtins.complex": _sized(complex, (int, float)),
     "builtins.bytearray": _sized(bytearray, (bytes, bytearray)),
     "builtins.bytes": _sized(bytes, (bytes,)),
@@ -234,29 +236,81 @@ _ALLOWED_VALUES = {"numpy.ndarray", "torch.Tensor", "torch.nn.parameter.Paramete
     f"{module}.{name.removesuffix('Storage')}Tensor" for module in ("torch", "torch.cuda")
     for name in STORAGE_CLASSES}
 
-DANGEROUS_MODULES = frozenset({
-    "os", "posix", "nt", "subprocess", "sys", "runpy", "importlib", "pickle", "_pickle", "shutil",
-    "socket", "webbrowser", "ctypes", "code", "codeop", "pty", "commands", "multiprocessing",
-    "asyncio", "urllib", "http", "requests", "marshal", "pdb", "bdb", "timeit", "signal",
-    "_thread", "threading", "tempfile", "pathlib", "io", "_io", "posixpath", "ntpath",
-    "zipimport", "imp", "types", "cProfile", "profile", "trace", "pip", "setuptools",
-    "distutils", "ftplib", "smtplib", "telnetlib", "xmlrpc", "dill", "joblib", "cloudpickle",
-    "_posixsubprocess", "_winapi", "msvcrt", "gc", "inspect", "sysconfig", "site",
-})
-DANGEROUS_NAMES = frozenset({
-    "builtins.eval", "builtins.exec", "builtins.compile", "builtins.getattr", "builtins.setattr",
-    "builtins.delattr", "builtins.__import__", "builtins.open", "builtins.globals",
-    "builtins.locals", "builtins.vars", "builtins.input", "builtins.breakpoint", "builtins.help",
-    "builtins.exit", "builtins.quit", "builtins.type", "operator.attrgetter",
-    "operator.methodcaller", "functools.partial", "functools.reduce", "torch.load", "torch.save",
-    "torch.hub.load", "torch.jit.load", "torch.serialization.load",
-    "torch.storage._load_from_bytes", "numpy.load", "numpy.fromfile",
-    "numpy.testing._private.utils.runstring",
-})
-
-
+# The verdict is honest by construction: a global is "allowed" (rebuilt as data here), "inert"
+# (on the short list below of names known not to run code when a real unpickler calls them), or
+# "dangerous": either a row below that says what it runs, or, for every other name, "may execute
+# code" (a real unpickler imports its module, which may run code, then calls it).
+MAY_EXECUTE = "not on the allow-list: torch.load(weights_only=False) imports it and may execute code"
+RUNS_COMMAND, IMPORTS, CALLS, EXECUTES = ("runs a shell command", "imports any module by name",
+                                          "calls any callable it is given",
+                                          "executes Python source or bytecode")
+DANGEROUS_MODULES: dict[str, str] = {
+    **dict.fromkeys(("os", "posix", "nt", "_posixsubprocess", "_winapi", "subprocess", "pty",
+                     "commands", "multiprocessing", "asyncio"), "runs commands or processes"),
+    **dict.fromkeys(("runpy", "code", "codeop", "pdb", "bdb", "timeit", "cProfile", "profile",
+                     "trace", "doctest", "idlelib", "lib2to3", "torch.jit", "torch.package",
+                     "torch.utils.cpp_extension"), EXECUTES),
+    **dict.fromkeys(("importlib", "_frozen_importlib", "_frozen_importlib_external", "imp",
+                     "zipimport", "pkgutil", "site", "sysconfig", "pip", "setuptools", "distutils",
+                     "torch.hub"), IMPORTS),
+    **dict.fromkeys(("pickle", "_pickle", "marshal", "dill", "joblib", "cloudpickle", "shelve",
+                     "torch.serialization", "torch.utils.data.datapipes"),
+                    "unpickles or loads further data (its handlers call pickle.loads)"),
+    **dict.fromkeys(("socket", "urllib", "http", "requests", "ftplib", "smtplib", "telnetlib",
+                     "imaplib", "poplib", "xmlrpc", "webbrowser"), "opens connections or runs a "
+                    "program (imaplib.IMAP4_stream, webbrowser)"),
+    **dict.fromkeys(("shutil", "tempfile", "pathlib", "io", "_io", "posixpath", "ntpath",
+                     "fileinput", "glob"), "reads, writes or deletes files"),
+    **dict.fromkeys(("sys", "ctypes", "_ctypes", "signal", "_thread", "threading", "gc", "inspect",
+                     "types", "functools", "_functools", "operator", "_operator", "copyreg",
+                     "builtins", "logging.config", "mailcap", "pydoc", "uuid",
+                     "torch.utils.collect_env", "torch._C"),
+                    "has gadgets that call, import or run what a pickle gives them"),
+}
+DANGEROUS_NAMES: dict[str, str] = {
+    **dict.fromkeys(("builtins.eval", "builtins.exec", "builtins.compile",
+                     "torch.jit.unsupported_tensor_ops.execWrapper",
+                     "numpy.testing._private.utils.runstring", "doctest.run_docstring_examples"),
+                    EXECUTES),
+    **dict.fromkeys(("builtins.__import__", "_frozen_importlib._gcd_import", "pydoc.locate",
+                     "pkgutil.resolve_name", "importlib.import_module"), IMPORTS),
+    **dict.fromkeys(("builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins.globals",
+                     "builtins.locals", "builtins.vars", "operator.attrgetter",
+                     "_operator.attrgetter"), "reaches or changes any attribute"),
+    **dict.fromkeys(("operator.methodcaller", "_operator.methodcaller", "functools.partial",
+                     "_functools.partial", "functools.reduce", "_functools.reduce", "builtins.map",
+                     "builtins.filter", "copyreg._reconstructor", "builtins.type"), CALLS),
+    **dict.fromkeys(("pydoc.pipepager", "pydoc.tempfilepager", "uuid._get_command_stdout",
+                     "imaplib.IMAP4_stream", "mailcap.findmatch", "torch.utils.collect_env.run",
+                     "os.system", "posix.system", "_os.posix_spawn", "os.posix_spawn"),
+                    RUNS_COMMAND),
+    "logging.config.dictConfig": "imports and calls whatever its configuration names",
+    "builtins.open": "opens (and creates) files",
+    **dict.fromkeys(("builtins.input", "builtins.breakpoint", "builtins.help", "builtins.exit",
+                     "builtins.quit"), "interacts with the terminal or stops the process"),
+    **dict.fromkeys(("torch.load", "torch.save", "torch.hub.load", "torch.jit.load",
+                     "torch.serialization.load", "torch.storage._load_from_bytes", "numpy.load",
+                     "numpy.lib.npyio.load", "numpy.lib._npyio_impl.load", "numpy.fromfile",
+                     "numpy.lib.format.read_array"),
+                    "loads another file or pickle (numpy.load with allow_pickle unpickles)"),
+}
+# The short list of names known not to run code when a real unpickler imports and calls them.
+INERT_NAMES: dict[str, str] = {
+    **dict.fromkeys((f"builtins.{t}" for t in ("int", "float", "str", "bool", "dict", "list",
+                                              "tuple", "range", "object", "NoneType")),
+                    "a builtin data type"),
+    **dict.fromkeys(("collections.defaultdict", "collections.Counter", "collections.deque",
+                     "argparse.Namespace", "datetime.datetime", "datetime.date", "datetime.time",
+                     "datetime.timedelta", "datetime.timezone", "decimal.Decimal",
+                     "fractions.Fraction", "uuid.UUID", "torch.serialization._get_layout"),
+                    "a standard data class"),
+    **dict.fromkeys(("copyreg.__newobj__", "copyreg.__newobj_ex__"),
+                    "creates an instance of a class the pickle names (judged on its own)"),
+}
+UNREGISTERED_EXT = "copyreg._extension_registry"
 _DANGEROUS_ATTRS = frozenset(name.rpartition(".")[2] for name in DANGEROUS_NAMES) | {
-    "system", "popen", "spawnv", "execv", "run", "call", "check_output", "Popen", "rmtree"}
+    "system", "popen", "spawnv", "execv", "run", "call", "check_output", "Popen", "rmtree",
+    "posix_spawn", "posix_spawnp", "_os"}
 
 
 def normalize(module: str, name: str) -> tuple[str, str]:
@@ -265,23 +319,34 @@ def normalize(module: str, name: str) -> tuple[str, str]:
     return _compat_pickle.IMPORT_MAPPING.get(module, module), name
 
 
-def verdict(module: str, name: str) -> str:
+def judge(module: str, name: str) -> tuple[str, str]:
+    """(verdict, reason): "allowed", "inert" or "dangerous", and why."""
     full = f"{module}.{name}"
     if full in _TENSOR_BUILDERS or full in _DATA_BUILDERS or full in _ALLOWED_VALUES or \
             _torch_value(full) is not None:
-        return "allowed"
-    parts = module.split(".")
-    if full in DANGEROUS_NAMES or any(".".join(parts[:i]) in DANGEROUS_MODULES
-                                      for i in range(1, len(parts) + 1)):
-        return "dangerous"
+        return "allowed", "read as data by tensorloupe (torch's own allow-list has it)"
+    if full in DANGEROUS_NAMES:
+        return "dangerous", DANGEROUS_NAMES[full]
     # A dotted name is an attribute walk from the module (protocol 4): through `os`, `eval` or a
     # dunder (`__globals__`, `__builtins__`) it reaches anything.
-    for part in name.split(".") if "." in name or "__" in name else ():
-        dunder = part.startswith("__") and part.endswith("__")
-        if part in DANGEROUS_MODULES or part in _DANGEROUS_ATTRS or \
-                (dunder and full not in ("copyreg.__newobj__", "copyreg.__newobj_ex__")):
-            return "dangerous"
-    return "unknown"
+    if "." in name or ("__" in name and full not in INERT_NAMES):
+        return "dangerous", "an attribute walk from a module (it can reach any object)"
+    if full in INERT_NAMES:
+        return "inert", INERT_NAMES[full]
+    if module == UNREGISTERED_EXT:
+        return "inert", "no extension is registered under this code: a real unpickler stops here"
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        reason = DANGEROUS_MODULES.get(".".join(parts[:i]))
+        if reason:
+            return "dangerous", f"module {'.'.join(parts[:i])} {reason}"
+    if module.startswith("torch.nn.modules.") and name[:1].isupper() and name.isidentifier():
+        return "inert", "a torch.nn module class (rebuilt by torch's own __setstate__)"
+    return "dangerous", MAY_EXECUTE
+
+
+def verdict(module: str, name: str) -> str:
+    return judge(module, name)[0]
 
 
 def _torch_value(full_name: str):
@@ -294,8 +359,17 @@ def _torch_value(full_name: str):
     return None
 
 
+# Allow-listed builders that are functions, not classes: NEWOBJ (cls.__new__(cls, ...)) on them
+# fails in torch (weights_only or not), so it is refused here too instead of read as a call.
+_FUNCTIONS = frozenset(_TENSOR_BUILDERS) | {
+    "_codecs.encode", "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
+
+
 def resolve(module: str, name: str) -> StandIn:
     module, name = normalize(module, name)
     full = f"{module}.{name}"
     builder = _TENSOR_BUILDERS.get(full) or _DATA_BUILDERS.get(full)
-    return StandIn(full, verdict(module, name), builder, _torch_value(full))
+    verdict, reason = judge(module, name)
+    return StandIn(full, verdict, builder, _torch_value(full), reason=reason,
+                   function=full in _FUNCTIONS)
