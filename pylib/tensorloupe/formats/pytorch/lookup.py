@@ -10,7 +10,7 @@ So with two members whose names are equal but for case (or equal outright), whic
 depends on where the heap sort put them and where the binary search probes: neither "the first"
 nor "the last". `Lookup` replays miniz's heap sort and binary search on the raw name bytes of the
 central directory (not the decoded names: zipfile cuts a name at a NUL byte, miniz does not), so
-tensorloupe analyses the member torch would unpickle. tests/test_torch_zip_tricks.py checks it
+tensorloupe analyses the member torch would unpickle. tests/test_torch_hostile.py checks it
 against torch.load on shuffled archives. When all lowercased names are distinct (every real
 checkpoint), a dict answers the same and the sort is skipped.
 """
