@@ -56,11 +56,13 @@ def _unwrapped(obj, child):
     if type(obj) is SafeKey:
         return child(obj.value)
     if type(obj) is dict:
-        head = [k for _, k in zip(range(PICKLED.items + 1), obj)]
+        head = [k for _, k in zip(range(PICKLED.items), obj)]
         if any(type(k) is SafeKey for k in head):
-            shown = {segment(k): obj[k] for k in head[:PICKLED.items]}
-            if len(obj) > PICKLED.items:
-                shown["…"] = f"{len(obj) - PICKLED.items:,} more entries"
+            # one entry fewer than the renderer shows, so that the count of the rest is ours
+            keep = PICKLED.items - 1 if len(obj) > PICKLED.items else PICKLED.items
+            shown = {segment(k): obj[k] for k in head[:keep]}
+            if len(obj) > keep:
+                shown["…"] = f"{len(obj) - keep:,} more entries"
             return child(shown)
     return NOT_MINE
 
