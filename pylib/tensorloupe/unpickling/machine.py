@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import LOW_LEVEL_ERRORS, FormatError, LimitError, TensorloupeError, TruncatedError
-from ..jsonable import quoted
 from .args import READERS
-from .values import LIMITS, Limits, Marker, StandIn, Stateful, safe_key
+from .values import LIMITS, Limits, Marker, StandIn, Stateful, safe_key, shown
 
 HIGHEST_PROTOCOL = 5
 
@@ -110,7 +109,7 @@ class _Machine:
             else:
                 # never str(e): a KeyError holds a pickle value (a 5,000-digit int, a tuple
                 # nested 100,000 deep) whose str() raises or recurses; quote it bounded
-                detail = quoted(e.args[0]) if len(e.args) == 1 else ""
+                detail = shown(e.args[0]) if len(e.args) == 1 else ""
                 error = FormatError(f"malformed pickle at opcode {table[data[start]][0]}: "
                                     f"{type(e).__name__} {detail}".rstrip(), offset=start)
             error.__cause__ = e

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import LimitError
+from ..jsonable import quoted
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,14 @@ class Marker(Stateful):
 
     def __repr__(self) -> str:
         return f"Marker({self.name})"
+
+
+def shown(value, width: int = 120) -> str:
+    """A pickle value quoted for a one-line message: bounded (jsonable.quoted: never str() of
+    raw data, whose int may have more digits than str() allows or whose nesting recurses) and cut
+    to `width` characters (a 5,000-digit int is 4,000 hex digits)."""
+    text = quoted(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 class SafeKey:

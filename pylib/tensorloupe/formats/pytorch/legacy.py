@@ -21,12 +21,11 @@ from __future__ import annotations
 import struct
 
 from ...errors import ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError
-from ...jsonable import quoted
 from ...model import Checkpoint
 from ...source import ByteSource
 from .common import checkpoint, load_pickle, storage_loader
 from .globals import TORCH_DTYPES
-from ...unpickling.values import LIMITS
+from ...unpickling.values import LIMITS, shown
 
 FORMAT = "pytorch-legacy"
 PICKLE_FORMAT = "pickle"  # a file torch.load would unpickle that is no torch checkpoint
@@ -64,8 +63,9 @@ def _growing(source: ByteSource, parse):
             if window >= source.size:
                 raise
             if window >= LIMITS.max_bytes:
-                raise LimitError("the pickles before the storages are larger than the limit",
-                                 expected=f"at most {LIMITS.max_bytes} bytes") from None
+                raise ErrorFactory(source.name, FORMAT)(
+                    LimitError, "the pickles before the storages are larger than the limit",
+                    expected=f"at most {LIMITS.max_bytes} bytes") from None
             window = min(source.size, window * 4)
 
 
@@ -81,6 +81,7 @@ class _Pickles:
     """The five leading pickles, parsed from a prefix of the file that grows until they fit."""
 
     def __init__(self, source: ByteSource):
+        self.error = ErrorFactory(source.name, FORMAT)
         _growing(source, self._parse)
 
     def _parse(self, data: bytes) -> None:
@@ -89,14 +90,15 @@ class _Pickles:
             raise NotLegacy(magic)
         version = load_pickle(data, None, start=magic.end)
         if version.value != PROTOCOL_VERSION:
-            raise FormatError("unknown legacy serialization version", offset=magic.end,
-                              expected=PROTOCOL_VERSION, found=quoted(version.value))
+            raise self.error(FormatError, "unknown legacy serialization version", offset=magic.end,
+                              expected=PROTOCOL_VERSION, found=shown(version.value))
         sys_info = load_pickle(data, None, start=version.end)
         self.loader = storage_loader(legacy=True)
         self.main = load_pickle(data, self.loader, start=sys_info.end)
         keys = load_pickle(data, None, start=self.main.end)
         if not isinstance(keys.value, list) or not all(isinstance(k, str) for k in keys.value):
-            raise FormatError("the storage key list is not a list of strings", offset=self.main.end)
+            raise self.error(FormatError, "the storage key list is not a list of strings",
+                             offset=self.main.end)
         self.pickles = [magic, version, sys_info, self.main, keys]
         self.sys_info = sys_info.value if isinstance(sys_info.value, dict) else {}
         self.keys, self.storage_start = keys.value, keys.end
@@ -104,15 +106,17 @@ class _Pickles:
 
 def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list[str]]:
     """Data offset of every storage, from the persistent ids; count prefixes only if needed."""
+    error = ErrorFactory(source.name, FORMAT)
     storages = pickles.loader.storages
     missing = [k for k in pickles.keys if k not in storages]
     if missing:
-        raise FormatError(f"the storage list names {len(missing)} storages no tensor uses",
-                          offset=pickles.main.end, found=", ".join(missing[:5]))
+        raise error(FormatError, f"the storage list names {len(missing)} storages no tensor uses",
+                    offset=pickles.main.end, found=shown(missing[:5]))
     unknown = [k for k in pickles.keys if storages[k].dtype not in TORCH_DTYPES]
     if unknown:
-        raise FormatError(f"storage {unknown[0]!r} has an unknown type {storages[unknown[0]].dtype}: "
-                          "the storages after it cannot be located", offset=pickles.storage_start)
+        raise error(FormatError, f"storage {shown(unknown[0])} has an unknown type "
+                    f"{shown(storages[unknown[0]].dtype)}: the storages after it cannot be located",
+                    offset=pickles.storage_start)
     offsets, cursor = {}, pickles.storage_start
     for key in pickles.keys:
         offsets[key] = cursor + COUNT.size
@@ -127,13 +131,13 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
         ref = storages[key]
         (count,) = COUNT.unpack(source.read(cursor, COUNT.size))
         if count != ref.numel:
-            raise FormatError(f"storage {key!r} is declared with {ref.numel} elements in the "
-                              f"pickle but {count} in the file", offset=cursor,
-                              expected=ref.numel, found=count)
+            raise error(FormatError, f"storage {shown(key)} is declared with {ref.numel} "
+                        f"elements in the pickle but {count} in the file", offset=cursor,
+                        expected=ref.numel, found=count)
         offsets[key] = cursor + COUNT.size
         cursor += COUNT.size + ref.nbytes
     if cursor > source.size:
-        raise TruncatedError("the file ends inside its storages (truncated download?)",
+        raise error(TruncatedError, "the file ends inside its storages (truncated download?)",
                              offset=source.size, expected=f"{cursor} bytes", found=source.size)
     warnings.append(f"{source.size - cursor} bytes follow the last storage")
     return offsets, warnings

@@ -86,7 +86,7 @@ class Archive:
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
                 struct.error, OverflowError, UnicodeDecodeError, NotImplementedError,
                 RuntimeError, KeyError, IndexError) as e:
-            raise FormatError(f"not a readable ZIP archive: {e}", file=source.name, format=fmt) from e
+            raise ErrorFactory(source.name, fmt)(FormatError, f"not a readable ZIP archive: {e}") from e
         # Lookups answer as torch's reader does (lookup.py): a name that several entries share
         # (exactly, or but for case) maps to the one entry torch opens; the others are `shadowed`.
         self.infos = infos
