@@ -399,6 +399,12 @@ def test_huge_ints_in_shapes_and_storages_give_problems_not_tracebacks(hostile):
     # 10**5000: str() of it raises ValueError (more than 4,300 digits)
     (tensor,) = tensorloupe.open(hostile["big_int_shape.pt"]).tensors
     assert "not integers in 0..2**63-1" in tensor.problem
+    json.dumps(tensor.to_json())
+    for args in (["inspect"], ["inspect", "--json"]):
+        run = subprocess.run([sys.executable, "-m", "tensorloupe.cli", *args,
+                              str(hostile["big_int_shape.pt"])], capture_output=True, text=True,
+                             env=PYLIB_ENV)
+        assert run.returncode == 0 and "Traceback" not in run.stderr
     with pytest.raises(FormatError, match="invalid key or element count"):
         tensorloupe.open(hostile["big_int_storage.pt"])
     with pytest.raises(FormatError, match="unknown legacy serialization version"):

@@ -17,7 +17,7 @@ from ...errors import FormatError, LimitError, TensorloupeError
 from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
 from . import globals as torch_globals
-from ...unpickling.values import LIMITS, Limits, Marker, StandIn
+from ...unpickling.values import LIMITS, Limits, Marker, StandIn, shown
 from .globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
 from ...unpickling.machine import Unpickled, unpickle
@@ -178,7 +178,9 @@ def detect_prefix(root, names: list[str]) -> str:
 
 def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: bool) -> Tensor:
     table, itemsize = TORCH_DTYPES.get(ref.dtype, (None, 1))
-    info = {"torch_dtype": ref.dtype, "storage_offset": ref.offset}
+    # a pickle int may have more digits than str() allows: keep only what an int64 holds
+    offset_ok = type(ref.offset) is int and 0 <= ref.offset < INT64
+    info = {"torch_dtype": ref.dtype, "storage_offset": ref.offset if offset_ok else shown(ref.offset)}
     if ref.kind != "tensor":
         info["kind"] = ref.kind
     info.update(ref.info)

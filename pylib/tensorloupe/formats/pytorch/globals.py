@@ -119,7 +119,10 @@ def _rebuild_parameter(args, kwargs):
 
 
 def _number(value):
-    return value if type(value) in (int, float) else None
+    # an int beyond int64 is no torch scale or zero point (and str() may refuse its digits)
+    if type(value) is int:
+        return value if -(1 << 63) <= value < 1 << 63 else None
+    return value if type(value) is float else None
 
 
 def _rebuild_qtensor(args, kwargs):
