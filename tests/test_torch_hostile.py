@@ -325,6 +325,18 @@ def test_the_report_covers_what_torch_would_unpickle(hostile, name, tmp_path, mo
     assert (ckpt.tensors == []) == TORCH_RUNS[name] == torch_runs_it(hostile[name], tmp_path)
 
 
+def test_a_data_pkl_spelled_in_other_case_alone_is_found_and_noted(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    members = [("archive/DATA.PKL" if name.endswith("data.pkl") else name, data)
+               for name, data in hf._members(hf.benign())]
+    path = tmp_path / "upper.pt"
+    path.write_bytes(hf.rezip(members))
+    assert torch.load(path, weights_only=True)["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    ckpt = tensorloupe.open(path)
+    assert tensorloupe.values(ckpt.tensor("w")) == [0.0, 1.0, 2.0, 3.0]
+    assert "named 'archive/DATA.PKL', not 'archive/data.pkl'" in ckpt.extras["safety"]["notes"][0]
+
+
 def test_member_lookup_matches_torch_on_shuffled_archives(tmp_path):
     # Archives with several data.pkl spelled alike (duplicates, other case), each a pickle of a
     # different int, in random order among other members: torch.load (weights_only=True: only

@@ -72,6 +72,10 @@ def _archive_notes(archive: Archive, pickle_name: str) -> list[str]:
                      f"but for case: {names}); torch's case-insensitive lookup opens "
                      f"{pickle_name!r} at byte {archive.members[pickle_name].header_offset}, which "
                      "is what is shown; the safety report covers all of them")
+    expected = pickle_name.rpartition("/")[0] + "/" + PICKLE if "/" in pickle_name else PICKLE
+    if len(variants) == 1 and pickle_name != expected:
+        notes.append(f"the pickle is named {pickle_name!r}, not {expected!r}: torch's lookup "
+                     "ignores case and unpickles it (tools that match names exactly miss it)")
     shadowed = [info.filename for info in archive.shadowed if info not in variants]
     if shadowed:
         notes.append(f"{len(shadowed)} other members repeat a name (exactly or but for case), "
