@@ -99,6 +99,9 @@ def test_attack_is_reported_and_never_runs(name, tmp_path, request):
     assert not canary.exists()
     assert set(sys.modules) == modules  # nothing imported, not even argparse or subprocess
     assert set(dangerous) <= set(ckpt.extras["safety"]["dangerous"])
+    # the command the attack carries is shown (its first call's arguments, or a later call's)
+    shown_args = json.dumps(ckpt.extras["safety"]["calls"])
+    assert str(canary) in shown_args or "touch" in shown_args
     assert "dangerous globals" in ckpt.warnings[0] and dangerous[0] in ckpt.warnings[0]
     assert ckpt.tensors == []
     json.dumps(ckpt.metadata)

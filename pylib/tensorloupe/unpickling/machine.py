@@ -165,6 +165,8 @@ class _Machine:
                 self.calls.append((callee.name, args, kwargs))
             return callee.apply(args, kwargs)
         what = callee.name + "()" if isinstance(callee, Marker) else type(callee).__name__
+        if len(self.calls) < MAX_CALLS:
+            self.calls.append((f"<the result of {what}>", args, kwargs))  # getattr(os, "system")(...)
         return Marker(f"<call of {what}>", args, kwargs)
 
     def new(self, cls, args, kwargs=None):
@@ -354,6 +356,13 @@ class _Machine:
                                   "its code or a module's functions)")
             return
         if isinstance(target, Stateful):
+            before = getattr(target, "state", None)
+            setter = before.get("__setstate__") if type(before) is dict else None
+            if setter is not None and len(self.calls) < MAX_CALLS:
+                # an earlier BUILD put a __setstate__ in the instance dict: a real unpickler
+                # calls it with this state (os.system("touch ...") in a known gadget)
+                name = setter.name if isinstance(setter, (StandIn, Marker)) else type(setter).__name__
+                self.calls.append((name, (state,), None))
             target.build(state)
         # BUILD on plain data (e.g. OrderedDict's `_metadata` on a state_dict) sets attributes a
         # builtin cannot hold; there is nothing to show, so the state is dropped.

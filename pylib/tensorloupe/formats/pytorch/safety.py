@@ -113,7 +113,8 @@ def safety_report(pickles: list[Unpickled], notes: list[str] = ()) -> dict:
         for op, n in result.opcodes.items():
             opcodes[op] = opcodes.get(op, 0) + n
         for name, args, kwargs in result.calls or ():
-            if len(calls) < MAX_SHOWN_CALLS and judged.get(name, ("",))[0] == "dangerous":
+            # calls of dangerous globals, and of what calls returned (never of allowed or inert)
+            if len(calls) < MAX_SHOWN_CALLS and judged.get(name, ("dangerous",))[0] == "dangerous":
                 calls.append({"global": name, **_call_args(args, kwargs)})
     return {"globals": [{"name": n, "verdict": judged[n][0], "reason": judged[n][1],
                          "count": counts[n]} for n in counts],
