@@ -56,7 +56,9 @@ function safetyReport(safety) {
     ? `${dangerous.length} dangerous global${dangerous.length > 1 ? "s" : ""}: loading this file with torch.load (weights_only=False) would run code (or may: names outside the allow-list are imported and called). tensorloupe never executes it.`
     : notes.length
       ? "The file's layout is deceptive: see the notes below."
-      : "Only allow-listed or inert globals: nothing in the pickle asks to run code.";
+      : globals.some((g) => g.verdict === "inert")
+        ? "Only allow-listed or inert globals: nothing in the pickle asks to run code."
+        : "Only allow-listed globals: nothing in the pickle asks to run code.";
   const rows = globals.map((g) => el("tr", {class: `verdict-${g.verdict}`, dataset: {global: g.name}},
     el("td", {}, el("code", {text: g.name})),
     el("td", {}, el("span", {class: `badge ${g.verdict}`, text: VERDICT_LABEL[g.verdict] || g.verdict})),
