@@ -86,7 +86,7 @@ class Archive:
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
                 struct.error, OverflowError, UnicodeDecodeError, NotImplementedError,
                 RuntimeError, KeyError, IndexError) as e:
-            raise ErrorFactory(source.name, fmt)(FormatError, f"not a readable ZIP archive: {e}") from e
+            raise FormatError(f"not a readable ZIP archive: {e}", file=source.name, format=fmt) from e
         # Lookups answer as torch's reader does (lookup.py): a name that several entries share
         # (exactly, or but for case) maps to the one entry torch opens; the others are `shadowed`.
         self.infos = infos
@@ -145,12 +145,13 @@ class Archive:
             end = min(self.source.size, self.members[todo[j - 1]].header_offset + LOCAL_HEADER.size)
             window = _read_data(self.source, first, end - first)
             for name in todo[i:j]:
-                self._data_offsets[name] = self._parse_local(self.members[name], window, first)
+                self._data_offsets[name] = self._parse_local(name, window, first)
             i = j
         return {n: self._data_offsets[n] for n in names}
 
-    def _parse_local(self, info: zipfile.ZipInfo, window: bytes, window_start: int) -> int:
-        name = info.filename
+    def _parse_local(self, name: str, window: bytes, window_start: int,
+                     info: zipfile.ZipInfo | None = None) -> int:
+        info = info or self.members[name]
         at = info.header_offset - window_start
         if at + LOCAL_HEADER.size > len(window):
             raise self.error(TruncatedError, f"the local header of {name!r} runs past the end of "
@@ -222,7 +223,7 @@ class Archive:
         # a shadowed entry (same name as the one torch opens): read its local header directly
         window = _read_data(self.source, info.header_offset,
                             min(LOCAL_HEADER.size, max(0, self.source.size - info.header_offset)))
-        return self._parse_local(info, window, info.header_offset)
+        return self._parse_local(info.filename, window, info.header_offset, info)
 
 
 class MemberSource(ByteSource):
