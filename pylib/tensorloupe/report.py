@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 from .model import Checkpoint, Tensor
 from .jsonable import FULL, Limits, bounded, json_number
@@ -87,12 +89,20 @@ def _bits(t: Tensor) -> str:
 
 def print_safety(safety: dict) -> None:
     print("\nPickle safety report (nothing was executed)")
+    for note in safety.get("notes", []):
+        print(f"  NOTE: {note}")
     for g in safety.get("globals", []):
-        mark = {"dangerous": "DANGEROUS", "unknown": "unknown", "allowed": "allowed"}.get(g["verdict"], g["verdict"])
-        print(f"  {mark:<10} {g['name']}  ×{g.get('count', 1)}")
+        mark = "DANGEROUS" if g["verdict"] == "dangerous" else g["verdict"]
+        reason = f"  ({g['reason']})" if g.get("reason") else ""
+        print(f"  {mark:<10} {g['name']}  ×{g.get('count', 1)}{reason}")
+    for call in safety.get("calls", []):
+        args = ", ".join(json.dumps(a, ensure_ascii=False) for a in call.get("args", []))
+        kwargs = f", **{json.dumps(call['kwargs'], ensure_ascii=False)}" if call.get("kwargs") else ""
+        print(f"  call never made: {call['global']}({args}{kwargs})")
     if safety.get("dangerous"):
         print(f"  This file names {len(safety['dangerous'])} dangerous global(s): "
-              f"{', '.join(safety['dangerous'])}. torch.load(weights_only=False) would run them.")
+              f"{', '.join(safety['dangerous'])}. torch.load(weights_only=False) would run them "
+              "(names outside the allow-list: may run them).")
 
 
 def _fmt(v) -> str:
