@@ -51,7 +51,6 @@ ALIGNMENT_KEY = "general.alignment"
 GGML_MAX_DIMS = 4          # ggml.h: a tensor has at most 4 dims
 INT64_MAX = (1 << 63) - 1  # ggml counts elements and bytes in int64
 UINT32 = 4                 # value type id of uint32 (what general.alignment should be)
-SPLIT_PART_NOTE = "this is part "  # starts the warning shards.py drops once all parts are merged
 
 # Spec "File Structure", gguf_header_t. Keyed by big_endian. Version 1 had uint32 counts.
 VERSION = {False: struct.Struct("<I"), True: struct.Struct(">I")}
@@ -117,12 +116,9 @@ def read(source: ByteSource) -> Checkpoint:
                     found=f"file size {size}")
     tensors = _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
 
-    split_count = metadata.get("split.count")
-    if isinstance(split_count, int) and split_count > 1:
-        part = metadata.get("split.no", 0)
-        warnings.append(f"{SPLIT_PART_NOTE}{part + 1 if isinstance(part, int) else '?'} of "
-                        f"{split_count} of a split model: open all parts together to see every "
-                        "tensor")
+    split = _split(metadata, types)
+    if split is not None and split["count"] > 1:
+        warnings.append(split_note(split))
     for record in records.values():
         record["source"] = 0  # index into Checkpoint.sources (shards.py renumbers it)
     extras = {
@@ -132,8 +128,26 @@ def read(source: ByteSource) -> Checkpoint:
         "gguf_arrays": records,
         "model_card": model_card(metadata, tensors, size),
     }
+    if split is not None:
+        extras["split"] = split
     return Checkpoint(FORMAT, name, size, tensors, metadata=metadata, warnings=warnings,
                       extras=extras, sources=[source])
+
+
+def _split(metadata: dict, types: dict) -> dict | None:
+    """{"no", "count"} of a part of a split model (split.no is None if absent or not an integer),
+    the structured form shards.py and the page use; None if split.count is not an integer."""
+    count, no = metadata.get("split.count"), metadata.get("split.no")
+    if types.get("split.count") not in INTEGER_TYPES:
+        return None
+    return {"no": no if types.get("split.no") in INTEGER_TYPES else None, "count": count}
+
+
+def split_note(split: dict) -> str:
+    """The warning a lone part carries (shards.py drops it from parts it merges)."""
+    no = "?" if split["no"] is None else split["no"] + 1
+    return (f"this is part {no} of {split['count']} of a split model: open all parts together to "
+            "see every tensor")
 
 
 def _check_count(cursor: Cursor, count: int, least: int, what: str, at: int) -> None:
