@@ -76,6 +76,27 @@ def place(exc: BaseException) -> str:
     return f"{short}:{f.lineno}"
 
 
+def peak_rss_kb() -> int:
+    """The process's peak RSS since the last reset_peak(): VmHWM on Linux. (ru_maxrss would do
+    but for exec: a worker spawned by a 300 MB parent such as pytest starts with its peak.)"""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def reset_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (proc(5), clear_refs)
+    except OSError:
+        pass
+
+
 def worker(fmt, seeds_dir, run_seed, start, stop, deadline, limits, conn, current, started) -> None:
     as_bytes, rss_kb = limits
     resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
@@ -84,6 +105,7 @@ def worker(fmt, seeds_dir, run_seed, start, stop, deadline, limits, conn, curren
     corpus = Corpus(fmt, seeds_dir)
     with contextlib.suppress(Exception):
         exercise(corpus.input(run_seed, 0))  # warm the imports; input 0 is run again below
+    reset_peak()
     index = start
     last_sent = start
     opened = 0
@@ -104,14 +126,14 @@ def worker(fmt, seeds_dir, run_seed, start, stop, deadline, limits, conn, curren
             conn.send(("finding", index, type(e).__name__, place(e), str(e)[:200]))
         started.value = 0.0
         index += 1
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = peak_rss_kb()
         if peak > rss_kb:
             conn.send(("rss", index - 1, peak))
             break  # a fresh worker starts with a fresh peak
         if index - last_sent >= PROGRESS_EVERY:
             conn.send(("progress", index, peak, opened))
             last_sent, opened = index, 0
-    conn.send(("progress", index, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, opened))
+    conn.send(("progress", index, peak_rss_kb(), opened))
     conn.send(("done", index, 0))
 
 
@@ -178,7 +200,9 @@ def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rs
     result = {"format": fmt, "inputs": index, "seconds": round(elapsed, 1),
               "rate": round(index / elapsed, 1) if elapsed else 0.0,
               "non_library": sum(len(v) for k, v in findings.items() if k[0] not in ("RSS",)),
-              "opened": opened, "hangs": len(hangs), "peak_rss_mb": peak_kb >> 10, "workers": restarts,
+              "opened": opened, "hangs": len(hangs),
+              "over_rss": len(findings.get(("RSS", f"over {rss_mb} MB"), ())),
+              "peak_rss_mb": peak_kb >> 10, "workers": restarts,
               "findings": {f"{cls} at {where}": {"count": len(v), "first": v[0][0], "message": v[0][1]}
                            for (cls, where), v in sorted(findings.items(), key=lambda kv: -len(kv[1]))},
               "hang_inputs": hangs[:20]}
@@ -238,11 +262,11 @@ def main(argv=None) -> int:
         print(json.dumps(results, indent=1))
     else:
         print(f"\n{'format':<16}{'inputs':>10}{'time s':>9}{'rate/s':>9}{'non-lib':>9}{'hangs':>7}"
-              f"{'peak MB':>9}")
+              f"{'>RSS':>6}{'peak MB':>9}")
         for r in results:
             print(f"{r['format']:<16}{r['inputs']:>10,}{r['seconds']:>9}{r['rate']:>9}"
-                  f"{r['non_library']:>9}{r['hangs']:>7}{r['peak_rss_mb']:>9}")
-    return 1 if any(r["non_library"] or r["hangs"] for r in results) else 0
+                  f"{r['non_library']:>9}{r['hangs']:>7}{r['over_rss']:>6}{r['peak_rss_mb']:>9}")
+    return 1 if any(r["non_library"] or r["hangs"] or r["over_rss"] for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -47,11 +47,13 @@ class _DuplicateKeys:
         self.duplicates: list[str] = []
 
     def __call__(self, pairs):
-        out = {}
-        for key, value in pairs:
-            if key in out:
-                self.duplicates.append(key)
-            out[key] = value  # last one wins, as in serde_json (the reference reader)
+        out = dict(pairs)  # last one wins, as in serde_json (the reference reader)
+        if len(out) != len(pairs):  # rare: only then walk the pairs in Python
+            seen: set = set()
+            for key, _ in pairs:
+                if key in seen:
+                    self.duplicates.append(key)
+                seen.add(key)
         return out
 
 
@@ -104,7 +106,10 @@ def read(source: ByteSource) -> Checkpoint:
         raise error(FormatError, "__metadata__ must map strings to strings", offset=8,
                     found=_excerpt(metadata))
 
-    tensors = [_tensor(source, key, entry, data_start, error) for key, entry in header.items()]
+    # Each entry is dropped as soon as its descriptor exists, so the parsed JSON and the
+    # descriptors are not both held whole (bench/header_memory.py).
+    tensors = [_tensor(source, key, header.pop(key), data_start, error) for key in list(header)]
+    del header
     tensors.sort(key=lambda t: (t.offset, t.nbytes))
     _check_layout(tensors, data_start, data_len, error)
     for t in tensors:

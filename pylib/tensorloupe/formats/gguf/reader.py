@@ -51,6 +51,8 @@ ALIGNMENT_KEY = "general.alignment"
 GGML_MAX_DIMS = 4          # ggml.h: a tensor has at most 4 dims
 INT64_MAX = (1 << 63) - 1  # ggml counts elements and bytes in int64
 UINT32 = 4                 # value type id of uint32 (what general.alignment should be)
+# Metadata keys whose value type and position are kept (read after the metadata is parsed).
+TYPED_KEYS = frozenset({"general.alignment", "split.no", "split.count", "split.tensors.count"})
 
 # Spec "File Structure", gguf_header_t. Keyed by big_endian. Version 1 had uint32 counts.
 VERSION = {False: struct.Struct("<I"), True: struct.Struct(">I")}
@@ -159,6 +161,9 @@ def _check_count(cursor: Cursor, count: int, least: int, what: str, at: int) -> 
 
 
 def _read_metadata(cursor: Cursor, kv_count: int, error):
+    """The metadata dict, and the value type and record offset of the few keys read later
+    (general.alignment, split.*): a per-key type and position table costs more than the values
+    for a file of millions of keys. Lazy arrays and strings get a record each."""
     metadata: dict = {}
     types: dict[str, int] = {}
     positions: dict[str, int] = {}
@@ -168,13 +173,29 @@ def _read_metadata(cursor: Cursor, kv_count: int, error):
         key = cursor.name(f"the key of metadata entry {i}")
         if key in metadata:
             raise error(FormatError, f"metadata key {key!r} appears twice", offset=at,
-                        found=f"its first entry at byte {positions[key]}")
+                        found=f"its first entry at byte {_position_of(cursor, key, at)}")
         vtype = cursor.value_type(f"the value type of metadata {key!r}")
         value, record = top_level(cursor, key, vtype)
-        metadata[key], types[key], positions[key] = value, vtype, at
+        metadata[key] = value
+        if key in TYPED_KEYS:
+            types[key], positions[key] = vtype, at
         if record is not None:
             records[key] = record
     return metadata, types, positions, records
+
+
+def _position_of(cursor: Cursor, key: str, before: int) -> int | None:
+    """Where metadata `key` first appeared: found again by walking the entries from the start
+    (only for the error message of a duplicated key, so nothing is kept per key meanwhile)."""
+    walk = Cursor(cursor.source, HEADER_START, cursor.layout)
+    counts = HEADER_COUNTS_V1 if cursor.layout.version == 1 else HEADER_COUNTS
+    walk.unpack(counts[cursor.layout.big_endian], "the counts")
+    while walk.pos < before:
+        at = walk.pos
+        if walk.name("a key") == key:
+            return at
+        top_level(walk, key, walk.value_type("a value type"))
+    return None
 
 
 def _read_tensor_infos(cursor: Cursor, tensor_count: int, error) -> list[TensorInfo]:
@@ -225,6 +246,7 @@ def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
     size = source.size
     starts = sorted(data_offset + info.offset for info in infos)
     tensors = []
+    shared: dict[tuple, dict] = {}
     for info in infos:
         begin = data_offset + info.offset
         where = f"tensor {info.name!r}"
@@ -260,9 +282,14 @@ def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
         if info.offset % alignment:
             warnings.append(f"{where} starts at data offset {info.offset}, not a multiple of the "
                             f"alignment {alignment} (llama.cpp refuses the file)")
+        # Tensors of one type and shape share one info dict (never written to after this):
+        # a model repeats a few dozen shapes over thousands of tensors.
+        details = (info.ggml_type, info.ne, bool(extra))
+        if details not in shared:
+            shared[details] = {"ggml_type": info.ggml_type, "ne": list(info.ne), **extra}
         tensors.append(Tensor(info.name, label, tuple(reversed(info.ne)), begin, nbytes,
                               source=source, big_endian=big_endian, problem=problem,
-                              info={"ggml_type": info.ggml_type, "ne": list(info.ne), **extra}))
+                              info=shared[details]))
     _warn_overlaps(tensors, warnings)
     return tensors
 
