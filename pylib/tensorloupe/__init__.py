@@ -20,17 +20,29 @@ __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histog
            "exact_stats", "values", "Sample", "Stats", "Histogram", "Grid", "ByteSource"]
 
 
-def open(target, name: str | None = None) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
-    """Open a checkpoint from a path, bytes, a ByteSource, or a list of shard paths."""
+def open(target, name: str | None = None, *, follow_redirects: bool = False) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
+    """Open a checkpoint from a path, bytes, a ByteSource, or a list of shard paths. A URL is
+    read by Range requests; a redirect to another site is followed only with follow_redirects."""
     if isinstance(target, (list, tuple)):
         from . import shards
-        return shards.open_all([open_source(t) for t in target])
-    source = open_source(target, name)
+        return _say_redirects(shards.open_all([open_source(t, follow_redirects=follow_redirects)
+                                               for t in target]))
+    source = open_source(target, name, follow_redirects=follow_redirects)
     try:
-        return detect.read(source)
+        return _say_redirects(detect.read(source))
     except TensorloupeError as e:
         source.close()
         raise e.located(file=source.name)
     except Exception:
         source.close()
         raise
+
+
+def _say_redirects(ckpt: Checkpoint) -> Checkpoint:
+    """A URL the server redirected: the checkpoint says where its bytes came from."""
+    for source in ckpt.sources:
+        root = source.root()
+        if getattr(root, "redirected_to", None):
+            ckpt.warnings.insert(0, f"{root.url} was redirected to {root.redirected_to}; the "
+                                 "file was read from there")
+    return ckpt

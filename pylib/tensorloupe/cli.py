@@ -39,13 +39,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorloupe",
                                      description="Look inside model checkpoints without executing them.")
     commands = parser.add_subparsers(dest="command", required=True)
+    # Options every command that reads a checkpoint takes (argparse: after the command name).
+    reading = argparse.ArgumentParser(add_help=False)
+    reading.add_argument("--follow-redirects", action="store_true",
+                         help="follow a URL's redirects to another site (same-site ones always are)")
 
-    p = commands.add_parser("inspect", help="summary, metadata, warnings and the tensor table")
+    p = commands.add_parser("inspect", parents=[reading],
+                            help="summary, metadata, warnings and the tensor table")
     p.add_argument("files", nargs="+", help="a checkpoint, or all shards of one")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=run_inspect)
 
-    p = commands.add_parser("stats", help="statistics and a histogram of tensors' values")
+    p = commands.add_parser("stats", parents=[reading],
+                            help="statistics and a histogram of tensors' values")
     p.add_argument("file")
     p.add_argument("tensors", nargs="*", help="tensor names (default: every tensor)")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="values to sample per tensor")
@@ -54,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_stats)
 
-    p = commands.add_parser("values", help="exact element values in row-major order")
+    p = commands.add_parser("values", parents=[reading],
+                            help="exact element values in row-major order")
     p.add_argument("file")
     p.add_argument("tensor")
     p.add_argument("--start", type=int, default=0)
@@ -62,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_values)
 
-    p = commands.add_parser("moe", help="Mixture-of-Experts structure and redundant experts")
+    p = commands.add_parser("moe", parents=[reading],
+                            help="Mixture-of-Experts structure and redundant experts")
     p.add_argument("file")
     p.add_argument("--config", help="the model's config.json, for top-k")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
@@ -78,9 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open(files):
+def _open(files, args):
     return open_checkpoint(files if isinstance(files, list) and len(files) > 1
-                           else (files[0] if isinstance(files, list) else files))
+                           else (files[0] if isinstance(files, list) else files),
+                           follow_redirects=args.follow_redirects)
 
 
 def _emit(obj) -> None:
@@ -89,7 +98,7 @@ def _emit(obj) -> None:
 
 
 def run_inspect(args) -> int:
-    with _open(args.files) as ckpt:
+    with _open(args.files, args) as ckpt:
         if args.json:
             _emit(report.inspect_json(ckpt))
         else:
@@ -100,7 +109,7 @@ def run_inspect(args) -> int:
 def run_stats(args) -> int:
     if args.samples < 1 or args.bins < 1:
         raise UsageError("--samples and --bins must be at least 1")
-    with _open(args.file) as ckpt:
+    with _open(args.file, args) as ckpt:
         chosen = [ckpt.tensor(name) for name in args.tensors] or ckpt.tensors
         out = []
         for t in chosen:
@@ -121,7 +130,7 @@ def run_stats(args) -> int:
 
 
 def run_values(args) -> int:
-    with _open(args.file) as ckpt:
+    with _open(args.file, args) as ckpt:
         t = ckpt.tensor(args.tensor)
         if args.start < 0 or args.count < 0 or (args.start >= t.numel and t.numel):
             raise UsageError(f"--start {args.start} is outside tensor {t.name!r} of {t.numel} elements")
@@ -144,7 +153,7 @@ def run_moe(args) -> int:
             raise UsageError(f"cannot read --config {args.config}: {e}") from e
     if not -1.0 <= args.threshold <= 1.0 or args.samples < 1:
         raise UsageError("--threshold must be within [-1, 1] and --samples at least 1")
-    with _open(args.file) as ckpt:
+    with _open(args.file, args) as ckpt:
         analysis = analyse(ckpt, args.threshold, args.samples, config)
         if args.json:
             _emit(bounded(analysis.to_json()))
