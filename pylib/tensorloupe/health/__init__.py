@@ -69,7 +69,7 @@ class Report:
                 roles.setdefault(m.role, []).append(m)
         return [{"role": role, "points": [
                     {"layer": m.layer, "expert": m.expert, "tensor": m.name, "rms": json_number(m.rms),
-                     "max_abs": json_number(m.max_abs), "exact": m.exact, "flags": list(m.flags)}
+                     "max_abs": json_number(m.max_abs), "mean_abs": json_number(m.mean_abs), "exact": m.exact, "flags": list(m.flags)}
                     for m in members]}
                 for role, members in roles.items() if len({m.layer for m in members}) > 1]
 
@@ -186,7 +186,7 @@ def _judge(measures: list[Measure], lone: dict[str, list[Flag]], copies: list[Fl
             for f in lone[m.name]:
                 f.evidence.update(_siblings(f, m, members))
             flags += lone[m.name]
-        healthy = [m for m in members if m.constant is None and m.rms > 0 and math.isfinite(m.rms)]
+        healthy = [m for m in members if m.constant is None and m.mean_abs > 0 and math.isfinite(m.rms)]
         flags += sibling_flags(healthy)
     flags += copies
     by_name = {m.name: m for m in measures}

@@ -68,9 +68,10 @@ def duplicate_flag(kept: Measure, copies: list[Measure], digest: str | None, nby
                 "shared_storage": shared}
     how = "share the same bytes in the file" if shared else f"are byte-identical ({nbytes:,} bytes each, sha256 {digest[:12]}…)"
     if len(names) == 2 and _tied(*names):
-        return Flag("tied", "info", copies[0].name,
-                    f"Tied with {kept.name} (input embedding and output head {how}): common and intended.",
-                    evidence, True, [kept.name])
+        head, embedding = names if HEAD.search(names[0]) else names[::-1]
+        return Flag("tied", "info", head,
+                    f"Tied with {embedding} (input embedding and output head {how}): common and intended.",
+                    evidence, True, [embedding])
     if all(BUFFERS.search(n) for n in names):
         return Flag("duplicate_buffer", "info", copies[0].name,
                     f"{len(names)} buffers {how}: they are computed, not trained, so this is expected.",

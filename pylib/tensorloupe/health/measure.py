@@ -43,6 +43,7 @@ class Measure:
     exact: bool = False       # every element was read
     rms: float = math.nan     # over finite values
     max_abs: float = math.nan
+    mean_abs: float = math.nan   # mean |w|: moves with the bulk of the values, barely with a few huge ones
     mean: float = math.nan
     std: float = math.nan
     nan: int = 0
@@ -71,7 +72,7 @@ class Measure:
             out["skipped"] = self.skipped
             return out
         out.update({key: json_number(getattr(self, key)) for key in
-                    ("rms", "max_abs", "mean", "std", "nan", "posinf", "neginf", "zeros")})
+                    ("rms", "max_abs", "mean_abs", "mean", "std", "nan", "posinf", "neginf", "zeros")})
         out["constant"] = json_number(self.constant) if self.constant is not None else None
         out["flags"] = list(self.flags)
         return out
@@ -121,19 +122,21 @@ def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
         return
     info = dtype_of(tensor)
     digest = hashlib.sha256() if tensor.contiguous else None
-    stats, first, constant = Stats(), None, True
+    stats, first, constant, abs_sum = Stats(), None, True, 0.0
     for start, count in windows(tensor, budget):
         for piece_start in range(start, start + count, PIECE_ELEMS):
             n = min(PIECE_ELEMS, start + count - piece_start)
             values = _read(tensor, info, piece_start, n, digest, m)
             part = compute(values, percentiles=False)
+            finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
+            abs_sum += math.fsum(map(abs, finite))
             stats = merge(stats, part) if stats.count else part
             if constant:
                 if first is None:
                     first = values[0]
                 constant = part.finite == part.count and part.min == part.max == first
             m.samples += n
-            _fill(m, stats, first if constant else None)
+            _fill(m, stats, first if constant else None, abs_sum)
             yield m
     m.exact = m.samples == m.numel
     m.digest = digest.hexdigest() if digest is not None else None
@@ -155,10 +158,11 @@ def _read(tensor: Tensor, info, start: int, count: int, digest, m: Measure) -> l
     return info.decode(data, tensor.big_endian)[skip:skip + count]
 
 
-def _fill(m: Measure, stats: Stats, constant) -> None:
+def _fill(m: Measure, stats: Stats, constant, abs_sum: float) -> None:
     m.nan, m.posinf, m.neginf, m.zeros = stats.nan, stats.posinf, stats.neginf, stats.exact_zeros
     m.mean, m.std = stats.mean, stats.std
     m.constant = float(constant) if constant is not None else None
     if stats.finite:
         m.rms = math.sqrt(stats.std * stats.std + stats.mean * stats.mean)
         m.max_abs = max(abs(stats.min), abs(stats.max))
+        m.mean_abs = abs_sum / stats.finite

@@ -7,7 +7,9 @@ experts), never with an absolute threshold: a healthy rms is 0.02 in one model a
   scale        log(rms) against the role's layer-wise trend (a Theil-Sen line through
                (layer, log rms), robust to the outlier it looks for); the residual's robust z
                (residual / (1.4826 MAD), MAD floored at MIN_SPREAD) must reach Z_MIN and the
-               factor rms / trend must reach SCALE_WARN (or its inverse).
+               factor rms / trend must reach SCALE_WARN (or its inverse). The same must hold for
+               mean|w| in the same direction: the bulk of the values moved, not a few huge ones
+               (one weight of 40 among 4096 of 0.02 multiplies the rms by 30, mean|w| by 1.6).
   blow-up      max|w| / median of the siblings' max|w| >= BLOWUP_WARN while the rms is in line
                (a scaled tensor is explained by its scale flag).
   norm         a norm weight ("*norm*.weight", "ln_*.weight", ...) all 1 or all 0 is untrained;
@@ -102,20 +104,14 @@ def sibling_flags(members: list[Measure]) -> list[Flag]:
     if len(members) < MIN_SIBLINGS:
         return []
     out = []
-    logs = [math.log(m.rms) for m in members]
-    trend = _theil_sen([(_x(m, i), y) for i, (m, y) in enumerate(zip(members, logs))])
-    residuals = [y - trend(_x(m, i)) for i, (m, y) in enumerate(zip(members, logs))]
-    centre = median(residuals)
-    spread = max(MAD_TO_SIGMA * median(abs(r - centre) for r in residuals), MIN_SPREAD)
+    rms = _deviations(members, [m.rms for m in members])
+    bulk = _deviations(members, [m.mean_abs for m in members])
     maxima = [m.max_abs for m in members]
     for i, m in enumerate(members):
         siblings = [x.rms for j, x in enumerate(members) if j != i]
-        z = (residuals[i] - centre) / spread
-        factor = math.exp(residuals[i] - centre)
-        expected = math.exp(trend(_x(m, i)) + centre)
-        scaled = abs(z) >= Z_MIN and max(factor, 1 / factor) >= SCALE_WARN
-        if scaled:
-            out.append(_scale_flag(m, factor, z, expected, median(siblings)))
+        z, factor, expected = rms[i]
+        if _outlier(z, factor) and _outlier(*bulk[i][:2]) and (factor > 1) == (bulk[i][1] > 1):
+            out.append(_scale_flag(m, factor, z, expected, median(siblings), bulk[i][1]))
             continue
         others = median(maxima[:i] + maxima[i + 1:])
         ratio = m.max_abs / others if others > 0 else math.inf
@@ -131,10 +127,27 @@ def sibling_flags(members: list[Measure]) -> list[Flag]:
     return out
 
 
-def _scale_flag(m: Measure, factor: float, z: float, expected: float, siblings_rms: float) -> Flag:
+def _deviations(members: list[Measure], values: list[float]) -> list[tuple[float, float, float]]:
+    """Per member: (robust z, factor over the trend, the trend's value) of log(value) against the
+    role's layer-wise Theil-Sen line."""
+    points = [(_x(m, i), math.log(v)) for i, (m, v) in enumerate(zip(members, values))]
+    trend = _theil_sen(points)
+    residuals = [y - trend(x) for x, y in points]
+    centre = median(residuals)
+    spread = max(MAD_TO_SIGMA * median(abs(r - centre) for r in residuals), MIN_SPREAD)
+    return [((r - centre) / spread, math.exp(r - centre), math.exp(trend(x) + centre))
+            for (x, _), r in zip(points, residuals)]
+
+
+def _outlier(z: float, factor: float) -> bool:
+    return abs(z) >= Z_MIN and max(factor, 1 / factor) >= SCALE_WARN
+
+
+def _scale_flag(m: Measure, factor: float, z: float, expected: float, siblings_rms: float,
+                bulk_factor: float) -> Flag:
     severe = max(factor, 1 / factor) >= SCALE_ERROR
     evidence = {"statistic": "rms", "value": m.rms, "siblings_median": siblings_rms, "trend": expected,
-                "factor": factor, "z": z}
+                "factor": factor, "z": z, "mean_abs_factor": bulk_factor}
     if factor < 1 and is_norm(m.name, m.shape):
         return Flag("norm_collapsed", "error" if severe else "warning", m.name,
                     f"Norm weight has collapsed: rms {m.rms:.4g} is {1 / factor:.3g}x below its "
