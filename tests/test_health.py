@@ -250,3 +250,16 @@ def test_cli_bad_file_is_one_line(tmp_path):
     bad.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{bad}")
     done = run_cli("health", bad)
     assert done.returncode == 3 and len(done.stderr.strip().splitlines()) == 1 and "x.safetensors" in done.stderr
+
+
+def test_one_scaled_expert_among_many_is_the_only_flag():
+    g = torch.Generator().manual_seed(5)
+    model = {f"model.layers.{i}.mlp.experts.{e}.w1.weight": torch.randn(32, 32, generator=g) * 0.02 * 1.1 ** i
+             for i in range(4) for e in range(8)}
+    model["model.layers.2.mlp.experts.5.w1.weight"] *= 50
+    with _checkpoint(model) as ckpt:
+        report = health(ckpt)
+    assert [(f.tensor, f.kind, f.severity) for f in report.flags] == [
+        ("model.layers.2.mlp.experts.5.w1.weight", "scale", "error")]
+    (role,) = report.profile()
+    assert role["role"] == "model.layers.*.mlp.experts.*.w1.weight" and len(role["points"]) == 32

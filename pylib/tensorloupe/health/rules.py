@@ -5,7 +5,7 @@ Statistical rules compare a tensor with its role siblings (the same role in othe
 experts), never with an absolute threshold: a healthy rms is 0.02 in one model and 1.0 in another.
 
   scale        log(rms) against the role's layer-wise trend (a Theil-Sen line through
-               (layer, log rms), robust to the outlier it looks for); the residual's robust z
+               (layer, median log rms of the layer), robust to the outlier it looks for); the residual's robust z
                (residual / (1.4826 MAD), MAD floored at MIN_SPREAD) must reach Z_MIN and the
                factor rms / trend must reach SCALE_WARN (or its inverse). The same must hold for
                mean|w| in the same direction: the bulk of the values moved, not a few huge ones
@@ -165,9 +165,13 @@ def _x(m: Measure, i: int) -> float:
 
 
 def _theil_sen(points: list[tuple[float, float]]):
-    """The median-of-slopes line (Theil-Sen): a layer-wise drift is followed, an outlier is not."""
-    slopes = [(y2 - y1) / (x2 - x1) for k, (x1, y1) in enumerate(points)
-              for x2, y2 in points[k + 1:] if x2 != x1]
+    """The median-of-slopes line (Theil-Sen): a layer-wise drift is followed, an outlier is not.
+    Fitted through each layer's median, so that thousands of experts cost layers^2 slopes."""
+    by_x: dict[float, list[float]] = {}
+    for x, y in points:
+        by_x.setdefault(x, []).append(y)
+    centres = sorted((x, median(ys)) for x, ys in by_x.items())
+    slopes = [(y2 - y1) / (x2 - x1) for k, (x1, y1) in enumerate(centres) for x2, y2 in centres[k + 1:]]
     slope = median(slopes) if slopes else 0.0
     intercept = median(y - slope * x for x, y in points)
     return lambda x: intercept + slope * x
