@@ -207,6 +207,19 @@ def test_shared_torch_storage_is_tied_without_reading_it(tmp_path):
     with tensorloupe.open(path) as ckpt:
         (flag,) = health(ckpt).flags
     assert (flag.kind, flag.severity, flag.evidence["shared_storage"]) == ("tied", "info", True)
+    # Any two names over one storage are one tensor tied on purpose, not a copy; a real copy of
+    # it is still a copy, whichever comes first in the file.
+    for order in (("a.proj.weight", "b.proj.weight", "c.copy.weight"), ("c.copy.weight", "a.proj.weight", "b.proj.weight")):
+        tensors = {name: embed.clone() if name.startswith("c.") else embed for name in order}
+        torch.save(tensors, path)
+        with tensorloupe.open(path) as ckpt:
+            flags = sorted((f.kind, f.severity, f.tensor, f.related, f.evidence["shared_storage"])
+                           for f in health(ckpt).flags)
+        first = next(n for n in order if n != "c.copy.weight")
+        others = sorted(set(order) - {"c.copy.weight", first})
+        copy, kept = ("c.copy.weight", first) if order[0] != "c.copy.weight" else (first, "c.copy.weight")
+        assert flags == [("duplicate", "warning", copy, [kept], False),
+                         ("tied", "info", others[0], [first], True)]
 
 
 def test_buffers_identical_in_every_layer_are_expected():
