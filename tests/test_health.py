@@ -276,3 +276,12 @@ def test_one_scaled_expert_among_many_is_the_only_flag():
         ("model.layers.2.mlp.experts.5.w1.weight", "scale", "error")]
     (role,) = report.profile()
     assert role["role"] == "model.layers.*.mlp.experts.*.w1.weight" and len(role["points"]) == 32
+
+
+def test_median_without_one_member_is_the_siblings_median():
+    from statistics import median
+
+    from tensorloupe.health.rules import _median_without
+    values = [0.3, 0.1, 0.1, 0.7, 0.2, 0.9]
+    for i, v in enumerate(values):
+        assert _median_without(sorted(values), v) == median(values[:i] + values[i + 1:])
