@@ -285,3 +285,27 @@ def test_median_without_one_member_is_the_siblings_median():
     values = [0.3, 0.1, 0.1, 0.7, 0.2, 0.9]
     for i, v in enumerate(values):
         assert _median_without(sorted(values), v) == median(values[:i] + values[i + 1:])
+
+
+def test_buffers_empty_and_non_finite_tensors():
+    model = {"ids": torch.arange(10), "mask": torch.ones(4, dtype=torch.bool), "empty": torch.zeros(0),
+             "gain.weight": torch.tensor([0.5]), "broken.weight": torch.full((4, 4), float("nan"))}
+    with _checkpoint(model) as ckpt:
+        report = health(ckpt)
+        cost = health_cost(ckpt)
+    skipped = {m.name: m.skipped for m in report.measures if m.skipped}
+    assert skipped == {"ids": "int values are not weights", "mask": "bool values are not weights",
+                       "empty": "it has no elements"}
+    assert (cost.tensors, cost.skipped) == (2, 3)
+    # All NaN: one flag that says so (no rms to judge, nothing "constant" about it); one element
+    # is never "constant".
+    assert [(f.tensor, f.kind, f.evidence["nan"]) for f in report.flags] == [("broken.weight", "nonfinite", 16)]
+
+
+def test_cli_exact_reads_every_byte(faults):
+    done = run_cli("health", faults["health_faults"], "--exact", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["cost"]["budget"] is None and all(t["exact"] for t in out["tensors"])
+    assert out["bytes_read"] == out["cost"]["scan_bytes"] == sum(t["numel"] for t in out["tensors"]) * 4
+    assert run_cli("health", faults["health_faults"], "--budget", "0").returncode == 2
