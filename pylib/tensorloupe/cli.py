@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _open(files, args):
     return open_checkpoint(files if isinstance(files, list) and len(files) > 1
                            else (files[0] if isinstance(files, list) else files),
-                           follow_redirects=args.follow_redirects)
+                           follow_redirects=getattr(args, "follow_redirects", False))
 
 
 def _emit(obj) -> None:
@@ -178,7 +178,7 @@ def run_health(args) -> int:
     if args.budget < 1 or args.confirm_bytes < 0:
         raise UsageError("--budget must be at least 1 and --confirm-bytes at least 0")
     budget = None if args.exact else args.budget
-    with _open(args.files) as ckpt:
+    with _open(args.files, args) as ckpt:
         if not args.json:
             print(health_text.cost_line(health_cost(ckpt, budget, args.confirm_bytes), ckpt.name), flush=True)
         result = health(ckpt, budget, args.confirm_bytes)
