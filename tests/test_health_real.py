@@ -15,6 +15,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import numpy  # noqa: F401  (CPython only: the packages these files come from are not in Pyodide)
 
 import tensorloupe
 from tensorloupe.health import health
