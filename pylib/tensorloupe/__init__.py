@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from . import detect
 from .errors import TensorloupeError
+from .health import health, health_cost
 from .model import Checkpoint, Tensor
 from .sample import Grid, Histogram, Sample, Stats, exact_stats, grid, histogram, sample, values
 from .source import ByteSource, open_source
 
 __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histogram", "grid",
-           "exact_stats", "values", "Sample", "Stats", "Histogram", "Grid", "ByteSource"]
+           "exact_stats", "values", "health", "health_cost", "Sample", "Stats", "Histogram", "Grid", "ByteSource"]
 
 
 def open(target, name: str | None = None) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose

@@ -1,4 +1,4 @@
-"""`tensorloupe inspect|stats|values|moe|demo`: the library on the command line.
+"""`tensorloupe inspect|stats|values|moe|health|demo`: the library on the command line.
 
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
 or is invalid (the message goes to stderr, never a traceback).
@@ -13,6 +13,8 @@ import sys
 from . import open as open_checkpoint
 from . import report
 from .errors import TensorloupeError, UsageError
+from .health import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
+from .health import text as health_text
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
 from .jsonable import bounded, json_number
@@ -71,6 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="elements read per matrix of each expert (default %(default)s)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_moe)
+
+    p = commands.add_parser("health", help="flag broken tensors: NaN, dead, scale outliers, copies, norms")
+    p.add_argument("files", nargs="+", help="a checkpoint, or all shards of one")
+    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
+                   help="bytes read per tensor (default %(default)s); tensors that fit are read whole")
+    p.add_argument("--exact", action="store_true", help="read every byte of every tensor")
+    p.add_argument("--confirm-bytes", type=int, default=DEFAULT_CONFIRM_BYTES,
+                   help="the most read of one tensor to confirm a copy or a constant (default %(default)s)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_health)
 
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
     p.add_argument("--out", required=True, help="where to write it")
@@ -150,6 +162,21 @@ def run_moe(args) -> int:
             _emit(bounded(analysis.to_json()))
         else:
             report.print_moe(analysis)
+    return EXIT_OK
+
+
+def run_health(args) -> int:
+    if args.budget < 1 or args.confirm_bytes < 0:
+        raise UsageError("--budget must be at least 1 and --confirm-bytes at least 0")
+    budget = None if args.exact else args.budget
+    with _open(args.files) as ckpt:
+        if not args.json:
+            print(health_text.cost_line(health_cost(ckpt, budget, args.confirm_bytes), ckpt.name), flush=True)
+        result = health(ckpt, budget, args.confirm_bytes)
+        if args.json:
+            _emit(result.to_json())
+        else:
+            print(health_text.render(result))
     return EXIT_OK
 
 
