@@ -207,6 +207,19 @@ def test_shared_torch_storage_is_tied_without_reading_it(tmp_path):
     with tensorloupe.open(path) as ckpt:
         (flag,) = health(ckpt).flags
     assert (flag.kind, flag.severity, flag.evidence["shared_storage"]) == ("tied", "info", True)
+    # Any two names over one storage are one tensor tied on purpose, not a copy; a real copy of
+    # it is still a copy, whichever comes first in the file.
+    for order in (("a.proj.weight", "b.proj.weight", "c.copy.weight"), ("c.copy.weight", "a.proj.weight", "b.proj.weight")):
+        tensors = {name: embed.clone() if name.startswith("c.") else embed for name in order}
+        torch.save(tensors, path)
+        with tensorloupe.open(path) as ckpt:
+            flags = sorted((f.kind, f.severity, f.tensor, f.related, f.evidence["shared_storage"])
+                           for f in health(ckpt).flags)
+        first = next(n for n in order if n != "c.copy.weight")
+        others = sorted(set(order) - {"c.copy.weight", first})
+        copy, kept = ("c.copy.weight", first) if order[0] != "c.copy.weight" else (first, "c.copy.weight")
+        assert flags == [("duplicate", "warning", copy, [kept], False),
+                         ("tied", "info", others[0], [first], True)]
 
 
 def test_buffers_identical_in_every_layer_are_expected():
@@ -263,3 +276,36 @@ def test_one_scaled_expert_among_many_is_the_only_flag():
         ("model.layers.2.mlp.experts.5.w1.weight", "scale", "error")]
     (role,) = report.profile()
     assert role["role"] == "model.layers.*.mlp.experts.*.w1.weight" and len(role["points"]) == 32
+
+
+def test_median_without_one_member_is_the_siblings_median():
+    from statistics import median
+
+    from tensorloupe.health.rules import _median_without
+    values = [0.3, 0.1, 0.1, 0.7, 0.2, 0.9]
+    for i, v in enumerate(values):
+        assert _median_without(sorted(values), v) == median(values[:i] + values[i + 1:])
+
+
+def test_buffers_empty_and_non_finite_tensors():
+    model = {"ids": torch.arange(10), "mask": torch.ones(4, dtype=torch.bool), "empty": torch.zeros(0),
+             "gain.weight": torch.tensor([0.5]), "broken.weight": torch.full((4, 4), float("nan"))}
+    with _checkpoint(model) as ckpt:
+        report = health(ckpt)
+        cost = health_cost(ckpt)
+    skipped = {m.name: m.skipped for m in report.measures if m.skipped}
+    assert skipped == {"ids": "int values are not weights", "mask": "bool values are not weights",
+                       "empty": "it has no elements"}
+    assert (cost.tensors, cost.skipped) == (2, 3)
+    # All NaN: one flag that says so (no rms to judge, nothing "constant" about it); one element
+    # is never "constant".
+    assert [(f.tensor, f.kind, f.evidence["nan"]) for f in report.flags] == [("broken.weight", "nonfinite", 16)]
+
+
+def test_cli_exact_reads_every_byte(faults):
+    done = run_cli("health", faults["health_faults"], "--exact", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["cost"]["budget"] is None and all(t["exact"] for t in out["tensors"])
+    assert out["bytes_read"] == out["cost"]["scan_bytes"] == sum(t["numel"] for t in out["tensors"]) * 4
+    assert run_cli("health", faults["health_faults"], "--budget", "0").returncode == 2

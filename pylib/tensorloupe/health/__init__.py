@@ -150,28 +150,35 @@ def _confirm_constant(checkpoint, m: Measure, limit, report, start, total):
 
 
 def _confirm_copies(checkpoint, group: list[Measure], limit, report, start, total):
+    """Flags for one group of candidates: names over the same bytes are tied (no read needed);
+    distinct storages are hashed whole and equal hashes are copies."""
     tensors = [checkpoint.tensor(m.name) for m in group]
-    if not confirm.confirmable(tensors[0], limit):
-        return [confirm.unconfirmed_flag(group, limit)]
-    digests: dict[str, list[int]] = {}
+    owner: list[int] = []                 # each member's first member over the same bytes
     for i, tensor in enumerate(tensors):
-        shared = next((j for j in range(i) if confirm.same_bytes(tensors[j], tensor)), None)
-        if shared is not None:
-            digests.setdefault(f"shared:{shared}", [shared]).append(i)
-            continue
-        digest = group[i].digest if group[i].exact else None
-        for step in ([] if digest else confirm.full_digest_steps(tensor)):
+        owner.append(next((j for j in range(i) if owner[j] == j and confirm.same_bytes(tensors[j], tensor)), i))
+    flags = []
+    for j in sorted(set(owner)):
+        sharing = [i for i in range(len(group)) if owner[i] == j]
+        if len(sharing) > 1:
+            flags.append(confirm.duplicate_flag(group[j], [group[i] for i in sharing[1:]], None,
+                                                tensors[j].nbytes, True))
+    storages = sorted(set(owner))
+    if len(storages) < 2:
+        return flags
+    if not confirm.confirmable(tensors[0], limit):
+        return flags + [confirm.unconfirmed_flag([group[j] for j in storages], limit)]
+    digests: dict[str, list[int]] = {}
+    for j in storages:
+        digest = group[j].digest if group[j].exact else None
+        for step in ([] if digest else confirm.full_digest_steps(tensors[j])):
             digest = step
             report.bytes_read = checkpoint.bytes_read() - start
             yield total, total, report
-        digests.setdefault(digest, []).append(i)
-    flags = []
-    for key, members in digests.items():
+        digests.setdefault(digest, []).append(j)
+    for digest, members in digests.items():
         if len(members) > 1:
-            shared = key.startswith("shared:")
-            digest = group[members[0]].digest if shared else key
             flags.append(confirm.duplicate_flag(group[members[0]], [group[j] for j in members[1:]],
-                                                digest, tensors[members[0]].nbytes, shared))
+                                                digest, tensors[members[0]].nbytes, False))
     return flags
 
 

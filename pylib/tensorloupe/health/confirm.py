@@ -3,8 +3,9 @@ tensor is dead (one value everywhere).
 
 Duplicates: tensors of one dtype and shape whose sampled windows hash the same are candidates;
 each is then hashed whole (sha256 streamed over its bytes) and only equal full hashes are reported.
-Tensors laid over the same bytes (shared torch storage) are equal without reading. Tied embeddings
-(input embedding and output head) and buffers computed at load time are information, not faults.
+Tensors laid over the same bytes (shared torch storage) are equal without reading, and tied on
+purpose. Tied embeddings (input embedding and output head) and buffers computed at load time are
+information too, not faults.
 
 A constant candidate is confirmed by comparing every byte with its first element's encoding
 (C speed), falling back to decoding a piece where the encodings differ (0.0 and -0.0).
@@ -72,6 +73,12 @@ def duplicate_flag(kept: Measure, copies: list[Measure], digest: str | None, nby
         return Flag("tied", "info", head,
                     f"Tied with {embedding} (input embedding and output head {how}): common and intended.",
                     evidence, True, [embedding])
+    if shared:
+        # One tensor saved under several names (torch writes a shared storage once): the model
+        # ties these parameters on purpose; a copy-paste would have written the bytes twice.
+        return Flag("tied", "info", copies[0].name,
+                    f"Tied with {kept.name}: the names {how}, one tensor stored once, so the model "
+                    f"shares these weights on purpose.", evidence, True, names[:1] + names[2:])
     if all(BUFFERS.search(n) for n in names):
         return Flag("duplicate_buffer", "info", copies[0].name,
                     f"{len(names)} buffers {how}: they are computed, not trained, so this is expected.",

@@ -50,6 +50,8 @@ def _plural(n: int, word: str) -> str:
 def _evidence(flag) -> str:
     e = flag.evidence
     value, siblings = e.get("value"), e.get("siblings_median")
+    if e.get("shared_storage"):
+        return "the same bytes in the file"
     if e.get("statistic", "").endswith("sha256"):
         return f"sha256 {str(value)[:12]}…"
     text = f"{e.get('statistic')} {_num(value)}"
