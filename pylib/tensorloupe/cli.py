@@ -1,4 +1,4 @@
-"""`tensorloupe inspect|stats|values|moe|demo`: the library on the command line.
+"""`tensorloupe inspect|stats|values|moe|diff|demo`: the library on the command line.
 
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
 or is invalid (the message goes to stderr, never a traceback).
@@ -16,6 +16,7 @@ from .errors import TensorloupeError, UsageError
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
 from .jsonable import json_number
+from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
 
@@ -71,6 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="elements read per matrix of each expert (default %(default)s)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_moe)
+
+    p = commands.add_parser("diff", help="compare two checkpoints tensor by tensor (A is the reference)")
+    p.add_argument("a", help="checkpoint A: a file, URL, or a folder of shards")
+    p.add_argument("b", help="checkpoint B (any format: GGUF names are matched to HF names)")
+    p.add_argument("--exact", action="store_true", help="every element instead of a sample (progress on stderr)")
+    p.add_argument("--samples", type=int, default=COMPARE_SAMPLES,
+                   help="elements compared per tensor when sampling (default %(default)s)")
+    p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (A's or B's name; repeatable)")
+    p.add_argument("--top", type=int, default=15, help="tensors listed in the ranking (default %(default)s)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_diff)
 
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
     p.add_argument("--out", required=True, help="where to write it")
@@ -150,6 +162,35 @@ def run_moe(args) -> int:
             _emit(report.jsonable(analysis.to_json()))
         else:
             report.print_moe(analysis)
+    return EXIT_OK
+
+
+def _open_target(target: str):
+    """A file or URL, or a folder: every checkpoint file in it, opened as one (shards)."""
+    import os
+    from .detect import EXTENSIONS
+    if os.path.isdir(target):
+        files = sorted(os.path.join(target, f) for f in os.listdir(target) if f.endswith(EXTENSIONS))
+        if not files:
+            raise UsageError(f"{target}: no checkpoint files in this folder ({', '.join(EXTENSIONS)})")
+        return _open(files)
+    return _open(target)
+
+
+def run_diff(args) -> int:
+    if args.samples < 1 or args.top < 0:
+        raise UsageError("--samples must be at least 1 and --top at least 0")
+
+    def progress(done, total):
+        print(f"\rcompared {done}/{total} tensors", end="" if done < total else "\n", file=sys.stderr)
+
+    with _open_target(args.a) as a, _open_target(args.b) as b:
+        result = compare(a, b, args.samples, args.exact, args.tensor,
+                         progress if args.exact and sys.stderr.isatty() else None)
+        if args.json:
+            _emit(result.to_json())
+        else:
+            report.print_diff(result, args.top)
     return EXIT_OK
 
 

@@ -22,14 +22,12 @@ from ..jsonable import json_number
 from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, plan_windows
 from .match import Pair, match
-from .metrics import Diff, bytes_comparable, first_difference, read_frame
+from .metrics import CATEGORIES, Diff, bytes_comparable, first_difference, read_frame
 from .summary import summarise
 
 __all__ = ["compare", "compare_steps", "Comparison", "Row", "CATEGORIES", "DEFAULT_SAMPLES"]
 
 DEFAULT_SAMPLES = 1 << 14
-CATEGORIES = ("only_in_a", "only_in_b", "unreadable", "shape_changed", "byte_identical",
-              "same_values", "values_differ")
 
 
 @dataclass
@@ -126,13 +124,11 @@ def compare_steps(a: Checkpoint, b: Checkpoint, samples: int = DEFAULT_SAMPLES, 
     yield result
 
 
-def compare(a, b, samples: int = DEFAULT_SAMPLES, exact: bool = False, tensors: list[str] | None = None,
+def compare(a: Checkpoint, b: Checkpoint, samples: int = DEFAULT_SAMPLES, exact: bool = False,
+            tensors: list[str] | None = None,
             progress: Callable[[int, int], object] | None = None) -> Comparison:
-    """Compare checkpoints (or paths/URLs to open). `progress(done, total)` returning False (or
-    raising Cancelled) stops the work with Cancelled."""
-    from .. import open as open_checkpoint
-    a = a if isinstance(a, Checkpoint) else open_checkpoint(a)
-    b = b if isinstance(b, Checkpoint) else open_checkpoint(b)
+    """Compare two open checkpoints. `progress(done, total)` returning False (or raising
+    Cancelled) stops the work with Cancelled."""
     for step in compare_steps(a, b, samples, exact, tensors):
         if isinstance(step, Comparison):
             return step

@@ -17,6 +17,9 @@ from ..jsonable import json_number
 from ..model import Tensor
 from .match import Side
 
+# What a pair of tensors can turn out to be, in the order reports list them.
+CATEGORIES = ("only_in_a", "only_in_b", "unreadable", "shape_changed", "byte_identical",
+              "same_values", "values_differ")
 BYTES_CHUNK = 1 << 20   # bounded memory: two chunks of this many bytes at a time
 
 

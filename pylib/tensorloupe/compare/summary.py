@@ -12,13 +12,12 @@ import math
 import statistics
 
 from ..roles import role_of
-from .metrics import Diff
+from .metrics import CATEGORIES, Diff
 
 CHANGED = ("values_differ", "shape_changed")
 
 
 def summarise(comparison) -> dict:
-    from . import CATEGORIES
     rows = comparison.rows
     counts = {c: 0 for c in CATEGORIES}
     for r in rows:

@@ -101,7 +101,7 @@ def _lookup(name: str, table: dict[str, str]) -> str | None:
     for i, part in enumerate(parts):  # try each number as the block index
         if _NUMBER.match(part):
             key = ".".join(parts[:i] + ["{bid}"] + parts[i + 1:])
-            if key in table and "{bid}" in table[key]:
+            if key in table:
                 return table[key].format(bid=int(part)) + suffix
     return None
 
