@@ -248,3 +248,32 @@ def test_cli_text_and_errors(model):
     assert done.returncode == 2 and done.stderr.strip() == "tensorloupe: no tensor named 'nope' in either checkpoint"
     done = subprocess.run(run + [str(path), str(ROOT / "README.md")], capture_output=True, text=True, env=env)
     assert done.returncode in (2, 3) and "Traceback" not in done.stderr and "README.md" in done.stderr
+
+
+def test_nan_in_the_same_place_is_not_a_difference_but_a_new_nan_is(tmp_path):
+    a = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    a[2, 3] = np.nan
+    same_nan = a.copy()
+    same_nan[0, 0] += 0.25          # one finite difference so the bytes differ
+    new_nan = a.copy()
+    new_nan[5, 5] = np.nan
+    save_np({"w": a}, str(tmp_path / "a.safetensors"))
+    save_np({"w": same_nan}, str(tmp_path / "b.safetensors"))
+    save_np({"w": new_nan}, str(tmp_path / "c.safetensors"))
+    row = tensorloupe.compare(tmp_path / "a.safetensors", tmp_path / "b.safetensors").row("w").to_json()
+    assert (row["compared"], row["nonfinite"], row["nonfinite_differ"]) == (63, 1, 0)
+    assert row["max_abs"] == pytest.approx(0.25)
+    row = tensorloupe.compare(tmp_path / "a.safetensors", tmp_path / "c.safetensors").row("w").to_json()
+    assert row["category"] == "values_differ" and row["max_abs"] == 0.0
+    assert (row["nonfinite"], row["nonfinite_differ"]) == (2, 1)
+
+
+def test_integer_tensors_and_empty_tensors(tmp_path):
+    save_np({"i": np.arange(10, dtype=np.int32), "e": np.zeros((0, 4), np.float32)}, str(tmp_path / "a.safetensors"))
+    save_np({"i": np.arange(10, dtype=np.int64) * 2, "e": np.zeros((0, 4), np.float32)},
+            str(tmp_path / "b.safetensors"))
+    result = tensorloupe.compare(tmp_path / "a.safetensors", tmp_path / "b.safetensors", exact=True)
+    i = result.row("i").to_json()
+    assert i["dtype_changed"] and i["max_abs"] == 9.0 and i["compared"] == 10
+    assert i["rel_error"] == pytest.approx(1.0)
+    assert result.row("e").category == "byte_identical"
