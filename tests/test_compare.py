@@ -277,3 +277,23 @@ def test_integer_tensors_and_empty_tensors(tmp_path):
     assert i["dtype_changed"] and i["max_abs"] == 9.0 and i["compared"] == 10
     assert i["rel_error"] == pytest.approx(1.0)
     assert result.row("e").category == "byte_identical"
+
+
+def test_tiles_show_the_same_elements_of_a_b_and_a_minus_b_on_one_scale():
+    from tensorloupe.compare import views
+    hf = load_file(str(SOURCES / "llama" / "model.safetensors"))
+    gg = gguf_arrays(CONVERTED / "tiny-llama.q8_0.gguf")
+    result = tensorloupe.compare(SOURCES / "llama" / "model.safetensors", CONVERTED / "tiny-llama.q8_0.gguf")
+    pair = result.row("model.layers.1.self_attn.q_proj.weight").pair
+    t = views.tiles(pair, 16, 16, region=(8, 40, 0, 64))
+    rows, cols = np.array(t["row_index"]), np.array(t["col_index"])
+    a = hf["model.layers.1.self_attn.q_proj.weight"]
+    b = gg["blk.1.attn_q.weight"][np.argsort(converter_permute(np.arange(64), 4))]  # back in HF row order
+    assert np.array_equal(np.array(t["a"]).reshape(16, 16), a[np.ix_(rows, cols)])
+    assert np.array_equal(np.array(t["b"]).reshape(16, 16), b[np.ix_(rows, cols)])
+    assert np.allclose(np.array(t["diff"]), (a - b)[np.ix_(rows, cols)].ravel(), atol=1e-12)
+    assert t["amax"] == pytest.approx(max(np.abs(a[np.ix_(rows, cols)]).max(), np.abs(b[np.ix_(rows, cols)]).max()))
+    ha, hb = views.histograms(pair, bins=16)
+    assert ha.edges == hb.edges and sum(ha.counts) == sum(hb.counts) == a.size
+    expected, _ = np.histogram(a.astype(np.float64), bins=np.array(ha.edges))
+    assert ha.counts == expected.tolist()

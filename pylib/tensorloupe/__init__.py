@@ -44,7 +44,8 @@ def compare(a, b, samples: int = COMPARE_SAMPLES, exact: bool = False, tensors=N
             progress=None) -> Comparison:
     """Compare two checkpoints (Checkpoints, or anything `open` takes) tensor by tensor; A is the
     reference. Sampled (`samples` elements per tensor, the same positions of both) unless
-    `exact`; byte identity is always decided on the bytes. See tensorloupe.compare."""
+    `exact`; byte identity is always decided on the bytes. Checkpoints it opens stay open for
+    views of the pairs: close them with the result (`with tensorloupe.compare(...) as cmp:`)."""
     opened = []
     try:
         if not isinstance(a, Checkpoint):
@@ -54,6 +55,7 @@ def compare(a, b, samples: int = COMPARE_SAMPLES, exact: bool = False, tensors=N
             b = open(b)
             opened.append(b)
         return _compare(a, b, samples, exact, tensors, progress)
-    finally:
+    except BaseException:
         for ckpt in opened:
             ckpt.close()
+        raise

@@ -76,6 +76,16 @@ class Comparison:
                 return r
         raise UsageError(f"no tensor named {name!r} in either checkpoint")
 
+    def close(self) -> None:
+        self.a.close()
+        self.b.close()
+
+    def __enter__(self) -> "Comparison":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def to_json(self) -> dict:
         return {"a": _ckpt_json(self.a), "b": _ckpt_json(self.b),
                 "mode": "exact" if self.exact else "sampled",
