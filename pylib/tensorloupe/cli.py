@@ -1,4 +1,4 @@
-"""`tensorloupe inspect|stats|values|moe|health|demo`: the library on the command line.
+"""`tensorloupe inspect|stats|values|moe|health|diff|demo`: the library on the command line.
 
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
 or is invalid (the message goes to stderr, never a traceback).
@@ -18,6 +18,7 @@ from .health import text as health_text
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
 from .jsonable import bounded, json_number
+from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
 
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_moe)
 
-    p = commands.add_parser("health", help="flag broken tensors: NaN, dead, scale outliers, copies, norms")
+    p = commands.add_parser("health", parents=[reading],
+                            help="flag broken tensors: NaN, dead, scale outliers, copies, norms")
     p.add_argument("files", nargs="+", help="a checkpoint, or all shards of one")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                    help="bytes read per tensor (default %(default)s); tensors that fit are read whole")
@@ -91,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the most read of one tensor to confirm a copy or a constant (default %(default)s)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run_health)
+
+    p = commands.add_parser("diff", parents=[reading],
+                            help="compare two checkpoints tensor by tensor (A is the reference)")
+    p.add_argument("a", help="checkpoint A: a file, URL, or a folder of shards")
+    p.add_argument("b", help="checkpoint B (any format: GGUF names are matched to HF names)")
+    p.add_argument("--exact", action="store_true", help="every element instead of a sample (progress on stderr)")
+    p.add_argument("--samples", type=int, default=COMPARE_SAMPLES,
+                   help="elements compared per tensor when sampling (default %(default)s)")
+    p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (A's or B's name; repeatable)")
+    p.add_argument("--top", type=int, default=15, help="tensors listed in the ranking (default %(default)s)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run_diff)
 
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
     p.add_argument("--out", required=True, help="where to write it")
@@ -186,6 +200,35 @@ def run_health(args) -> int:
             _emit(result.to_json())
         else:
             print(health_text.render(result))
+    return EXIT_OK
+
+
+def _open_target(target: str, args):
+    """A file or URL, or a folder: every checkpoint file in it, opened as one (shards)."""
+    import os
+    from .detect import EXTENSIONS
+    if os.path.isdir(target):
+        files = sorted(os.path.join(target, f) for f in os.listdir(target) if f.endswith(EXTENSIONS))
+        if not files:
+            raise UsageError(f"{target}: no checkpoint files in this folder ({', '.join(EXTENSIONS)})")
+        return _open(files, args)
+    return _open(target, args)
+
+
+def run_diff(args) -> int:
+    if args.samples < 1 or args.top < 0:
+        raise UsageError("--samples must be at least 1 and --top at least 0")
+
+    def progress(done, total):
+        print(f"\rcompared {done}/{total} tensors", end="" if done < total else "\n", file=sys.stderr)
+
+    with _open_target(args.a, args) as a, _open_target(args.b, args) as b:
+        result = compare(a, b, args.samples, args.exact, args.tensor,
+                         progress if args.exact and sys.stderr.isatty() else None)
+        if args.json:
+            _emit(result.to_json())
+        else:
+            report.print_diff(result, args.top)
     return EXIT_OK
 
 
