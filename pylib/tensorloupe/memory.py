@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .architecture import Architecture
 from .dtypes import lookup
+from .report import human_bytes
 
 WEIGHT_PRECISIONS = (("bf16", "BF16"), ("fp8", "F8_E4M3"), ("q8_0", "Q8_0"), ("q4_k", "Q4_K"))
 CACHE_TYPES = (("f16", "F16"), ("q8_0", "Q8_0"), ("q4_0", "Q4_0"))
@@ -127,8 +128,9 @@ def estimate(arch: Architecture, context: int | None = None, cache_type: str = "
     weights = [{"precision": "stored", "bytes": stored,
                 "formula": f"sum of the {tensors:,} model tensors' bytes as stored = {stored:,} B"}]
     for name, dtype in WEIGHT_PRECISIONS:
-        bits = lookup(dtype).bits
-        size = int(params * bits) // 8
+        dt = lookup(dtype)
+        bits = dt.bits
+        size = params * dt.block_bytes // dt.block_elems  # integers: a hostile count overflows floats
         weights.append({"precision": name, "bits": bits, "bytes": size,
                         "formula": f"{params:,} parameters × {bits:g} bits / 8 = {size:,} B"})
     max_context = arch.get("context_length")
@@ -161,6 +163,8 @@ def estimate(arch: Architecture, context: int | None = None, cache_type: str = "
 
 
 def human(n: int) -> str:
+    if n >= 1 << 60:
+        return human_bytes(n)  # integer arithmetic: a hostile header's count overflows floats
     for unit, scale in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.2f} {unit}"

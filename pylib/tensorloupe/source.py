@@ -14,7 +14,11 @@ import io
 import os
 from collections import OrderedDict
 
-from .errors import TruncatedError, UsageError
+from .errors import FormatError, TruncatedError, UsageError
+# The HTTP checks and the wording of HTTP failures (range_refused, http_failed) are shared with
+# the browser's source (web.remote), so the CLI and the page say the same thing.
+from .http_reply import (CONNECT_SECONDS, MAX_REDIRECTS, REDIRECTS, Deadline, check_reply,  # noqa: F401
+                         http_failed, range_refused, redirect_target, too_slow)
 
 
 class ByteSource:
@@ -255,65 +259,80 @@ class SourceFile(io.RawIOBase):
 
 
 class HttpSource(ByteSource):
-    """A file on a web server, read by HTTP Range requests (CPython: urllib).
+    """A file on a web server, read by HTTP Range requests (CPython: http.client).
 
     Only the header and the sampled ranges travel; a server that ignores Range (answering 200
-    with the whole body) is refused rather than downloaded. In the browser the worker supplies
-    its own source built on synchronous XMLHttpRequest, with the same interface.
+    with the whole body) is refused rather than downloaded, and so is a reply that is not exactly
+    the range asked for (http_reply.check_reply). Each request has a total deadline (`timeout`
+    seconds plus one per MB asked for), redirects are followed within the same site only unless
+    `follow_redirects`, and `redirected_to` says where the file really came from. In the browser
+    the worker supplies its own source built on synchronous XMLHttpRequest, with the same
+    interface.
     """
 
-    def __init__(self, url: str, name: str | None = None, timeout: float = 30.0):
+    def __init__(self, url: str, name: str | None = None, timeout: float = 10.0,
+                 follow_redirects: bool = False):
         super().__init__()
         self.url = url
         self.name = name or url_name(url)
         self.timeout = timeout
+        self.follow_redirects = follow_redirects
+        self.redirected_to: str | None = None
         first, total = self._range(0, 1, probing=True)
         self.size = total
         self._first = first
 
     def _range(self, offset: int, n: int, probing: bool = False) -> tuple[bytes, int]:
-        import urllib.error
-        import urllib.request
-        request = urllib.request.Request(self.url, headers={
-            "Range": f"bytes={offset}-{offset + n - 1}", "Accept-Encoding": "identity"})
+        deadline = Deadline(self.timeout, n)
+        url = self.url
+        for _ in range(MAX_REDIRECTS + 1):
+            status, reason, headers, body = self._exchange(url, offset, n, deadline)
+            if status in REDIRECTS and headers.get("Location"):
+                url = redirect_target(self.name, url, headers["Location"], self.follow_redirects)
+                self.redirected_to = url
+                continue
+            data, total = check_reply(self.name, offset, n, status, reason,
+                                      headers.get("Content-Range"), body, probing)
+            if not probing and total is not None and total != self.size:
+                raise FormatError("the file changed on the server while it was read",
+                                  file=self.name, expected=f"{self.size} bytes",
+                                  found=f"{total} bytes")
+            return data, total
+        raise UsageError(f"the server redirects {self.url} more than {MAX_REDIRECTS} times",
+                         file=self.name)
+
+    def _exchange(self, url: str, offset: int, n: int, deadline: Deadline):
+        """One request and its reply: (status, reason, headers, at most n + 1 body bytes)."""
+        import http.client
+        from urllib.parse import urlsplit
+        parts = urlsplit(url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        connection = None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                if response.status != 206:
-                    raise range_refused(self.name, response.status)
-                content_range = response.headers.get("Content-Range", "")
-                total = int(content_range.rsplit("/", 1)[-1]) if "/" in content_range else -1
-                return response.read(n + 1), total
-        except urllib.error.HTTPError as e:
-            if e.code == 416 and probing:
-                return b"", 0  # an empty file
-            raise http_failed(self.name, e.code, e.reason) from e
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise UsageError(f"cannot fetch {self.url}: {getattr(e, 'reason', e)}", file=self.name) from e
+            connection = cls(parts.netloc, timeout=max(0.01, min(CONNECT_SECONDS, deadline.left())))
+            with deadline.watch(connection):
+                connection.connect()
+                connection.request("GET", target, headers={
+                    "Range": f"bytes={offset}-{offset + n - 1}", "Accept-Encoding": "identity"})
+                response = connection.getresponse()
+                # Never read a 200 (the whole file), and never more than one byte past the range.
+                body = response.read(n + 1) if response.status == 206 else b""
+            if deadline.passed():
+                raise too_slow(self.name, url, deadline)
+            return response.status, response.reason, response.headers, body
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            if deadline.passed():
+                raise too_slow(self.name, url, deadline) from e
+            raise UsageError(f"cannot fetch {url}: {getattr(e, 'strerror', None) or e!r}",
+                             file=self.name) from e
+        finally:
+            if connection is not None:
+                connection.close()
 
     def _read(self, offset: int, n: int) -> bytes:
         data, _ = self._range(offset, n)
         return self._count(data[:n])
-
-
-# The wording of HTTP failures, shared with the browser's source (tensorloupe.web.remote), so the
-# CLI and the page say the same thing about the same server.
-
-def range_refused(name: str, status: int) -> UsageError:
-    """A server that answered a Range request with anything but 206 (usually 200, the whole file)."""
-    return UsageError("the server does not answer HTTP Range requests, so the file cannot be read "
-                      "in pieces", file=name, expected="206 Partial Content", found=status)
-
-
-def http_failed(name: str, status: int, reason: str = "") -> UsageError:
-    """An HTTP error status (404, 403, ...); `reason` defaults to the standard phrase (HTTP/2
-    responses carry none)."""
-    import http
-    if not reason:
-        try:
-            reason = http.HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-    return UsageError(f"the server answered {status} {reason}".rstrip(), file=name)
 
 
 def url_name(url: str) -> str:
@@ -327,12 +346,12 @@ def is_url(target) -> bool:
     return isinstance(target, str) and target.startswith(("http://", "https://"))
 
 
-def open_source(target, name: str | None = None) -> ByteSource:
+def open_source(target, name: str | None = None, follow_redirects: bool = False) -> ByteSource:
     """A cached source for a path, URL, bytes-like object or existing source."""
     if isinstance(target, ByteSource):
         return target
     if isinstance(target, (bytes, bytearray, memoryview)):
         return MemorySource(target, name or "<memory>")
     if is_url(target):
-        return CachedSource(HttpSource(target, name))
+        return CachedSource(HttpSource(target, name, follow_redirects=follow_redirects))
     return CachedSource(FileSource(target, name))
