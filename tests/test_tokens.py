@@ -16,9 +16,10 @@ from tensorloupe.source import FileSource
 from tensorloupe.vocab import shown
 
 import gguf_files
+import tokenizer_files
 
 BIG_VOCAB = 262_144
-TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}\n{% endfor %}"
+TEMPLATE = tokenizer_files.TEMPLATE
 
 
 def run(capsys, *args) -> tuple[int, dict | str, str]:
@@ -127,17 +128,8 @@ def test_shown_makes_invisible_characters_visible():
 
 
 def test_tokenizer_json_beside_a_safetensors_file(capsys, tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"])
-    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20, trainer)
-    tok.add_special_tokens(["<|im_end|>"])
-    tok.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<s>", "eos_token": {"content": "<|im_end|>"}, "unk_token": "<unk>",
-        "chat_template": TEMPLATE, "tokenizer_class": "PreTrainedTokenizerFast"}))
-    save_file({"w": np.zeros(2, dtype=np.float32)}, str(tmp_path / "model.safetensors"))
+    from tokenizers import Tokenizer
+    tokenizer_files.write_model_with_tokenizer(tmp_path, "model.safetensors")
     code, doc, _ = run(capsys, tmp_path / "model.safetensors", "--count", "1000", "--json")
     assert code == 0
     oracle = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))

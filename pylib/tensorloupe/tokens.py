@@ -14,10 +14,13 @@ Tokens are shown with invisible characters made visible (vocab.shown).
 
 from __future__ import annotations
 
+import os
+
 from . import beside
 from .errors import FormatError, UsageError
 from .formats.gguf import reader as gguf
 from .model import Checkpoint
+from .source import is_url
 from .tokenizer_json import JsonVocabulary
 from .vocab import DEFAULT_PAGE, MAX_TEMPLATE, Vocabulary, entry
 
@@ -81,6 +84,19 @@ def _template(ckpt: Checkpoint) -> dict | None:
     text = gguf.read_string(ckpt, key, 0, MAX_TEMPLATE if not isinstance(value, str) else None)
     return {"text": text[:MAX_TEMPLATE], "length": length, "truncated": len(text) > MAX_TEMPLATE
             or (not isinstance(value, str) and length > MAX_TEMPLATE)}
+
+
+def available(ckpt: Checkpoint, files: list | None = None) -> str | None:
+    """Where the checkpoint's tokenizer is ("gguf", or the tokenizer file beside a local file),
+    None if it has none. Decides on names only (no file is read): what the page asks to decide
+    whether to offer a Tokens tab. URLs are not probed (a request the user did not ask for)."""
+    if ckpt.format == "gguf" and TOKENS in ckpt.metadata:
+        return "gguf"
+    local = [f for f in files or [] if isinstance(f, str) and not is_url(f)]
+    for name in (beside.TOKENIZER_NAME, beside.TOKENIZER_CONFIG_NAME):
+        if local and os.path.isfile(beside.sibling(local[0], name)):
+            return name
+    return None
 
 
 def vocabulary(ckpt: Checkpoint, files: list | None = None) -> Vocabulary:

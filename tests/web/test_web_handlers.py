@@ -62,7 +62,7 @@ def test_the_page_payload_is_inspect_json(files):
     listing = {**report.inspect_json(ckpt), **arch_report.describe(ckpt)}  # what inspect --json prints
     assert records(result) == [{k: t.get(k) for k in result["tensors"]["columns"]} for t in listing["tensors"]]
     assert all(set(t) - {"info"} <= set(result["tensors"]["columns"]) for t in listing["tensors"])
-    page_only = {"bytes_by_dtype", "moe"}
+    page_only = {"bytes_by_dtype", "moe", "tokenizer"}
     assert set(result) == set(listing) | page_only
     assert {k: v for k, v in result.items() if k not in page_only | {"tensors"}} == {
         k: v for k, v in listing.items() if k != "tensors"}
@@ -346,3 +346,25 @@ def test_tokens_pages_match_the_cli(capsys, tmp_path):
     call(s, "open_demo")
     with pytest.raises(tensorloupe.TensorloupeError, match="no tokenizer"):
         call(s, "tokens")
+
+
+def test_where_the_tokenizer_is_decides_the_tokens_tab(capsys, tmp_path, demo_path):
+    import gguf_files
+    import tokenizer_files
+    from tensorloupe.cli import main
+    s = Session()
+    assert call(s, "open", path=str(gguf_files.write_llama(tmp_path / "tiny.gguf")))[0]["tokenizer"] == "gguf"
+    assert call(s, "open", path=str(demo_path))[0]["tokenizer"] is None
+    assert call(s, "open_demo")[0]["tokenizer"] is None
+    model = tokenizer_files.write_model_with_tokenizer(tmp_path / "hf")
+    result, _ = call(s, "open", paths=[str(model)])
+    assert result["tokenizer"] == "tokenizer.json"
+    page, _ = call(s, "tokens", start=10, count=60)
+    assert main(["tokens", str(model), "--start", "10", "--count", "60", "--json"]) == 0
+    assert page == json.loads(capsys.readouterr().out)
+    assert page["count"] == page["size"] - 10 == 53 and page["special"]["eos"]["token"] == "<|im_end|>"
+    (tmp_path / "hf" / "tokenizer.json").unlink()       # parsed once per model: still served
+    assert call(s, "tokens", find="<|im_end|>")[0]["matches"][0]["id"] == page["special"]["eos"]["id"]
+    for bad in ({"start": -1}, {"count": "9"}, {"start": True}):
+        with pytest.raises(tensorloupe.TensorloupeError, match="whole number"):
+            call(s, "tokens", **bad)

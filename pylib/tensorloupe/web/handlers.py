@@ -93,9 +93,10 @@ class Session(MoEOps, HealthOps, ModelOps):
         model's config.json (`config`) if it was given too."""
         config = self._config(args.get("config"), files.load_config)
         if "paths" in args:
-            return self._adopt(open_checkpoint(list(args["paths"])), *config, args.get("config"))
+            paths = list(args["paths"])
+            return self._adopt(open_checkpoint(paths), *config, args.get("config"), paths)
         return self._adopt(open_checkpoint(args["path"], name=args.get("name")), *config,
-                           args.get("config"))
+                           args.get("config"), [args["path"]])
 
     def op_open_url(self, args):
         """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py)."""
@@ -127,7 +128,7 @@ class Session(MoEOps, HealthOps, ModelOps):
             return None, f"{e} (top-k is not taken from it)"
 
     def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None,
-               config_where: str | None = None):
+               config_where: str | None = None, paths: list[str] | None = None):
         """Make a successfully opened checkpoint current (only now is the old one closed)."""
         if config_warning:
             ckpt.warnings.append(config_warning)
@@ -139,13 +140,14 @@ class Session(MoEOps, HealthOps, ModelOps):
             self.checkpoint.close()
         self.checkpoint, self.moe, self.analysis = ckpt, found, None
         self.config, self.config_where = config, config_where or "config.json"
+        self.opened_paths = [p for p in paths or [] if isinstance(p, str)]   # local: tokenizer.json beside
         self.jobs.clear()
         return self.model_payload(), []
 
     def model_payload(self) -> dict:
         """`report.checkpoint_json` (what `inspect --json` prints, metadata and extras bounded),
         its tensors as a table (page_table), its architecture and memory block (model_ops), plus
-        what only the page needs: bytes by dtype and the MoE structure."""
+        what only the page needs: bytes by dtype, the MoE structure, where its tokenizer is."""
         ckpt = self.current()
         out = report.checkpoint_json(ckpt, PREVIEW)
         out["tensors"] = page_table(out["tensors"])
@@ -155,6 +157,7 @@ class Session(MoEOps, HealthOps, ModelOps):
         out["bytes_by_dtype"] = bytes_by_dtype
         out["moe"] = self.moe.to_json() if self.moe else None
         out.update(self.architecture_payload())  # "architecture" and "memory", as in inspect --json
+        out["tokenizer"] = self.tokenizer_payload()
         return out
 
     # --- one tensor --------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""The Summary's "what model is this, will it fit" block and the Tokens view, for the worker.
+"""The Summary's "what model is this, will it fit" block and the Tokens tab, for the worker.
 
-Mixed into handlers.Session, whose state it uses: `current()` and the model's `config` (the
-config.json opened with the checkpoint, or None) with `config_where` (its name). The page shows
-exactly what `tensorloupe inspect --json` prints under "architecture" and "memory" (the same
-function builds both), and `tensorloupe tokens --json` for a page of the vocabulary.
+Mixed into handlers.Session, whose state it uses: `current()`, the model's `config` (the
+config.json opened with the checkpoint, or None) with `config_where` (its name), and
+`opened_paths` (the local paths it was opened from, where a tokenizer.json beside it is looked
+for; empty for URLs and the demo). The page shows exactly what `tensorloupe inspect --json` prints under "architecture"
+and "memory" (the same function builds both), and `tensorloupe tokens --json` for a page of the
+vocabulary.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ MAX_CONTEXT = 1 << 40
 class ModelOps:
     config: dict | None = None
     config_where: str = "config.json"
+    opened_paths: list[str] = []
+    _vocab = None   # (checkpoint, its Vocabulary): a tokenizer.json is parsed once per model
 
     def architecture_payload(self, context: int | None = None, cache_type: str = "f16") -> dict:
         return bounded(arch_report.describe(self.current(), self.config, self.config_where,
                                             context, cache_type))
+
+    def tokenizer_payload(self) -> str | None:
+        """Where the tokenizer is (tokens.available): the page offers a Tokens tab if anywhere."""
+        return tokens.available(self.current(), self.opened_paths)
 
     def op_architecture(self, args):
         """The architecture and memory estimate at another context length or cache type."""
@@ -40,11 +48,20 @@ class ModelOps:
 
     def op_tokens(self, args):
         """A page of the vocabulary (`start`, `count`) or a search (`find`), with the summary."""
-        vocab = tokens.vocabulary(self.current())
+        ckpt = self.current()
+        if self._vocab is None or self._vocab[0] is not ckpt:
+            self._vocab = (ckpt, tokens.vocabulary(ckpt, self.opened_paths))
+        vocab = self._vocab[1]
         find = args.get("find")
-        count = min(MAX_PAGE, int(args.get("count", DEFAULT_PAGE)))
+        count = _whole(args.get("count", DEFAULT_PAGE), "count")
         if isinstance(find, str) and find != "":
-            out = vocab.search(find, count)
+            out = vocab.search(find, min(MAX_PAGE, count))
         else:
-            out = vocab.page(int(args.get("start", 0)), count)
+            out = vocab.page(_whole(args.get("start", 0), "start"), min(MAX_PAGE, count))
         return bounded({**vocab.summary(), **out}), []
+
+
+def _whole(value, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UsageError(f"{name} must be a whole number >= 0", found=value)
+    return value
