@@ -16,7 +16,7 @@ LAYERS = [
     ["source", "dtypes", "unpickling"],
     ["model"],
     ["formats"],
-    ["detect", "shards"],
+    ["detect", "shards", "targets"],
     ["gather", "stats", "sample", "colormap"],
     ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health",
      "compare", "namemap", "roles"],

@@ -1,5 +1,9 @@
 """`tensorloupe inspect|stats|values|moe|demo`: the library on the command line.
 
+Every command that reads a checkpoint takes it the same way (`add_files` / `open_files`, see
+targets.py): one file, all shards or split parts of one, a folder, an index json, or URLs.
+Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
+
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
 or is invalid (the message goes to stderr, never a traceback).
 """
@@ -8,10 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from . import open as open_checkpoint
+from . import __version__, open as open_checkpoint
 from . import report
+from .model import Checkpoint
+from .source import is_url
+from .targets import resolve
 from .errors import TensorloupeError, UsageError
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
@@ -35,41 +43,94 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+class _Intermixed(argparse.ArgumentParser):
+    """A subcommand parser that takes options anywhere among its positionals."""
+
+    _inside = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        # parse_known_intermixed_args calls parse_known_args itself: only the outer call switches.
+        if self._inside:
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
+FILES_HELP = ("the checkpoint: a file, all shards or split GGUF parts of one, a folder holding "
+              "one, a model.safetensors.index.json, or URLs of these")
+
+
+def add_files(p: argparse.ArgumentParser, then: str = "") -> None:
+    """The checkpoint argument every reading command shares; `then` names positionals that follow
+    the files (tensor names), split off by split_files."""
+    p.add_argument("items", nargs="+", metavar="FILE", help=FILES_HELP + (
+        f"; then {then}" if then else ""))
+    p.usage = f"%(prog)s [options] FILE [FILE ...]{' ' + then if then else ''}"
+
+
+def split_files(items: list[str], keep: int = 0) -> tuple[list[str], list[str]]:
+    """Leading items that name files (existing paths or URLs) are the checkpoint, the rest are
+    tensor names; at least one file, and at least `keep` names left."""
+    n = 0
+    while n < len(items) - keep and (is_url(items[n]) or os.path.exists(items[n])):
+        n += 1
+    n = max(n, 1)
+    if len(items) - n < keep:
+        raise UsageError("give the checkpoint file(s), then the tensor name")
+    return items[:n], items[n:]
+
+
+def open_files(items) -> Checkpoint:
+    """Open what the user named as one checkpoint (see targets.py), for any command."""
+    return open_checkpoint(resolve(items).files)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorloupe",
-                                     description="Look inside model checkpoints without executing them.")
-    commands = parser.add_subparsers(dest="command", required=True)
+                                     description="Look inside model checkpoints without executing them.",
+                                     epilog="exit codes: 0 ok, 2 bad arguments, 3 the file cannot be "
+                                            "read or is invalid, 4 (inspect --strict) the pickle "
+                                            "names a dangerous global")
+    parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
+    json_help = "machine-readable output (JSON on stdout)"
 
     p = commands.add_parser("inspect", help="summary, metadata, warnings and the tensor table")
-    p.add_argument("files", nargs="+", help="a checkpoint, or all shards of one")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_files(p)
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_inspect)
 
     p = commands.add_parser("stats", help="statistics and a histogram of tensors' values")
-    p.add_argument("file")
-    p.add_argument("tensors", nargs="*", help="tensor names (default: every tensor)")
-    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="values to sample per tensor")
-    p.add_argument("--exact", action="store_true", help="read every element instead of sampling")
-    p.add_argument("--bins", type=int, default=32)
-    p.add_argument("--json", action="store_true")
+    add_files(p, "[TENSOR ...]")
+    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
+                   help="values to sample per tensor (default %(default)s)")
+    p.add_argument("--exact", action="store_true",
+                   help="read every element instead of sampling (statistics and histogram)")
+    p.add_argument("--bins", type=int, default=32, help="histogram bins (default %(default)s)")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_stats)
 
     p = commands.add_parser("values", help="exact element values in row-major order")
-    p.add_argument("file")
-    p.add_argument("tensor")
-    p.add_argument("--start", type=int, default=0)
-    p.add_argument("--count", type=int, default=20)
-    p.add_argument("--json", action="store_true")
+    add_files(p, "TENSOR")
+    p.add_argument("--start", type=int, default=0,
+                   help="first element, as a row-major index (default %(default)s)")
+    p.add_argument("--count", type=int, default=20, help="how many elements (default %(default)s)")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_values)
 
     p = commands.add_parser("moe", help="Mixture-of-Experts structure and redundant experts")
-    p.add_argument("file")
-    p.add_argument("--config", help="the model's config.json, for top-k")
+    add_files(p)
+    p.add_argument("--config", help="the model's config.json, for top-k (default: the config.json "
+                                    "beside the checkpoint, if any)")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help="similarity at which experts count as near-duplicates (default %(default)s)")
+                   help="similarity at which experts count as near-duplicates, -1..1 "
+                        "(default %(default)s)")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES_PER_MATRIX,
                    help="elements read per matrix of each expert (default %(default)s)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_moe)
 
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
@@ -78,18 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open(files):
-    return open_checkpoint(files if isinstance(files, list) and len(files) > 1
-                           else (files[0] if isinstance(files, list) else files))
-
-
 def _emit(obj) -> None:
     json.dump(obj, sys.stdout, indent=1, allow_nan=False)
     sys.stdout.write("\n")
 
 
 def run_inspect(args) -> int:
-    with _open(args.files) as ckpt:
+    with open_files(args.items) as ckpt:
         if args.json:
             _emit(report.inspect_json(ckpt))
         else:
@@ -100,8 +156,9 @@ def run_inspect(args) -> int:
 def run_stats(args) -> int:
     if args.samples < 1 or args.bins < 1:
         raise UsageError("--samples and --bins must be at least 1")
-    with _open(args.file) as ckpt:
-        chosen = [ckpt.tensor(name) for name in args.tensors] or ckpt.tensors
+    files, names = split_files(args.items)
+    with open_files(files) as ckpt:
+        chosen = [ckpt.tensor(name) for name in names] or ckpt.tensors
         out = []
         for t in chosen:
             if t.problem:
@@ -121,8 +178,11 @@ def run_stats(args) -> int:
 
 
 def run_values(args) -> int:
-    with _open(args.file) as ckpt:
-        t = ckpt.tensor(args.tensor)
+    files, (name,) = args.items[:-1], args.items[-1:]
+    if not files:
+        raise UsageError("give the checkpoint file(s), then the tensor name")
+    with open_files(files) as ckpt:
+        t = ckpt.tensor(name)
         if args.start < 0 or args.count < 0 or (args.start >= t.numel and t.numel):
             raise UsageError(f"--start {args.start} is outside tensor {t.name!r} of {t.numel} elements")
         got = values(t, args.start, args.count)
@@ -136,15 +196,17 @@ def run_values(args) -> int:
 
 def run_moe(args) -> int:
     config = None
-    if args.config:
+    target = resolve(args.items)
+    config_path = args.config or target.config
+    if config_path:
         try:
-            with open(args.config, encoding="utf-8") as f:
+            with open(config_path, encoding="utf-8") as f:
                 config = json.load(f)
         except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read --config {args.config}: {e}") from e
+            raise UsageError(f"cannot read --config {config_path}: {e}") from e
     if not -1.0 <= args.threshold <= 1.0 or args.samples < 1:
         raise UsageError("--threshold must be within [-1, 1] and --samples at least 1")
-    with _open(args.file) as ckpt:
+    with open_checkpoint(target.files) as ckpt:
         analysis = analyse(ckpt, args.threshold, args.samples, config)
         if args.json:
             _emit(report.jsonable(analysis.to_json()))

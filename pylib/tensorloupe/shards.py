@@ -65,7 +65,7 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
                                  file=indexes[0].name)
             return _merge_gguf(parts)
         if formats[0] == "safetensors":
-            index = _read_index(indexes[0]) if indexes else None
+            index = read_index(indexes[0]) if indexes else None
             return _merge_safetensors(parts, index, indexes[0].name if indexes else None)
         raise UnsupportedError(f"{formats[0]} files cannot be opened as shards of one checkpoint",
                                format=formats[0])
@@ -128,7 +128,7 @@ def _merge_gguf(parts: list[Checkpoint]) -> Checkpoint:
 
 # --- sharded safetensors ------------------------------------------------------------------------
 
-def _read_index(source: ByteSource) -> dict:
+def read_index(source: ByteSource) -> dict:
     def error(cls, message, **kw):
         return cls(message, file=source.name, format="safetensors index", **kw)
 
