@@ -13,13 +13,14 @@ from __future__ import annotations
 from . import detect, targets
 from .errors import TensorloupeError
 from .model import Checkpoint, Tensor
-from .sample import Grid, Histogram, Sample, Stats, exact_stats, grid, histogram, sample, values
+from .sample import (Grid, Histogram, Sample, Stats, exact_histogram, exact_stats, grid, histogram,
+                     sample, values)
 from .source import ByteSource, open_source
 
 __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_polish.py checks)
 
 __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histogram", "grid",
-           "exact_stats", "values", "Sample", "Stats", "Histogram", "Grid", "ByteSource"]
+           "exact_stats", "exact_histogram", "values", "Sample", "Stats", "Histogram", "Grid", "ByteSource"]
 
 
 def open(target, name: str | None = None) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose

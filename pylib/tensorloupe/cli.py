@@ -22,7 +22,7 @@ from .source import is_url
 from .targets import resolve
 from .errors import TensorloupeError, UsageError
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
-from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
+from .sample import DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample, values
 from .jsonable import json_number
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
@@ -164,11 +164,15 @@ def run_stats(args) -> int:
             if t.problem:
                 out.append({"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "error": t.problem})
                 continue
-            s = sample(t, args.samples)
-            stats = exact_stats(t) if args.exact else s.stats
+            if args.exact:   # every element, the histogram too (a second streamed pass)
+                stats = exact_stats(t)
+                hist, exact = exact_histogram(t, stats, args.bins), True
+            else:
+                s = sample(t, args.samples)
+                stats, hist, exact = s.stats, histogram(s.values, args.bins), s.exhaustive
             entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
-                     "samples": stats.count, "numel": t.numel, "exact": args.exact or s.exhaustive,
-                     "stats": stats.to_json(), "histogram": histogram(s.values, args.bins).to_json()}
+                     "samples": stats.count, "numel": t.numel, "exact": exact,
+                     "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
             out.append(entry)
             if not args.json:
                 report.print_stats(entry)

@@ -118,13 +118,20 @@ def _fmt(v) -> str:
 def print_stats(entry: dict) -> None:
     s = entry["stats"]
     shape = "×".join(map(str, entry["shape"])) or "scalar"
-    how = "all" if entry["exact"] else f"{entry['samples']:,} sampled of"
-    print(f"{entry['name']}  {entry['dtype']}  {shape}  ({how} {entry['numel']:,} elements)")
-    print(f"  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}  std {_fmt(s['std'])}"
-          f"  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}  +inf {s['posinf']}  -inf {s['neginf']}")
+    # Sampled figures say so on every line: a sample's min/max are not the tensor's extremes.
+    if entry["exact"]:
+        how, label, of = f"all {entry['numel']:,} elements, exact", "exact  ", f"all {entry['numel']:,} elements"
+    else:
+        how = f"{entry['samples']:,} of {entry['numel']:,} elements sampled: estimates"
+        label, of = "sampled", f"{entry['samples']:,} sampled values (not every element)"
+    print(f"{entry['name']}  {entry['dtype']}  {shape}  ({how})")
+    print(f"  {label}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}"
+          f"  std {_fmt(s['std'])}  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}"
+          f"  +inf {s['posinf']}  -inf {s['neginf']}")
     if s.get("percentiles"):
-        print("  " + "  ".join(f"{k} {_fmt(v)}" for k, v in s["percentiles"].items()))
+        print(f"  {label}  " + "  ".join(f"{k} {_fmt(v)}" for k, v in s["percentiles"].items()))
     hist = entry["histogram"]
+    print(f"  histogram of {of}")
     top = max(hist["counts"]) or 1
     for left, count in zip(hist["edges"], hist["counts"]):
         eighths = round(count / top * 40 * 8)
