@@ -30,7 +30,7 @@ def jsonable(value, depth: int = 0):
 
 def inspect_json(ckpt: Checkpoint) -> dict:
     ckpt.locate_all()
-    return {"file": ckpt.name, "format": ckpt.format, "size": ckpt.size,
+    return {"file": ckpt.name, "files": ckpt.files, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
             "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": jsonable(ckpt.metadata),
             "warnings": list(ckpt.warnings), "extras": jsonable(ckpt.extras),
@@ -61,9 +61,11 @@ def short(value, width: int = 100) -> str:
 def print_inspect(ckpt: Checkpoint) -> None:
     ckpt.locate_all()
     by_dtype = ", ".join(f"{d} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
-    print(ckpt.name)
+    files = ckpt.files
+    print(ckpt.name + (f"  ({len(files)} files)" if len(files) > 1 else ""))
     print(f"  format      {ckpt.format}")
-    print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)")
+    print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)"
+          + (f" in {len(files)} files" if len(files) > 1 else ""))
     print(f"  tensors     {len(ckpt.tensors)}")
     print(f"  parameters  {ckpt.parameter_count:,} ({by_dtype})")
     card = ckpt.extras.get("model_card")
@@ -86,6 +88,9 @@ def print_inspect(ckpt: Checkpoint) -> None:
     rows = [(t.name, t.dtype, "×".join(map(str, t.shape)) or "scalar", human_bytes(t.nbytes),
              _bits(t), str(t.known_file_offset)) for t in ckpt.tensors]
     header = ("name", "dtype", "shape", "size", "bits", "offset")
+    if len(files) > 1:   # offsets are within each tensor's own file: say which
+        rows = [r + (t.file or "?",) for r, t in zip(rows, ckpt.tensors)]
+        header += ("file",)
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
     for r in rows:

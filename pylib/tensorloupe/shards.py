@@ -122,7 +122,8 @@ def _merge_gguf(parts: list[Checkpoint]) -> Checkpoint:
     extras = {"gguf": head.extras["gguf"], "gguf_arrays": arrays,
               "model_card": model_card(head.metadata, tensors, size),
               "shards": _shards_report(ordered, [no for no in sorted(by_no)], count, missing)}
-    return Checkpoint("gguf", head.name, size, tensors, metadata=dict(head.metadata),
+    return Checkpoint("gguf", set_name([p.name for p in ordered]), size, tensors,
+                      metadata=dict(head.metadata),
                       warnings=warnings, extras=extras, sources=sources)
 
 
@@ -183,7 +184,7 @@ def _merge_safetensors(parts: list[Checkpoint], index: dict | None, index_name: 
     extras = {"shards": _shards_report(ordered, numbers, count, missing)}
     if index is not None:
         extras["index"] = {"name": index_name, "metadata": index["metadata"]}
-    return Checkpoint("safetensors", ordered[0].name, size, tensors,
+    return Checkpoint("safetensors", set_name([p.name for p in ordered]), size, tensors,
                       metadata=dict(ordered[0].metadata), warnings=warnings, extras=extras,
                       sources=[p.sources[0] for p in ordered])
 
@@ -252,6 +253,23 @@ def _shards_report(ordered, numbers, count, missing) -> dict:
     return {"count": count, "missing": missing,
             "parts": [{"no": None if no is None else no + 1, "name": p.name, "size": p.size,
                        "tensors": len(p.tensors)} for p, no in zip(ordered, numbers)]}
+
+
+def set_name(names: list[str]) -> str:
+    """One name for the files of a set, as a shell would write it:
+    model-{00001..00003}-of-00003.safetensors (parts 1 to 3), a-{00001,00003}-of-00003.gguf."""
+    if len(names) == 1:
+        return names[0]
+    matches = [PART_NAME.match(n) for n in names]
+    if all(matches) and len({(m["stem"], m["count"], m["ext"]) for m in matches}) == 1:
+        numbers = sorted(int(m["no"]) for m in matches)
+        if numbers == list(range(numbers[0], numbers[-1] + 1)):
+            inner = f"{numbers[0]:05d}..{numbers[-1]:05d}"
+        else:
+            inner = ",".join(f"{n:05d}" for n in numbers)
+        m = matches[0]
+        return f"{m['stem']}-{{{inner}}}-of-{m['count']}.{m['ext']}"
+    return f"{names[0]} and {len(names) - 1} more"
 
 
 def _is_part(checkpoint: Checkpoint) -> bool:

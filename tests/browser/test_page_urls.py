@@ -278,7 +278,7 @@ def test_build_py_serve_with_files_opens_them(page_factory, dist, shards):
         page = app.page
         page.goto(address)
         app.wait_python()
-        app.wait_model("model-00001-of-00003.safetensors")
+        app.wait_model("model-{00001..00003}-of-00003.safetensors")
         assert app.opened() == 1 and app.fact("tensor_count") == "48"
         assert page.locator("#warnings").count() == 0
         app.tab("moe")
