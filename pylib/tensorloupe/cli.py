@@ -5,7 +5,8 @@ targets.py): one file, all shards or split parts of one, a folder, an index json
 Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
-or is invalid (the message goes to stderr, never a traceback).
+or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
+names a dangerous global (the report is printed first).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample, values
 from .jsonable import json_number
 
-EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
+EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS = 0, 2, 3, 4
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("inspect", help="summary, metadata, warnings and the tensor table")
     add_files(p)
     p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--strict", action="store_true",
+                   help="exit with code 4 if the pickle names a dangerous global (to gate a CI "
+                        "job or a download script); the report is printed as usual")
     p.set_defaults(run=run_inspect)
 
     p = commands.add_parser("stats", help="statistics and a histogram of tensors' values")
@@ -150,6 +154,11 @@ def run_inspect(args) -> int:
             _emit(report.inspect_json(ckpt))
         else:
             report.print_inspect(ckpt)
+        dangerous = (ckpt.extras.get("safety") or {}).get("dangerous") or []
+        if args.strict and dangerous:
+            print(f"tensorloupe: {ckpt.name}: --strict: the pickle names {len(dangerous)} dangerous "
+                  f"global(s): {', '.join(dangerous)}", file=sys.stderr)
+            return EXIT_DANGEROUS
     return EXIT_OK
 
 

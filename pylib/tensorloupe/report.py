@@ -28,6 +28,34 @@ def jsonable(value, depth: int = 0):
     return str(value)
 
 
+# How formats/pytorch/safety.py renders a tensor, and the main state_dict subtree, in metadata.
+TENSOR_REF_KEYS = ({"tensor", "dtype", "shape"}, {"tensors", "tree"})
+_GONE = object()
+
+
+def shown_metadata(ckpt: Checkpoint) -> dict:
+    """The metadata a person reads: for a torch checkpoint, its non-tensor entries only (the
+    tensors are in the table). JSON output keeps the whole rendered object."""
+    shown = jsonable(ckpt.metadata)
+    if ckpt.format.startswith("pytorch"):
+        shown = _without_tensors(shown)
+        shown = {} if shown is _GONE else shown
+    return shown
+
+
+def _without_tensors(value):
+    """`value` minus tensor references, and minus containers that held nothing but them."""
+    if isinstance(value, dict):
+        if set(value) in TENSOR_REF_KEYS:
+            return _GONE
+        kept = {k: v for k, v in ((k, _without_tensors(v)) for k, v in value.items()) if v is not _GONE}
+        return _GONE if value and not kept else kept
+    if isinstance(value, list):
+        kept = [v for v in map(_without_tensors, value) if v is not _GONE]
+        return _GONE if value and not kept else kept
+    return value
+
+
 def inspect_json(ckpt: Checkpoint) -> dict:
     ckpt.locate_all()
     return {"file": ckpt.name, "files": ckpt.files, "format": ckpt.format, "size": ckpt.size,
@@ -73,10 +101,11 @@ def print_inspect(ckpt: Checkpoint) -> None:
         print("\nModel card")
         for label, value in card.items():
             print(f"  {label:<22} {short(value)}")
-    if ckpt.metadata:
+    metadata = shown_metadata(ckpt)
+    if metadata:
         print("\nMetadata")
-        for key, value in ckpt.metadata.items():
-            print(f"  {key}: {short(jsonable(value))}")
+        for key, value in metadata.items():
+            print(f"  {key}: {short(value)}")
     safety = ckpt.extras.get("safety")
     if safety:
         print_safety(safety)

@@ -169,7 +169,7 @@ class Session(MoEOps):
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
             "parameters_by_dtype": [[dtype, count, bytes_by_dtype.get(dtype, 0)]
                                     for dtype, count in ckpt.parameters_by_dtype().items()],
-            "metadata": preview(report.jsonable(ckpt.metadata)),
+            "metadata": preview(report.shown_metadata(ckpt)),
             "warnings": [str(w) for w in ckpt.warnings],
             "extras": preview(report.jsonable(ckpt.extras)),
         }
