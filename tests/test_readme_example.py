@@ -1,0 +1,35 @@
+"""The README's Python example runs as written, against the demo model its comment says to write."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "pylib")}
+
+
+def python_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Python API", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_python_example_runs_against_the_demo(tmp_path):
+    code = python_example()
+    assert 'tensorloupe.open("demo.safetensors")' in code
+    made = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "demo", "--out", "demo.safetensors"],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ENV, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert len(lines) == 4
+    mean, std, p99 = map(float, lines[0].split())
+    assert std > 0 and p99 > mean
+    assert len(eval(lines[1])) == 10                    # the ten exact values
+    assert sum(eval(lines[2])) == 96 * 192              # the exact histogram counts every element
+    bytes_read, reads = map(int, lines[3].split())
+    assert 0 < bytes_read <= (tmp_path / "demo.safetensors").stat().st_size and reads > 0
