@@ -18,7 +18,7 @@ LAYERS = [
     ["formats"],
     ["detect", "shards", "targets"],
     ["gather", "stats", "sample", "colormap"],
-    ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health",
+    ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health", "npy",
      "compare", "namemap", "roles"],
     ["cli", "web", "tensorloupe"],  # "tensorloupe" is the package's own __init__ (the public API)
 ]
