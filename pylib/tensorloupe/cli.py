@@ -24,7 +24,7 @@ from .targets import resolve
 from .errors import TensorloupeError, UsageError
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample, values
-from .jsonable import json_number
+from .jsonable import bounded, json_number
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS = 0, 2, 3, 4
 
@@ -222,7 +222,7 @@ def run_moe(args) -> int:
     with open_checkpoint(target.files) as ckpt:
         analysis = analyse(ckpt, args.threshold, args.samples, config)
         if args.json:
-            _emit(report.jsonable(analysis.to_json()))
+            _emit(bounded(analysis.to_json()))
         else:
             report.print_moe(analysis)
     return EXIT_OK

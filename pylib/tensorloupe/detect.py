@@ -18,14 +18,10 @@ from .source import ByteSource
 
 HEAD_BYTES = 1024
 
-# (module, file extensions that mean "this was meant to be that format"), in sniffing order.
-READERS = [
-    (safetensors, (".safetensors",)),
-    (gguf, (".gguf",)),
-    (torch_zip, torch_zip.EXTENSIONS),
-    (torch_legacy, ()),
-    (torch_tar, ()),
-]
+# The container readers in sniffing order. Each has FORMAT, EXTENSIONS (the names that mean "this
+# was meant to be that format"), sniff(head, size, name) and read(source).
+READERS = (safetensors, gguf, torch_zip, torch_legacy, torch_tar)
+EXTENSIONS = tuple(ext for reader in READERS for ext in reader.EXTENSIONS)
 
 LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"
                          rb"(?:.*\n)*?size (\d+)", re.MULTILINE)
@@ -35,17 +31,17 @@ HTML_START = (b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")
 def read(source: ByteSource) -> Checkpoint:
     head = source.read(0, min(HEAD_BYTES, source.size))
     _refuse_impostors(source, head)
-    for module, _ in READERS:
-        if module.sniff(head, source.size, source.name):
-            return module.read(source)
+    for reader in READERS:
+        if reader.sniff(head, source.size, source.name):
+            return reader.read(source)
     extension = os.path.splitext(source.name)[1].lower()
-    for module, extensions in READERS:
-        if extension in extensions:
+    for reader in READERS:
+        if extension in reader.EXTENSIONS:
             # Nothing matched, but the name says what it should be: let that reader say what is wrong.
-            return module.read(source)
+            return reader.read(source)
     raise UnknownFormatError(
-        "this is not a checkpoint tensorloupe can read (safetensors, PyTorch .pt/.pth/.bin/.ckpt, "
-        "or GGUF)", file=source.name, found=f"first bytes {head[:16].hex(' ')}")
+        f"this is not a checkpoint tensorloupe can read ({', '.join(EXTENSIONS)})",
+        file=source.name, found=f"first bytes {head[:16].hex(' ')}")
 
 
 def _refuse_impostors(source: ByteSource, head: bytes) -> None:

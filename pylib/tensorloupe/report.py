@@ -4,28 +4,9 @@ from __future__ import annotations
 
 
 from .model import Checkpoint, Tensor
-from .jsonable import json_number
+from .jsonable import FULL, Limits, bounded, json_number
 
 BAR = "█▉▊▋▌▍▎▏"
-
-
-def jsonable(value, depth: int = 0):
-    """Metadata made safe for JSON: no NaN/Inf floats, bytes as hex, unknown objects as text."""
-    if depth > 32:
-        return "…"
-    if isinstance(value, float) or isinstance(value, complex):
-        return json_number(value)
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, (bytes, bytearray)):
-        return {"bytes": len(value), "hex": bytes(value[:32]).hex()}
-    if isinstance(value, dict):
-        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v, depth + 1) for v in value]
-    if hasattr(value, "to_json"):
-        return jsonable(value.to_json(), depth + 1)
-    return str(value)
 
 
 # How formats/pytorch/safety.py renders a tensor, and the main state_dict subtree, in metadata.
@@ -33,10 +14,10 @@ TENSOR_REF_KEYS = ({"tensor", "dtype", "shape"}, {"tensors", "tree"})
 _GONE = object()
 
 
-def shown_metadata(ckpt: Checkpoint) -> dict:
+def shown_metadata(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
     """The metadata a person reads: for a torch checkpoint, its non-tensor entries only (the
     tensors are in the table). JSON output keeps the whole rendered object."""
-    shown = jsonable(ckpt.metadata)
+    shown = bounded(ckpt.metadata, limits)
     if ckpt.format.startswith("pytorch"):
         shown = _without_tensors(shown)
         shown = {} if shown is _GONE else shown
@@ -60,8 +41,8 @@ def inspect_json(ckpt: Checkpoint) -> dict:
     ckpt.locate_all()
     return {"file": ckpt.name, "files": ckpt.files, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
-            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": jsonable(ckpt.metadata),
-            "warnings": list(ckpt.warnings), "extras": jsonable(ckpt.extras),
+            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata),
+            "warnings": list(ckpt.warnings), "extras": bounded(ckpt.extras),
             "tensors": [t.to_json() for t in ckpt.tensors]}
 
 
