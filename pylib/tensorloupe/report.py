@@ -46,6 +46,29 @@ def inspect_json(ckpt: Checkpoint) -> dict:
             "tensors": [t.to_json() for t in ckpt.tensors]}
 
 
+TABLE_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "file")
+
+
+def tensor_table(ckpt: Checkpoint, fmt: str) -> str:
+    """The tensor table as CSV (shape as 4x3x2) or JSON (inspect --json's tensor records)."""
+    import csv
+    import io
+    import json
+    ckpt.locate_all()
+    records = [t.to_json() for t in ckpt.tensors]
+    if fmt == "json":
+        return json.dumps(records, indent=1, allow_nan=False)
+    if fmt != "csv":
+        raise ValueError(f"unknown table format {fmt!r}")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TABLE_COLUMNS)
+    for r in records:
+        writer.writerow([("x".join(map(str, r["shape"])) if key == "shape" else r.get(key))
+                         for key in TABLE_COLUMNS])
+    return out.getvalue()
+
+
 def human_bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":

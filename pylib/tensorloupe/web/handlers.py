@@ -14,7 +14,7 @@ import json
 import sys
 import traceback
 
-from .. import colormap, moe, report
+from .. import colormap, moe, npy, report
 from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
@@ -203,6 +203,29 @@ class Session(MoEOps):
         t = self.current().tensor(args["name"])
         start, count = int(args.get("start", 0)), min(MAX_VALUES, int(args.get("count", 1)))
         return {"start": start, "values": [json_number(v) for v in values(t, start, count)]}, []
+
+    # --- export: files the page offers for download ----------------------------------------
+
+    def op_export_npy(self, args):
+        """The tensor's values (or, with `region`, the elements of that tile of the view) as a
+        .npy file written by the library (npy.py): the bytes travel as a buffer."""
+        t = self.current().tensor(args["name"])
+        if args.get("region"):
+            plane = tuple(int(v) for v in args["plane"]) if args.get("plane") else None
+            index = {int(k): int(v) for k, v in (args.get("index") or {}).items()}
+            out = npy.export_tile(t, tuple(int(v) for v in args["region"]), plane, index or None)
+        else:
+            out = npy.export_tensor(t)
+        stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in t.name)
+        return {"file": f"{stem}{'.tile' if args.get('region') else ''}.npy", "descr": out.descr,
+                "shape": list(out.shape), "exact_dtype": out.exact_dtype, "bytes": len(out.data)}, [out.data]
+
+    def op_export_table(self, args):
+        fmt = args.get("format", "csv")
+        if fmt not in ("csv", "json"):
+            raise UsageError(f"the table exports as csv or json, not {fmt!r}")
+        ckpt = self.current()
+        return {"file": f"{ckpt.name}.tensors.{fmt}", "text": report.tensor_table(ckpt, fmt)}, []
 
     # --- exact statistics, stepwise ----------------------------------------------------------
 
