@@ -37,12 +37,14 @@ def _without_tensors(value):
     return value
 
 
-def inspect_json(ckpt: Checkpoint) -> dict:
-    ckpt.locate_all()
+def checkpoint_json(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
+    """The one JSON shape of a checkpoint: `inspect --json` prints it, the page's model payload
+    is built on it (web/handlers.py). Never reads: an offset not known yet is null (see
+    Checkpoint.locate_all). `limits` bound metadata and extras (the page previews them)."""
     return {"file": ckpt.name, "files": ckpt.files, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
-            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata),
-            "warnings": list(ckpt.warnings), "extras": bounded(ckpt.extras),
+            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata, limits),
+            "warnings": [str(w) for w in ckpt.warnings], "extras": bounded(ckpt.extras, limits),
             "tensors": [t.to_json() for t in ckpt.tensors]}
 
 
@@ -67,6 +69,11 @@ def tensor_table(ckpt: Checkpoint, fmt: str) -> str:
         writer.writerow([("x".join(map(str, r["shape"])) if key == "shape" else r.get(key))
                          for key in TABLE_COLUMNS])
     return out.getvalue()
+
+
+def inspect_json(ckpt: Checkpoint) -> dict:
+    ckpt.locate_all()
+    return checkpoint_json(ckpt)
 
 
 def human_bytes(n: int) -> str:
