@@ -22,7 +22,7 @@ from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
 from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
-from . import files, remote
+from . import files, hub, remote
 from .jobs import Job, Jobs
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice
@@ -179,6 +179,15 @@ class Session(MoEOps):
         start, count = int(args.get("start", 0)), min(MAX_VALUES, int(args.get("count", 1)))
         return {"start": start, "values": [json_number(v) for v in values(t, start, count)]}, []
 
+    # --- the Hub shortcut (hub.py): what the worker fetches for `org/model[@rev]` -------------
+
+    def op_hub_plan(self, args):
+        """The URLs to try for a Hub model, or null when `text` is an ordinary URL."""
+        return hub.plan(str(args.get("text", "")), str(args.get("hub") or hub.HUB)), []
+
+    def op_hub_shards(self, args):
+        return {"urls": hub.shard_urls(str(args["index"]), str(args["text"]))}, []
+
     # --- export: files the page offers for download ----------------------------------------
 
     def op_export_npy(self, args):
@@ -218,7 +227,7 @@ class Session(MoEOps):
 # the "tensor" reply carries them for the tensor on show), as named columns and rows of values:
 # the key names are not repeated 90k times (2,882 torch tensors: 255 kB instead of 367 kB as
 # records). The page turns the rows back into records in one place (web/model.js).
-PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "strides", "problem")
+PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "strides", "problem", "file")
 
 
 def page_table(records: list[dict]) -> dict:
