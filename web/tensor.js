@@ -67,7 +67,7 @@ class TensorView {
     this.element = el("div", {}, d.empty, d.body);
     this.tensor = null;
     this.generation = 0;
-    this.exactId = null;
+    this.exactRun = null;
     d.exactButton.addEventListener("click", () => this.runExact());
     d.exactCancel.addEventListener("click", () => this.cancelExact());
   }
@@ -79,7 +79,7 @@ class TensorView {
 
   clearAll() {
     this.generation += 1;
-    this.cancelExact();
+    this.resetExact();
     this.tensor = null;
     this.heatmap.clear();
     this.dom.body.hidden = true;
@@ -90,7 +90,7 @@ class TensorView {
   // axis 0.
   async show(tensor, {expert = null} = {}) {
     const generation = ++this.generation;
-    this.cancelExact();
+    this.resetExact();
     const {name, dtype, shape, nbytes, offset, problem} = tensor;
     this.tensor = tensor;
     const d = this.dom;
@@ -134,6 +134,12 @@ class TensorView {
     this.fillStats(d.stats, s);
     const sample = result.sample;
     d.stats.dataset.samples = String(sample.samples);
+    // A sample's min and max are not the tensor's: every sampled figure says it is sampled.
+    const kind = sample.exhaustive ? "all elements" : "sampled";
+    d.stats.dataset.kind = sample.exhaustive ? "exact" : "sampled";
+    d.stats.prepend(el("span", {class: "stat-kind", text: kind}));
+    this.hist.element.querySelector(".toolbar-title").textContent =
+      sample.exhaustive ? "Histogram" : "Histogram (sampled)";
     d.statsSub.textContent = sample.exhaustive
       ? `all ${grouped(sample.numel)} elements`
       : `${grouped(sample.samples)} of ${grouped(sample.numel)} elements sampled (${percent(sample.samples / sample.numel)}) in evenly spread windows`;
@@ -162,10 +168,13 @@ class TensorView {
 
   // --- exact statistics ----------------------------------------------------------------------
 
+  // Each run of exact statistics is a token: only the current run's progress and result reach
+  // the page; a cancelled or superseded run's late messages are dropped.
   async runExact() {
-    if (!this.tensor || this.exactId) return;
+    if (!this.tensor || this.exactRun) return;
     const d = this.dom;
-    const generation = this.generation;
+    const run = this.exactRun = {id: null};
+    const mine = () => this.exactRun === run;
     d.exactButton.disabled = true;
     d.exactProgress.hidden = false;
     d.exactProgress.value = 0;
@@ -174,32 +183,51 @@ class TensorView {
     try {
       const {result} = await this.app.request("exact", {name: this.tensor.name}, {
         quiet: true,
-        onId: (id) => { this.exactId = id; },
+        onId: (id) => { run.id = id; },
         onProgress: ({done, total}) => {
+          if (!mine()) return;
           d.exactProgress.value = total ? done / total : 1;
           d.exactNote.textContent = `${grouped(done)} of ${grouped(total)} elements`;
         },
       });
-      if (generation !== this.generation) return;
+      if (!mine()) return;
       d.exactProgress.value = 1;
       d.exactNote.textContent = `exact, over all ${grouped(result.total)} elements`;
       this.fillStats(d.exactStats, result.stats);
+      d.exactStats.prepend(el("span", {class: "stat-kind", text: "exact"}));
       d.exactStats.hidden = false;
     } catch (error) {
-      if (generation !== this.generation) return;
+      if (!mine()) return;
       d.exactNote.textContent = error.kind === "Cancelled" ? "cancelled" : error.message;
     } finally {
-      this.exactId = null;
-      if (generation === this.generation) {
-        d.exactButton.disabled = false;
-        d.exactCancel.hidden = true;
-        d.exactProgress.hidden = true;
+      if (mine()) {
+        this.exactRun = null;
+        this.idleExact();
       }
     }
   }
 
   cancelExact() {
-    if (this.exactId) this.app.cancel(this.exactId);
+    if (this.exactRun?.id) this.app.cancel(this.exactRun.id);
+  }
+
+  idleExact() {
+    const d = this.dom;
+    d.exactButton.disabled = false;
+    d.exactCancel.hidden = true;
+    d.exactProgress.hidden = true;
+    d.exactProgress.value = 0;
+  }
+
+  // Another tensor (or none): the running exact statistics are cancelled and forgotten, and
+  // the controls are those of a tensor on which nothing has run.
+  resetExact() {
+    this.cancelExact();
+    this.exactRun = null;
+    this.idleExact();
+    this.dom.exactStats.hidden = true;
+    clear(this.dom.exactStats);
+    this.dom.exactNote.textContent = "";
   }
 
   // The panel became visible or changed size.
