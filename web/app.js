@@ -95,6 +95,8 @@ async function openEntry(entry) {
   try {
     const {result} = entry.demo
       ? await request("open_demo", {}, {label: "Building the demo model…"})
+      : entry.hub
+        ? await request("open_hub", {text: entry.hub, hub: HUB}, {label: `Finding ${entry.name}'s files on the Hub…`})
       : entry.remote
         ? await request("open_url", {urls: entry.paths, config: entry.config}, {label: `Reading ${entry.name} from its server…`})
         : await request("open", {paths: entry.paths, config: entry.config}, {label: `Opening ${entry.name}…`});
@@ -104,7 +106,10 @@ async function openEntry(entry) {
     entry.failed = true;
     renderFiles();
     const kept = state.model ? `${state.model.file} is still open.` : "";
-    showError(`Could not open ${entry.name}.`, error.message, kept);
+    // The title names the file: the message need not start with it again.
+    const names = [entry.name, ...(entry.files || [])].map((n) => `${n}: `);
+    const prefix = names.find((n) => error.message.startsWith(n));
+    showError(`Could not open ${entry.name}.`, prefix ? error.message.slice(prefix.length) : error.message, kept);
     document.body.dataset.lastError = error.kind || "Error";
   }
 }
@@ -133,10 +138,25 @@ async function openFiles(given) {
   }
 }
 
-// URLs typed in the box (several, separated by spaces, for shards) or given as ?url= in the
+// URLs typed in the box (one per line; several lines for shards) or given as ?url= in the
 // page's address; relative ones are relative to the page. The page never fetches them itself:
 // the worker reads them by Range requests, and they are the only other server it contacts.
+// The Hub the `org/model` shortcut reads from: huggingface.co, or a mirror (?hub=https://...).
+const HUB = new URLSearchParams(location.search).get("hub") || "https://huggingface.co";
+
 async function openUrls(texts) {
+  if (texts.length === 1) {
+    // `org/model[@rev]` or a Hub page, tree or blob URL: the worker finds the model's files.
+    const {result: plan} = await request("hub_plan", {text: texts[0], hub: HUB}, {quiet: true})
+      .catch(() => ({result: null}));
+    if (plan) {
+      const name = `${plan.repo}@${plan.revision}`;
+      const known = state.files.find((e) => e.hub && e.name === name);
+      if (known) return openEntry(known);
+      return addEntries([{kind: "set", name, hub: texts[0], remote: true, paths: [], files: [],
+                          size: null, config: null}], "");
+    }
+  }
   const urls = [];
   for (const text of texts) {
     let url;
@@ -164,9 +184,17 @@ async function openUrls(texts) {
   }
 }
 
+// One URL per line: a space belongs to the URL (it is percent-encoded), it separates nothing.
+const typedUrls = () => $("url-input").value.split(/\r?\n/).map((line) => line.trim()).filter(Boolean);
 $("url-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  openUrls($("url-input").value.trim().split(/\s+/).filter(Boolean));
+  openUrls(typedUrls());
+});
+$("url-input").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey) {   // Enter opens; Shift+Enter starts a new line
+    event.preventDefault();
+    $("url-form").requestSubmit();
+  }
 });
 
 // --- the list of opened files ----------------------------------------------------------------
@@ -214,7 +242,7 @@ busy.render();
 // (`python3 build.py serve FILE` prints such an address).
 const startUrls = new URLSearchParams(location.search).getAll("url").filter(Boolean);
 if (startUrls.length) {
-  $("url-input").value = startUrls.join(" ");
+  $("url-input").value = startUrls.join("\n");
   openUrls(startUrls);
 } else {
   openEntry(DEMO);

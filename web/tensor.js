@@ -24,9 +24,14 @@ export function mount(container, context) {
 }
 
 // A new checkpoint: nothing is selected until select() (the page selects its first matrix).
-export function show() {
+export function show(model) {
   view.setPalette(ctx.palette.rgba, ctx.palette.levels);
   view.clearAll();
+  // A file without tensors (a vocab-only GGUF: tokenizer and metadata) says so here.
+  const gguf = model?.format === "gguf";
+  view.dom.empty.textContent = model && !model.tensors.length
+    ? `${model.file} holds no tensors${gguf ? ": a vocab-only GGUF (tokenizer and metadata only; see Summary)" : " (see Summary for what it holds)"}.`
+    : "Select a tensor in the outline.";
 }
 
 export function select(tensor, {expert = null} = {}) {

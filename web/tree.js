@@ -94,6 +94,7 @@ export class Outline {
   refilter() {
     const text = this.filterInput.value.trim();
     this.matcher = null;
+    this.invalid = null;
     this.filterInput.classList.remove("invalid");
     this.filterInput.removeAttribute("aria-invalid");
     if (text) {
@@ -103,10 +104,11 @@ export class Outline {
           const re = slashed ? new RegExp(slashed[1], slashed[2].includes("i") ? "i" : "")
                              : new RegExp(text, "i");
           this.matcher = (name) => re.test(name);
-        } catch {
+        } catch (error) {
           this.filterInput.classList.add("invalid");
           this.filterInput.setAttribute("aria-invalid", "true");
           this.matcher = () => false;
+          this.invalid = `invalid regex: ${error.message.replace(/^Invalid regular expression: /, "")}`;
         }
       } else {
         const needle = text.toLowerCase();
@@ -119,7 +121,8 @@ export class Outline {
       return node.matches;
     };
     const total = mark(this.root);
-    this.counter.textContent = this.matcher
+    this.counter.classList.toggle("error-text", Boolean(this.invalid));
+    this.counter.textContent = this.invalid ? this.invalid : this.matcher
       ? `${total.toLocaleString("en-US")} of ${this.tensors.length.toLocaleString("en-US")} tensors match`
       : `${this.tensors.length.toLocaleString("en-US")} tensors`;
     this.flatten();
