@@ -101,6 +101,7 @@ async function openEntry(entry) {
         ? await request("open_url", {urls: entry.paths, config: entry.config}, {label: `Reading ${entry.name} from its server…`})
         : await request("open", {paths: entry.paths, config: entry.config}, {label: `Opening ${entry.name}…`});
     if (entry.remote && entry.size === null) entry.size = result.size;
+    if (entry.hub) entry.files = result.files;      // what the Hub model turned out to be
     adopt(entry, result, startedAt);
   } catch (error) {
     entry.failed = true;
@@ -220,7 +221,8 @@ function renderFiles() {
 function entryNote(entry) {
   if (entry.demo) return "synthetic MoE";
   const parts = [];
-  if (entry.remote) parts.push(new URL(entry.paths[0]).host);   // the same name on two servers
+  if (entry.hub) parts.push(new URL(HUB).host);
+  else if (entry.remote) parts.push(new URL(entry.paths[0]).host);   // the same name on two servers
   if (entry.failed) return [...parts, "cannot open"].join(" · ");
   if (entry.files.length > 1) parts.push(`${entry.files.length} files`);
   if (entry.config) parts.push("+ config.json");
