@@ -6,14 +6,15 @@ import {busy} from "./busy.js";
 import {$, clear, el} from "./dom.js";
 import {bytes} from "./format.js";
 import {listenForFiles} from "./input.js";
+import {readLink, writeLink} from "./link.js";
 import {decodeModel, firstTensor} from "./model.js";
 import {registerServiceWorker} from "./offline.js";
-import {mountAll, selectTensor, showModel, showTab, updateIo} from "./panels.js";
+import {currentTab, mountAll, onTab, selectTensor, showModel, showTab, updateIo} from "./panels.js";
 import {startWorker} from "./worker-client.js";
 
 const DEMO = {name: "demo-moe.safetensors", size: null, path: null, demo: true};
 
-const state = {model: null, files: [DEMO], current: null};
+const state = {model: null, files: [DEMO], current: null, tensor: null, linked: readLink()};
 
 const {request, cancel} = startWorker({
   busy,
@@ -40,13 +41,56 @@ const {request, cancel} = startWorker({
 // What every view gets (the contract is at the top of panels.js).
 const ctx = {
   request, cancel, palette: null, io: null,
-  selectTensor(name, {expert = null, switchTab = true} = {}) {
+  selectTensor(name, {expert = null, switchTab = true, history = "push"} = {}) {
     const record = state.model?.tensor(name);
     if (!record) return;
     if (switchTab) showTab("tensor");
     selectTensor(record, {expert});
+    state.tensor = name;
+    if (history) link(history === "push");
   },
 };
+
+// --- the address: what is shown (link.js) ----------------------------------------------------
+
+// The URLs that reopen the current entry: its URLs (and config.json), the Hub model as typed;
+// none for the demo and for files from the disk.
+function entryUrls(entry) {
+  if (!entry || entry.demo) return [];
+  if (entry.hub) return [entry.hub];
+  if (entry.remote) return [...entry.paths, ...(entry.config ? [entry.config] : [])];
+  return null;     // a local file: not linkable
+}
+
+function link(push) {
+  const urls = entryUrls(state.current);
+  writeLink({urls: urls || [], tensor: state.tensor, tab: currentTab()}, push);
+}
+
+onTab(() => link(false));
+
+// Back / forward: the selection (and tab) the address names, without a new history entry.
+window.addEventListener("popstate", () => {
+  const {tensor, tab} = readLink();
+  if (tensor && tensor !== state.tensor) ctx.selectTensor(tensor, {switchTab: false, history: null});
+  if (tab && tab !== currentTab() && $(`tab-${tab}`) && !$(`tab-${tab}`).hidden) showTab(tab);
+});
+
+$("copy-link").addEventListener("click", async () => {
+  const note = $("copy-link-note");
+  if (entryUrls(state.current) === null) {
+    note.textContent = `${state.current.name} is a file on this computer: a link cannot open it (only URLs can be linked).`;
+    return;
+  }
+  link(false);
+  try {
+    await navigator.clipboard.writeText(location.href);
+    note.textContent = "Link copied.";
+  } catch {
+    note.textContent = `Copy this link: ${location.href}`;
+  }
+  note.dataset.href = location.href;
+});
 
 // --- errors ----------------------------------------------------------------------------------
 
@@ -79,8 +123,14 @@ function adopt(entry, payload, startedAt) {
   showModel(model);
   renderFiles();
   // Every view works at once: the first matrix is shown in the Tensor tab.
-  const first = firstTensor(model);
-  if (first) ctx.selectTensor(first.name, {switchTab: false});
+  // A link names a tensor and a tab: the first open shows them.
+  const wanted = state.linked;
+  state.linked = null;
+  const first = (wanted?.tensor && model.tensor(wanted.tensor)) || firstTensor(model);
+  state.tensor = null;
+  if (first) ctx.selectTensor(first.name, {switchTab: false, history: null});
+  if (wanted?.tab && $(`tab-${wanted.tab}`) && !$(`tab-${wanted.tab}`).hidden) showTab(wanted.tab);
+  link(false);
   document.body.dataset.model = model.file;
   document.body.dataset.openMs = String(Math.round(performance.now() - startedAt));
   document.body.dataset.openedAt = String(performance.now());

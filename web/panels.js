@@ -31,6 +31,13 @@ export const TABS = [summary, tensor, experts];
 const VIEWS = [outline, ...TABS];
 
 let current = TABS[0].id;
+let tabListener = null;
+
+export const currentTab = () => current;
+// Called after every tab change (the page's address records the tab).
+export function onTab(listener) {
+  tabListener = listener;
+}
 
 export function mountAll(ctx) {
   outline.mount($("outline"), ctx);
@@ -57,6 +64,7 @@ export function showTab(id) {
     $(`panel-${view.id}`).hidden = !selected;
   }
   TABS.find((view) => view.id === id)?.relayout?.();
+  tabListener?.(id);
 }
 
 export function showModel(model) {
