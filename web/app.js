@@ -192,8 +192,9 @@ async function openFiles(given) {
 // URLs typed in the box (one per line; several lines for shards) or given as ?url= in the
 // page's address; relative ones are relative to the page. The page never fetches them itself:
 // the worker reads them by Range requests, and they are the only other server it contacts.
-// The Hub the `org/model` shortcut reads from: huggingface.co, or a mirror (?hub=https://...).
-const HUB = new URLSearchParams(location.search).get("hub") || "https://huggingface.co";
+// The Hub the `org/model` shortcut reads from: a mirror given as ?hub=, else (null) the
+// Hugging Face Hub, whose address lives in Python (web/hub.py): this file names no host.
+const HUB = new URLSearchParams(location.search).get("hub") || null;
 
 async function openUrls(texts) {
   if (texts.length === 1) {
@@ -205,7 +206,7 @@ async function openUrls(texts) {
       const known = state.files.find((e) => e.hub && e.name === name);
       if (known) return openEntry(known);
       return addEntries([{kind: "set", name, hub: texts[0], remote: true, paths: [], files: [],
-                          size: null, config: null}], "");
+                          size: null, config: null, host: new URL(plan.single || plan.index).host}], "");
     }
   }
   const urls = [];
@@ -252,9 +253,12 @@ $("url-input").addEventListener("keydown", (event) => {
 
 function renderFiles() {
   const list = clear($("file-list"));
-  for (const entry of state.files) {
+  // Entries of the same name are told apart by where they came from (entryWhere).
+  const seen = new Map();
+  for (const entry of state.files) seen.set(entry.name, (seen.get(entry.name) || 0) + 1);
+  const item = (entry) => {
     const current = entry === state.current;
-    list.append(el("li", {},
+    return el("li", {class: "entry"},
       el("button", {
         type: "button", class: `file${current ? " current" : ""}${entry.failed ? " failed" : ""}`,
         title: entry.demo ? "The built-in synthetic MoE model"
@@ -264,14 +268,45 @@ function renderFiles() {
         onclick: () => { if (!current) openEntry(entry); },
       },
       el("span", {class: "entry-name", text: entry.demo ? "Demo model" : entry.name}),
-      el("span", {class: "entry-size", text: entryNote(entry)}))));
+      seen.get(entry.name) > 1 && !entry.demo ? el("span", {class: "entry-where", text: entryWhere(entry)}) : null,
+      el("span", {class: "entry-size", text: entryNote(entry)})),
+      entry.demo ? null : el("button", {type: "button", class: "entry-close", title: `Close ${entry.name}`,
+                                        "aria-label": `Close ${entry.name}`, text: "×", onclick: () => closeEntry(entry)}));
+  };
+  const failed = state.files.filter((e) => e.failed && e !== state.current);
+  for (const entry of state.files) if (!failed.includes(entry)) list.append(item(entry));
+  if (failed.length) {
+    // Failed opens fold away (their error was shown when they failed; the title says it again).
+    list.append(el("li", {class: "failed-group"}, el("details", {id: "failed-files"},
+      el("summary", {text: `${failed.length} could not be opened`}),
+      el("ul", {}, failed.map(item)))));
   }
+}
+
+// Where an entry came from, for two of the same name: its URL's server, its folder in the drop,
+// or the drop it came with.
+function entryWhere(entry) {
+  if (entry.hub) return entry.host;
+  if (entry.remote && entry.paths.length) return new URL(entry.paths[0]).host;
+  const parts = (entry.paths[0] || "").split("/");          // /mnt/<drop>/<folder…>/<name>
+  const folder = parts.slice(3, -1).join("/");
+  return folder ? `in ${folder}/` : `drop ${parts[2] || "?"}`;
+}
+
+// Close an entry: it leaves the list; closing the open one shows the demo again.
+function closeEntry(entry) {
+  state.files.splice(state.files.indexOf(entry), 1);
+  if (entry === state.current) {
+    state.current = null;
+    openEntry(DEMO);
+  }
+  renderFiles();
 }
 
 function entryNote(entry) {
   if (entry.demo) return "synthetic MoE";
   const parts = [];
-  if (entry.hub) parts.push(new URL(HUB).host);
+  if (entry.hub) parts.push(entry.host);
   else if (entry.remote) parts.push(new URL(entry.paths[0]).host);   // the same name on two servers
   if (entry.failed) return [...parts, "cannot open"].join(" · ");
   if (entry.files.length > 1) parts.push(`${entry.files.length} files`);

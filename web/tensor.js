@@ -2,7 +2,7 @@
 // numbers: the same `sample` call), exact statistics streamed with progress and cancel, the
 // histogram (histogram.js) and the heatmap (heatmap.js).
 
-import {clear, el} from "./dom.js";
+import {clear, download, el} from "./dom.js";
 import {bytes, fmt, grouped, num, percent, product, shapeText} from "./format.js";
 import {Heatmap} from "./heatmap.js";
 import {Histogram} from "./histogram.js";
@@ -61,19 +61,27 @@ class TensorView {
       exactCancel: button("exact-cancel", "button subtle", "Cancel", true),
       exactStats: el("div", {class: "stats exact", id: "exact-stats", hidden: true, "aria-label": "Exact statistics"}),
       percentiles: this.hist.dom.percentiles,
+      copyName: button("copy-name", "button subtle", "Copy name"),
+      saveNpy: button("save-npy", "button subtle", "Save .npy"),
+      saveTile: button("save-tile", "button subtle", "Save visible tile .npy"),
+      toolNote: el("span", {id: "tensor-tool-note", class: "muted small", role: "status"}),
     };
+    d.tools = el("div", {class: "tensor-tools"}, d.copyName, d.saveNpy, d.saveTile, d.toolNote);
     d.values = el("div", {id: "tensor-values"},
       el("div", {class: "stats-block"}, d.stats, d.statsSub,
         el("div", {class: "exact-row"}, d.exactButton, d.exactProgress, d.exactNote, d.exactCancel),
         d.exactStats),
       el("div", {class: "viz"}, this.heatmap.element, this.hist.element));
     d.body = el("div", {id: "tensor-body", hidden: true},
-      el("div", {class: "tensor-head"}, d.name, d.facts), d.problem, d.values);
+      el("div", {class: "tensor-head"}, d.name, d.facts), d.tools, d.problem, d.values);
     this.element = el("div", {}, d.empty, d.body);
     this.tensor = null;
     this.generation = 0;
     this.exactRun = null;
     d.exactButton.addEventListener("click", () => this.runExact());
+    d.copyName.addEventListener("click", () => this.copyName());
+    d.saveNpy.addEventListener("click", () => this.saveNpy(false));
+    d.saveTile.addEventListener("click", () => this.saveNpy(true));
     d.exactCancel.addEventListener("click", () => this.cancelExact());
   }
 
@@ -109,6 +117,9 @@ class TensorView {
       el("span", {class: "chip", title: "bytes in the file", text: bytes(nbytes)}),
       el("span", {class: "chip offset", title: "absolute byte offset of the first element",
                   text: offset === null ? "@ …" : `@ ${grouped(offset)}`}));
+    d.toolNote.textContent = "";
+    delete d.toolNote.dataset.file;
+    d.saveNpy.hidden = d.saveTile.hidden = Boolean(problem);
     d.problem.hidden = !problem;
     d.problem.textContent = problem ? `The values of this tensor cannot be read: ${problem}` : "";
     d.values.hidden = Boolean(problem);
@@ -233,6 +244,37 @@ class TensorView {
     this.dom.exactStats.hidden = true;
     clear(this.dom.exactStats);
     this.dom.exactNote.textContent = "";
+  }
+
+  // --- export: the name, the values as .npy (written by the library, tensorloupe.npy) ---------
+
+  async copyName() {
+    const name = this.tensor?.name;
+    if (!name) return;
+    try {
+      await navigator.clipboard.writeText(name);
+      this.dom.toolNote.textContent = "name copied";
+    } catch {
+      this.dom.toolNote.textContent = name;
+    }
+  }
+
+  async saveNpy(tile) {
+    const t = this.tensor;
+    if (!t) return;
+    const view = this.heatmap.view;
+    const args = tile ? {name: t.name, region: this.heatmap.integerRegion(), plane: view.plane, index: view.index}
+                      : {name: t.name};
+    const note = this.dom.toolNote;
+    try {
+      const {result, buffers} = await this.app.request("export_npy", args, {label: "Writing the .npy file…"});
+      download(new Blob([buffers[0]], {type: "application/octet-stream"}), result.file);
+      note.textContent = `${result.file}: ${result.shape.join("×")} ${result.descr}` +
+        (result.exact_dtype ? "" : ` (NumPy has no ${t.dtype}: float32, which holds every value exactly)`);
+      note.dataset.file = result.file;
+    } catch (error) {
+      note.textContent = error.message;
+    }
   }
 
   // The panel became visible or changed size.
