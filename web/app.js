@@ -41,6 +41,7 @@ const {request, cancel} = startWorker({
 // What every view gets (the contract is at the top of panels.js).
 const ctx = {
   request, cancel, palette: null, io: null,
+  modelFile: () => state.model?.file ?? null,     // the checkpoint's name (a set's, for shards)
   selectTensor(name, {expert = null, switchTab = true, history = "push"} = {}) {
     const record = state.model?.tensor(name);
     if (!record) return;
@@ -117,8 +118,9 @@ function adopt(entry, payload, startedAt) {
   state.current = entry;
   entry.failed = false;
   hideError();
+  const parts = model.files && model.files.length > 1 ? ` · ${model.files.length} files` : "";
   clear($("current-file")).append(el("strong", {text: model.file}),
-    el("span", {class: "muted", text: ` · ${model.format} · ${bytes(model.size)}`}));
+    el("span", {class: "muted", text: ` · ${model.format}${parts} · ${bytes(model.size)}`}));
   document.body.dataset.openBytes = String(ctx.io ? ctx.io.bytes_read : 0);
   showModel(model);
   renderFiles();

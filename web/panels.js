@@ -12,6 +12,7 @@
 //                         ctx.palette   {rgba: Uint8Array, levels}: the colormap, once Python is ready
 //                                       (always before the first show)
 //                         ctx.io        the bytes read so far ({bytes_read, reads, size}) or null
+//                         ctx.modelFile()  the open checkpoint's name (a shard set's own name)
 //   show(model)         a checkpoint was opened (model.js: the decoded payload): start over for it
 // and may export:
 //   available(model)    false hides the tab for this model (Experts: only for MoE checkpoints)

@@ -3,7 +3,7 @@
 // histogram (histogram.js) and the heatmap (heatmap.js).
 
 import {clear, download, el} from "./dom.js";
-import {bytes, fmt, grouped, num, percent, product, shapeText} from "./format.js";
+import {bytes, bytesExact, fmt, grouped, num, percent, product, shapeText} from "./format.js";
 import {Heatmap} from "./heatmap.js";
 import {Histogram} from "./histogram.js";
 
@@ -114,7 +114,10 @@ class TensorView {
       el("span", {class: `dtype dtype-${dtype.toLowerCase()}`, text: dtype}),
       el("span", {class: "chip", title: "shape", text: shapeText(shape)}),
       el("span", {class: "chip", title: "elements", text: `${grouped(product(shape))} elements`}),
-      el("span", {class: "chip", title: "bytes in the file", text: bytes(nbytes)}),
+      el("span", {class: "chip", title: "bytes in the file", text: bytesExact(nbytes)}),
+      // One file of a set (shards, split GGUF): which one holds this tensor.
+      tensor.file && this.app.modelFile && tensor.file !== this.app.modelFile()
+        ? el("span", {class: "chip file", id: "tensor-file", title: "the file that holds this tensor", text: `in ${tensor.file}`}) : null,
       el("span", {class: "chip offset", title: "absolute byte offset of the first element",
                   text: offset === null ? "@ …" : `@ ${grouped(offset)}`}));
     d.toolNote.textContent = "";
@@ -124,7 +127,7 @@ class TensorView {
     d.problem.textContent = problem ? `The values of this tensor cannot be read: ${problem}` : "";
     d.values.hidden = Boolean(problem);
     d.exactStats.hidden = true;
-    d.exactNote.textContent = `reads all ${bytes(nbytes)}`;
+    d.exactNote.textContent = `reads all ${bytesExact(nbytes)}`;
     d.exactButton.disabled = false;
     clear(d.stats).append(el("span", {class: "muted", text: "Sampling…"}));
     clear(d.statsSub);

@@ -79,3 +79,11 @@ def test_copy_a_tensor_name(app, files):
     app.page.click("#copy-name")
     app.page.wait_for_function("() => document.getElementById('tensor-tool-note').textContent === 'name copied'")
     assert app.page.evaluate("navigator.clipboard.readText()") == "special.weight"
+
+
+def test_sizes_are_human_with_the_exact_count(app, files):
+    app.ensure_open(files["safetensors"])
+    app.select("wide.weight")                          # 2048 x 4096 F32
+    chip = app.page.inner_text('#tensor-facts .chip[title="bytes in the file"]')
+    assert chip == "32.0 MiB (33,554,432 bytes)"
+    assert app.page.inner_text("#exact-note") == "reads all 32.0 MiB (33,554,432 bytes)"
