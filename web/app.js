@@ -42,13 +42,18 @@ const {request, cancel} = startWorker({
 const ctx = {
   request, cancel, palette: null, io: null,
   modelFile: () => state.model?.file ?? null,     // the checkpoint's name (a set's, for shards)
-  selectTensor(name, {expert = null, switchTab = true, history = "push"} = {}) {
+  viewChanged(view) {                             // the heatmap's view, for the address
+    state.view = view;
+    link(false);
+  },
+  selectTensor(name, {expert = null, switchTab = true, history = "push", heatmap = null} = {}) {
     const record = state.model?.tensor(name);
     if (!record) return;
     if (switchTab) showTab("tensor");
-    selectTensor(record, {expert});
     state.tensor = name;
+    state.view = null;
     if (history) link(history === "push");
+    selectTensor(record, {expert, heatmap});
   },
 };
 
@@ -65,15 +70,15 @@ function entryUrls(entry) {
 
 function link(push) {
   const urls = entryUrls(state.current);
-  writeLink({urls: urls || [], tensor: state.tensor, tab: currentTab()}, push);
+  writeLink({urls: urls || [], tensor: state.tensor, tab: currentTab(), view: state.view}, push);
 }
 
 onTab(() => link(false));
 
 // Back / forward: the selection (and tab) the address names, without a new history entry.
 window.addEventListener("popstate", () => {
-  const {tensor, tab} = readLink();
-  if (tensor && tensor !== state.tensor) ctx.selectTensor(tensor, {switchTab: false, history: null});
+  const {tensor, tab, view} = readLink();
+  if (tensor && tensor !== state.tensor) ctx.selectTensor(tensor, {switchTab: false, history: null, heatmap: view});
   if (tab && tab !== currentTab() && $(`tab-${tab}`) && !$(`tab-${tab}`).hidden) showTab(tab);
 });
 
@@ -130,7 +135,8 @@ function adopt(entry, payload, startedAt) {
   state.linked = null;
   const first = (wanted?.tensor && model.tensor(wanted.tensor)) || firstTensor(model);
   state.tensor = null;
-  if (first) ctx.selectTensor(first.name, {switchTab: false, history: null});
+  const linkedView = wanted?.tensor && first?.name === wanted.tensor ? wanted.view : null;
+  if (first) ctx.selectTensor(first.name, {switchTab: false, history: null, heatmap: linkedView});
   if (wanted?.tab && $(`tab-${wanted.tab}`) && !$(`tab-${wanted.tab}`).hidden) showTab(wanted.tab);
   link(false);
   document.body.dataset.model = model.file;

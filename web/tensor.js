@@ -34,8 +34,8 @@ export function show(model) {
     : "Select a tensor in the outline.";
 }
 
-export function select(tensor, {expert = null} = {}) {
-  view.show(tensor, {expert});
+export function select(tensor, {expert = null, heatmap = null} = {}) {
+  view.show(tensor, {expert, heatmap});
 }
 
 export function relayout() {
@@ -101,7 +101,7 @@ class TensorView {
 
   // Show `tensor` (a model.js record); `expert` picks a slice of a stacked expert tensor along
   // axis 0.
-  async show(tensor, {expert = null} = {}) {
+  async show(tensor, {expert = null, heatmap = null} = {}) {
     const generation = ++this.generation;
     this.resetExact();
     const {name, dtype, shape, nbytes, offset, problem} = tensor;
@@ -134,7 +134,7 @@ class TensorView {
     clear(d.percentiles);
     this.hist.show(null);
     if (problem) return this.heatmap.clear();
-    this.heatmap.show(tensor, expert);
+    this.heatmap.show(tensor, expert, heatmap);
     try {
       const {result} = await this.app.request("tensor", {name}, {label: `Sampling ${name}…`});
       if (generation !== this.generation) return;

@@ -2,6 +2,7 @@
 what is shown; back/forward walk the selections; a file from the disk cannot be linked, and
 copying the link says so."""
 
+import json
 import urllib.parse
 
 import pytest
@@ -62,6 +63,37 @@ def test_a_link_reproduces_url_tensor_and_tab(page_factory, site, files):
                                 timeout=90_000)
         assert again.get_attribute("#tab-summary", "aria-selected") == "true"
         assert again.evaluate("document.body.dataset.model") == SERVED
+    finally:
+        context.close()
+    assert not errors
+
+
+def test_a_link_keeps_the_heatmap_view(page_factory, site):
+    context, app, requests, errors = page_factory(site)
+    try:
+        page = app.page
+        page.goto(f"{site}?url=files/{SERVED}&tensor=stacked.experts&tab=tensor")
+        app.wait_python()
+        app.wait_model(SERVED)
+        app.wait_heatmap()
+        page.fill("#axis-picker input[type=number]", "2")           # expert 2 of 4 x 64 x 48
+        page.press("#axis-picker input[type=number]", "Enter")
+        page.wait_for_function("() => JSON.parse(document.getElementById('heatmap').dataset.request).index['0'] === 2")
+        app.wait_idle()
+        page.click("#zoom-in")
+        page.wait_for_function("() => JSON.parse(document.getElementById('heatmap').dataset.request).region.join() !== '0,64,0,48'")
+        app.wait_idle()
+        shown = json.loads(page.get_attribute("#heatmap", "data-request"))
+        view = json.loads(query(page)["view"][0])
+        assert view == {"plane": shown["plane"], "index": shown["index"], "region": shown["region"]}
+        again = context.new_page()
+        again.goto(page.url)
+        again.wait_for_function(
+            "() => document.getElementById('heatmap')?.dataset.request"
+            " && JSON.parse(document.getElementById('heatmap').dataset.request).index['0'] === 2",
+            timeout=90_000)
+        reopened = json.loads(again.get_attribute("#heatmap", "data-request"))
+        assert (reopened["plane"], reopened["index"], reopened["region"]) == (shown["plane"], shown["index"], shown["region"])
     finally:
         context.close()
     assert not errors
