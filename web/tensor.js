@@ -110,7 +110,7 @@ class TensorView {
     d.empty.hidden = true;
     d.body.hidden = false;
     d.name.textContent = name;
-    clear(d.facts).append(
+    clear(d.facts).append(...[
       el("span", {class: `dtype dtype-${dtype.toLowerCase()}`, text: dtype}),
       el("span", {class: "chip", title: "shape", text: shapeText(shape)}),
       el("span", {class: "chip", title: "elements", text: `${grouped(product(shape))} elements`}),
@@ -119,7 +119,8 @@ class TensorView {
       tensor.file && this.app.modelFile && tensor.file !== this.app.modelFile()
         ? el("span", {class: "chip file", id: "tensor-file", title: "the file that holds this tensor", text: `in ${tensor.file}`}) : null,
       el("span", {class: "chip offset", title: "absolute byte offset of the first element",
-                  text: offset === null ? "@ …" : `@ ${grouped(offset)}`}));
+                  text: offset === null ? "@ …" : `@ ${grouped(offset)}`}),
+    ].filter(Boolean));
     d.toolNote.textContent = "";
     delete d.toolNote.dataset.file;
     d.saveNpy.hidden = d.saveTile.hidden = Boolean(problem);

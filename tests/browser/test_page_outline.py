@@ -86,4 +86,7 @@ def test_sizes_are_human_with_the_exact_count(app, files):
     app.select("wide.weight")                          # 2048 x 4096 F32
     chip = app.page.inner_text('#tensor-facts .chip[title="bytes in the file"]')
     assert chip == "32.0 MiB (33,554,432 bytes)"
+    facts = app.page.inner_text("#tensor-facts")
+    assert "null" not in facts and "undefined" not in facts
+    assert app.page.locator("#tensor-file").count() == 0          # one file: no "in <file>" chip
     assert app.page.inner_text("#exact-note") == "reads all 32.0 MiB (33,554,432 bytes)"
