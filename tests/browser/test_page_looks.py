@@ -97,6 +97,9 @@ def test_dark_theme_follows_the_system(app):
         shot(app, "looks-dark-summary")
         app.select(TENSOR)
         app.tab("tensor")
+        stats = "getComputedStyle(document.getElementById('stats')).backgroundColor"
+        chip = "getComputedStyle(document.querySelector('#tensor-facts .chip')).backgroundColor"
+        assert luminance(page.evaluate(stats)) < 0.15 and luminance(page.evaluate(chip)) < 0.2
         shot(app, "looks-dark-tensor")
     finally:
         page.emulate_media(color_scheme="light")
