@@ -230,7 +230,8 @@ def test_inferred_values_say_so(capsys, tmp_path):
         "hidden_size": (16, "inferred from tensor model.embed_tokens.weight shape [50, 16]"),
         "intermediate_size": (40, "inferred from tensor model.layers.0.mlp.up_proj.weight shape [40, 16]"),
         "vocab_size": (50, "inferred from tensor model.embed_tokens.weight shape [50, 16]"),
-        "tied_embeddings": (True, "inferred: no output head tensor beside model.embed_tokens.weight"),
+        "tied_embeddings": (True, "inferred: no output head tensor beside model.embed_tokens.weight "
+                            "(the embedding serves as the head, or there is no head)"),
     }
     assert doc["architecture"]["sources"] == []
     assert doc["memory"]["kv_cache"]["available"] is False

@@ -41,8 +41,13 @@ function ranges(numbers) {
   return out.join(", ");
 }
 
+// A mounted file's path as the user knows it: worker.mjs mounts each drop under /mnt/<n>/.
+export function dropPath(path) {
+  return String(path).replace(/^\/mnt\/\d+\//, "");
+}
+
 function architectureCard(arch) {
-  const sources = arch.sources.length ? `Configs read: ${arch.sources.join("; ")}. Then the file itself.`
+  const sources = arch.sources.length ? `Configs read: ${arch.sources.map(dropPath).join("; ")}. Then the file itself.`
     : "No config found: values from the file itself.";
   const rows = arch.fields.map((f) => el("tr", {dataset: {key: f.key}},
     el("th", {scope: "row", text: f.label}),

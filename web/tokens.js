@@ -5,6 +5,7 @@
 // count} | {find, count})): the same answer as `tensorloupe tokens FILE --json`. Nothing is asked
 // until the tab is first shown.
 
+import {dropPath} from "./architecture.js";
 import {clear, el} from "./dom.js";
 import {grouped} from "./format.js";
 
@@ -67,7 +68,7 @@ async function load(args) {
 }
 
 function summaryCard(doc) {
-  const facts = [["source", doc.file ? `${doc.source}: ${doc.file}` : doc.source], ["model", doc.model],
+  const facts = [["source", doc.file ? `${doc.source}: ${doc.file.split(", ").map(dropPath).join(", ")}` : doc.source], ["model", doc.model],
                  ["pre-tokenizer", doc.pre], ["vocabulary", doc.size === null ? null : `${grouped(doc.size)} tokens`],
                  ["merges", doc.merges === null || doc.merges === undefined ? null : grouped(doc.merges)]]
     .filter(([, v]) => v !== null && v !== undefined);

@@ -74,7 +74,10 @@ def infer(ckpt: Checkpoint, found_moe: MoE, hidden=None) -> dict[str, tuple]:
         if same:
             put("tied_embeddings", True, f"inferred: {head.name} is stored as the same tensor as {embed.name}")
         elif head is None:
-            put("tied_embeddings", True, f"inferred: no output head tensor beside {embed.name}")
+            # checkpoints of tied models store the shared matrix once (safetensors refuses
+            # aliases); an encoder without an LM head also lands here, and the source says so
+            put("tied_embeddings", True, f"inferred: no output head tensor beside {embed.name} "
+                "(the embedding serves as the head, or there is no head)")
         else:
             put("tied_embeddings", False, f"inferred: {head.name} is stored apart from {embed.name}")
     return found

