@@ -127,7 +127,10 @@ function kvCache(kv) {
 function fitsTable(fits) {
   const precisions = fits.rows[0].cells.map((c) => c.precision);
   return el("table", {class: "grid-table", id: "fits-table", dataset: {context: String(fits.context), cacheType: fits.cache_type}},
-    el("thead", {}, el("tr", {}, el("th", {text: "memory"}), precisions.map((p) => el("th", {class: "num", text: p})))),
+    el("thead", {}, el("tr", {}, el("th", {text: "memory"}), precisions.map((p) => el("th", {class: "num", text: p}))),
+      // what each precision needs: the same in every row (weights + KV cache at this context)
+      el("tr", {class: "fits-needs"}, el("th", {scope: "row", text: "needs"}), fits.rows[0].cells.map((c) =>
+        el("td", {class: "num", dataset: {precision: c.precision, bytes: String(c.total)}, text: bytes(c.total)})))),
     el("tbody", {}, fits.rows.map((row) => el("tr", {dataset: {gb: String(row.memory_gb)}},
       el("th", {scope: "row", text: `${row.memory_gb} GB`}),
       row.cells.map((c) => el("td", {class: `fit ${c.fits ? "yes" : "no"}`, dataset: {precision: c.precision},

@@ -61,6 +61,14 @@ def fits_cells(page) -> dict:
         "[...r.querySelectorAll('td')].map(c => [c.dataset.precision, c.textContent]))]))")
 
 
+def fits_needs(page) -> dict:
+    return data_bytes(page, "#fits-table .fits-needs td", "precision")
+
+
+def expected_needs(doc: dict) -> dict:
+    return {c["precision"]: c["total"] for c in doc["memory"]["fits"]["rows"][0]["cells"]}
+
+
 def expected_fits(doc: dict) -> dict:
     return {str(row["memory_gb"]): {c["precision"]: "fits" if c["fits"] else "no" for c in row["cells"]}
             for row in doc["memory"]["fits"]["rows"]}
@@ -106,6 +114,7 @@ def test_summary_shows_the_architecture_memory_and_fits_of_the_cli(app, demo_pat
     assert formulas == [p["formula"] for p in memory["kv_cache"]["per_token"]]
     assert page.get_attribute("#fits-table", "data-context") == str(memory["fits"]["context"]) == "4096"
     assert fits_cells(page) == expected_fits(doc)
+    assert fits_needs(page) == expected_needs(doc)
     app.screenshot("summary-architecture")
 
     # The user changes the context: the worker recomputes, as --context does, without reading.
@@ -113,6 +122,7 @@ def test_summary_shows_the_architecture_memory_and_fits_of_the_cli(app, demo_pat
     change_fits(app, "32768")
     longer = cli("inspect", demo_path, "--context", "32768")
     assert fits_cells(page) == expected_fits(longer)
+    assert fits_needs(page) == expected_needs(longer)
     assert int(page.get_attribute("#fits-kv", "data-bytes")) == longer["memory"]["fits"]["kv_bytes"] == 16 << 20
     assert page.inner_text("#fits-kv") == "KV cache at this context: 16.0 MiB"
     # ... and the cache type
@@ -120,6 +130,11 @@ def test_summary_shows_the_architecture_memory_and_fits_of_the_cli(app, demo_pat
     huge = cli("inspect", demo_path, "--context", "1000000", "--cache-type", "q4_0")
     assert fits_cells(page) == expected_fits(huge)
     assert int(page.get_attribute("#fits-kv", "data-bytes")) == huge["memory"]["fits"]["kv_bytes"]
+    # 10^8 tokens: 14.4 GB of q4_0 cache, too much for 8 and 12 GB
+    change_fits(app, "100000000")
+    vast = cli("inspect", demo_path, "--context", "100000000", "--cache-type", "q4_0")
+    assert fits_cells(page) == expected_fits(vast)
+    assert fits_cells(page)["12"]["stored"] == "no" and fits_cells(page)["16"]["stored"] == "fits"
     assert app.bytes_read() == read_before
     page.locator("#memory").scroll_into_view_if_needed()
     app.screenshot("summary-fits")
@@ -127,7 +142,7 @@ def test_summary_shows_the_architecture_memory_and_fits_of_the_cli(app, demo_pat
     page.fill("#fits-context", "0")
     page.dispatch_event("#fits-context", "change")
     page.wait_for_function("() => document.getElementById('fits-problem').textContent.includes('at least 1')")
-    assert page.get_attribute("#fits-table", "data-context") == "1000000"
+    assert page.get_attribute("#fits-table", "data-context") == "100000000"
     # the demo has no tokenizer: no Tokens tab
     assert page.is_hidden("#tab-tokens")
 
