@@ -295,8 +295,8 @@ function renderTable() {
                           title: t.message || (viewable ? "Show A, B and A − B" : "")},
       el("td", {class: "name"}, ...breakable(t.name), bName),
       el("td", {}, el("span", {class: `badge category ${t.category}`, text: CATEGORIES[t.category]})),
-      el("td", {text: cell(t, "dtype")}),
-      el("td", {class: "mono", text: cell(t, "shape")}),
+      el("td", {class: "nowrap", text: cell(t, "dtype")}),
+      el("td", {class: "mono nowrap", text: cell(t, "shape")}),
       ...["max_abs", "rel_error", "cosine", "snr_db"].map((key) =>
         el("td", {class: "num mono", text: t[key] === null ? "—" : fmt(t[key], DIGITS[key])})),
       el("td", {text: cell(t, "read")}));

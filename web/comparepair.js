@@ -79,7 +79,7 @@ export class ComparePair {
     d.box.dataset.loading = "true";
     d.box.dataset.name = row.name;
     d.title.textContent = row.name;
-    d.notes.textContent = `A: ${row.a} · ${row.a_dtype} · ${shapeText(row.a_shape)}   B: ${row.b} · ${row.b_dtype} · `
+    d.notes.textContent = `A: ${row.a} · ${row.a_dtype} · ${shapeText(row.a_shape)} — B: ${row.b} · ${row.b_dtype} · `
       + `${shapeText(row.b_shape)}${row.notes.length ? ` · ${row.notes.join("; ")}` : ""}`;
     const args = {name: row.name, rows: LATTICE, cols: LATTICE, samples, diff_scale: d.own.checked ? "own" : "shared"};
     try {

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+import build
 import tensorloupe
 from tensorloupe import colormap
 from tensorloupe.compare import views
@@ -195,6 +197,7 @@ def screenshots(app, *shots):
     try:
         for selector, name in shots:
             page.eval_on_selector(selector, "c => c.scrollIntoView()")
+            page.eval_on_selector_all(".compare-table-wrap", "ws => ws.forEach(w => { w.scrollTop = 0; })")
             app.screenshot(name)
     finally:
         page.set_viewport_size(size)
@@ -217,6 +220,58 @@ def test_compare_with_picks_b_for_the_open_file_and_samples(app, cli_f16_sampled
     assert f"up to {SAMPLED:,} sampled elements per tensor" in page.inner_text("#compare-facts")
     # f16 of the same weights: the permutation undone, hardly any error (proves the name map)
     assert all(float(t["snr_db"]) > 60 for t in cli_f16_sampled["tensors"] if t["snr_db"] not in (None, "inf"))
+
+
+def test_another_opened_file_can_be_b(app, cli_q8):
+    app.ensure_open(HF)
+    page = app.page
+    if Q8.name not in app.entries():
+        app.open_file(Q8)
+        app.open_file(HF)
+    app.tab("compare")
+    page.focus("#compare-entry")
+    options = page.eval_on_selector_all("#compare-entry option", "os => os.map(o => o.value)")
+    assert Q8.name in options and HF.name not in options and "demo-moe.safetensors" not in options
+    page.select_option("#compare-entry", Q8.name)
+    page.wait_for_selector(f'#compare[data-b="{Q8.name}"]', state="attached", timeout=STEP_TIMEOUT_MS)
+    page.fill("#compare-samples", "16384")          # diff's default (the last run sampled 1,024)
+    page.uncheck("#compare-exact")
+    page.click("#compare-run")
+    wait_done(app)
+    check_report(app, cli_q8)
+
+
+@pytest.fixture(scope="module")
+def served(dist):
+    """The app, with the q8_0 GGUF served beside it under /files/ (as `build.py serve FILE`)."""
+    server = build.make_server(dist, port=0, files={Q8.name: Q8})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_b_read_by_url(page_factory, served, cli_q8):
+    """A file opened by URL, then another from the disk: the URL one is B, read by Range requests."""
+    context, app, requests, errors = page_factory(served + "/")
+    try:
+        app.page.goto(f"{served}/?url=files/{Q8.name}")
+        app.wait_python()
+        app.wait_model(Q8.name)
+        app.open_file(HF)
+        app.tab("compare")
+        page = app.page
+        page.focus("#compare-entry")
+        page.select_option("#compare-entry", Q8.name)
+        page.wait_for_selector(f'#compare[data-b="{Q8.name}"]', state="attached", timeout=STEP_TIMEOUT_MS)
+        page.click("#compare-run")
+        wait_done(app)
+        check_report(app, cli_q8)
+        ranged = [url for url in requests.urls if url.endswith(f"/files/{Q8.name}")]
+        assert ranged and all(url.startswith(served) for url in requests.urls)
+    finally:
+        context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
 
 
 def test_cancel_mid_way(app, many):
