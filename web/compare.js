@@ -39,6 +39,7 @@ let pair = null;
 let generation = 0;
 let runId = null;
 let other = null;          // B's facts (compare_ops.other_payload) or null
+let candidates = [];       // the opened files the "or an opened file" list offers, as listed
 let report = null;         // the finished comparison (diff --json)
 let sort = {key: "rel_error", descending: true};
 
@@ -85,10 +86,11 @@ export function show(model) {
   d.entries.addEventListener("focus", fillEntries);
   d.entries.addEventListener("pointerdown", fillEntries);
   d.entries.addEventListener("change", () => {
-    const entry = ctx.entries().find((e) => e.name === d.entries.value);
+    const entry = candidates[Number(d.entries.value)];
     d.entries.value = "";
     if (entry) compareWith(entry, {run: false});
   });
+  d.exact.addEventListener("change", () => { d.samples.disabled = d.exact.checked; });
   fillEntries();
   d.progressRow = el("div", {class: "run-row", hidden: true}, d.progress, d.progressText, d.cancel);
   d.results = el("div", {id: "compare-results", hidden: true},
@@ -115,20 +117,24 @@ export function show(model) {
     d.progressRow, d.outcome, d.results);
   panel.append(d.card);
   // B stays open when A changes: say what it now pairs with.
-  ctx.request("compare_other", {}, {quiet: true}).then(({result}) => { if (result) showOther(result); }, () => {});
+  const mine = generation;
+  ctx.request("compare_other", {}, {quiet: true})
+    .then(({result}) => { if (result && mine === generation) showOther(result); }, () => {});
 }
 
+// The tab is shown (or resized): the file list may have changed meanwhile.
 export function relayout() {
+  fillEntries();
   if (report && dom && !dom.results.hidden) drawCharts(report);
 }
 
 // The opened files other than A (app.js's list) that can be B.
 function fillEntries() {
   if (!dom) return;
-  const entries = ctx.entries();
-  clear(dom.entries).append(el("option", {value: "", text: entries.length ? "or an opened file…" : "(no other opened file)"}),
-    ...entries.map((e) => el("option", {value: e.name, text: e.name})));
-  dom.entries.disabled = !entries.length;
+  candidates = ctx.entries();
+  clear(dom.entries).append(el("option", {value: "", text: candidates.length ? "or an opened file…" : "(no other opened file)"}),
+    ...candidates.map((e, i) => el("option", {value: String(i), text: e.name, dataset: {file: e.name}})));
+  dom.entries.disabled = !candidates.length;
 }
 
 function showOther(b) {

@@ -230,9 +230,9 @@ def test_another_opened_file_can_be_b(app, cli_q8):
         app.open_file(HF)
     app.tab("compare")
     page.focus("#compare-entry")
-    options = page.eval_on_selector_all("#compare-entry option", "os => os.map(o => o.value)")
+    options = page.eval_on_selector_all("#compare-entry option", "os => os.map(o => o.textContent)")
     assert Q8.name in options and HF.name not in options and "demo-moe.safetensors" not in options
-    page.select_option("#compare-entry", Q8.name)
+    page.select_option("#compare-entry", label=Q8.name)
     page.wait_for_selector(f'#compare[data-b="{Q8.name}"]', state="attached", timeout=STEP_TIMEOUT_MS)
     page.fill("#compare-samples", "16384")          # diff's default (the last run sampled 1,024)
     page.uncheck("#compare-exact")
@@ -261,8 +261,7 @@ def test_b_read_by_url(page_factory, served, cli_q8):
         app.open_file(HF)
         app.tab("compare")
         page = app.page
-        page.focus("#compare-entry")
-        page.select_option("#compare-entry", Q8.name)
+        page.select_option("#compare-entry", label=Q8.name)
         page.wait_for_selector(f'#compare[data-b="{Q8.name}"]', state="attached", timeout=STEP_TIMEOUT_MS)
         page.click("#compare-run")
         wait_done(app)
