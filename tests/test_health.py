@@ -133,7 +133,10 @@ def test_a_sampled_scan_labels_its_evidence_and_confirms_on_bytes(faults):
         "rms" in flags["model.layers.3.self_attn.v_proj.weight"].message
     # Reads: the stated scan, plus the whole dead tensor and both copies to confirm them.
     confirmations = 12288 * 4 + 2 * 12288 * 4
-    assert read == report.bytes_read == cost.scan_bytes + confirmations
+    # The stated cost is the most it reads: tensor bytes the header's cached block already holds
+    # (source.CachedSource) are not read again.
+    assert read == report.bytes_read
+    assert 0 <= cost.scan_bytes + confirmations - read < ckpt.sources[0].block_size
     assert cost.scan_bytes < 57 * budget
 
 
@@ -142,7 +145,7 @@ def test_the_stated_cost_is_what_a_clean_scan_reads(faults):
         for budget in (512, 4096, None):
             cost = health_cost(ckpt, budget)
             assert cost.exact and cost.tensors == 57
-            assert health(ckpt, budget).bytes_read == cost.scan_bytes
+            assert 0 <= cost.scan_bytes - health(ckpt, budget).bytes_read < ckpt.sources[0].block_size
         assert health_cost(ckpt, None).scan_bytes == sum(t.nbytes for t in ckpt.tensors)
 
 

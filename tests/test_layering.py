@@ -16,9 +16,9 @@ LAYERS = [
     ["source", "dtypes", "unpickling"],
     ["model"],
     ["formats"],
-    ["detect", "shards"],
+    ["detect", "shards", "targets"],
     ["gather", "stats", "sample", "colormap"],
-    ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health",
+    ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health", "npy",
      "compare", "namemap", "roles"],
     ["cli", "web", "tensorloupe"],  # "tensorloupe" is the package's own __init__ (the public API)
 ]

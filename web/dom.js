@@ -34,3 +34,12 @@ export function fact(key, label, value, detail) {
     el("div", {class: "fact-value", text: value}),
     detail ? el("div", {class: "fact-detail", text: detail}) : null);
 }
+
+// Offer `blob` as a file download named `name` (made in the page: nothing leaves the tab).
+export function download(blob, name) {
+  const a = el("a", {href: URL.createObjectURL(blob), download: name});
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+}

@@ -75,7 +75,8 @@ class ExpertAnalysis {
     d.results = el("div", {id: "moe-results", hidden: true},
       el("div", {class: "threshold-row"},
         el("label", {class: "threshold", for: "moe-threshold"}, "Near-duplicate threshold", el("span", {class: "muted small", text: "cosine ≥"})),
-        d.range, d.number, d.verdict),
+        d.range, d.number, d.verdict,
+        d.thresholdError = el("span", {class: "error-text small", id: "moe-threshold-error", role: "alert"})),
       el("table", {class: "moe-summary", id: "moe-summary"},
         el("thead", {}, el("tr", {}, el("th", {text: "layer"}), el("th", {text: "near-duplicate clusters"}),
           el("th", {text: "drop"}), el("th", {text: "keep"}))), d.summary),
@@ -102,7 +103,13 @@ class ExpertAnalysis {
     d.range.addEventListener("input", () => this.setThreshold(Number(d.range.value), d.number));
     d.number.addEventListener("input", () => {
       const v = Number(d.number.value);
-      if (d.number.value !== "" && Number.isFinite(v) && v >= -1 && v <= 1) this.setThreshold(v, d.range);
+      const ok = d.number.value !== "" && Number.isFinite(v) && v >= -1 && v <= 1;
+      // A cosine similarity is within -1..1: anything else is refused, and said so.
+      d.number.classList.toggle("invalid", !ok);
+      d.number.toggleAttribute("aria-invalid", !ok);
+      d.thresholdError.textContent = ok ? "" : "The threshold is a cosine similarity: a number from −1 to 1.";
+      d.run.disabled = !ok || Boolean(this.runId);
+      if (ok) this.setThreshold(v, d.range);
     });
     d.layerSelect.addEventListener("change", () => this.showLayer(Number(d.layerSelect.value)));
   }

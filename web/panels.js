@@ -12,6 +12,7 @@
 //                         ctx.palette   {rgba: Uint8Array, levels}: the colormap, once Python is ready
 //                                       (always before the first show)
 //                         ctx.io        the bytes read so far ({bytes_read, reads, size}) or null
+//                         ctx.modelFile()  the open checkpoint's name (a shard set's own name)
 //                         ctx.entries() the opened files other than the current one (app.js's list
 //                                       entries: {name, paths, remote, ...}), e.g. to compare with
 //   show(model)         a checkpoint was opened (model.js: the decoded payload): start over for it
@@ -35,6 +36,13 @@ export const TABS = [summary, tensor, experts, health, compare];
 const VIEWS = [outline, ...TABS];
 
 let current = TABS[0].id;
+let tabListener = null;
+
+export const currentTab = () => current;
+// Called after every tab change (the page's address records the tab).
+export function onTab(listener) {
+  tabListener = listener;
+}
 
 export function mountAll(ctx) {
   outline.mount($("outline"), ctx);
@@ -61,6 +69,7 @@ export function showTab(id) {
     $(`panel-${view.id}`).hidden = !selected;
   }
   TABS.find((view) => view.id === id)?.relayout?.();
+  tabListener?.(id);
 }
 
 export function showModel(model) {

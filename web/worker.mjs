@@ -6,7 +6,8 @@
 // Page -> worker:  {id, op, args}            a request (op "mount" carries `files`:
 //                                            [{file: File, rel: "folder/name", folder: bool}])
 //                                            op "open_url" ({urls, config}) is probed here first,
-//                                            and so is "compare_open_url" ({urls}: B, compare_ops.py)
+//                                            and so is "compare_open_url" ({urls}: B, compare_ops.py);
+//                                            op "open_hub" ({text, hub}) finds a Hub model's files
 //                  {type: "cancel", id}      stop request `id` (a job, or a request still queued)
 // Worker -> page:  {type: "status", stage, message}   boot progress
 //                  {type: "ready", info, palette, timings} / {type: "fatal", message}
@@ -87,6 +88,7 @@ function handle(message) {
   try {
     if (op === "mount") return reply(id, call("group", {files: mount(message.files)}).envelope);
     if (op === "open_url" || op === "compare_open_url") return openUrls(id, args, op);
+    if (op === "open_hub") return openHub(id, args);
     if (op === "memory") return reply(id, {ok: true, result: memory()});
     if (JOBS.has(op)) {
       const {envelope} = call(`${op}_start`, args);
@@ -179,6 +181,36 @@ async function openUrls(id, args, op = "open_url") {
     const seen = await Promise.all(urls.map(probe));
     const probes = Object.fromEntries(urls.map((url, i) => [url, seen[i]]));
     reply(id, call(op, {...args, probes}).envelope);
+  } catch (error) {
+    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+  }
+}
+
+// A Hugging Face model (`org/model[@rev]`, or its page's URL): Python (web/hub.py) says which
+// /resolve/ URLs to try; the index (small JSON) is fetched whole and names the shards, else the
+// single model.safetensors (or the file the user pointed at) is the model; a config.json beside
+// it gives top-k. Then the files open as any URLs do. Only the Hub the page names is contacted.
+async function openHub(id, args) {
+  const fail = (message) => reply(id, {ok: false, error: {kind: "UsageError", message}});
+  try {
+    const planned = call("hub_plan", args).envelope;
+    if (!planned.ok) return reply(id, planned);
+    const plan = planned.result;
+    if (!plan) return fail(`${args.text} is not a Hugging Face model name or URL`);
+    let urls = null;
+    if (plan.index) {
+      const response = await fetch(plan.index, {cache: "no-store"}).catch(() => null);
+      if (response && response.ok) {
+        const shards = call("hub_shards", {index: plan.index, text: await response.text()}).envelope;
+        if (!shards.ok) return reply(id, shards);
+        urls = [plan.index, ...shards.result.urls];
+      } else if (!plan.single) {
+        return fail(`${plan.repo}@${plan.revision}: the index cannot be fetched (${response ? response.status : "unreachable"})`);
+      }
+    }
+    urls = urls || [plan.single];
+    const config = (await probe(plan.config)).status === 206 ? plan.config : null;
+    return openUrls(id, {urls, config});
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }

@@ -108,6 +108,11 @@ def detect(checkpoint: Checkpoint, config: dict | None = None) -> MoE:
     found = [entry for entry in layers.values() if entry.experts]
     problem = _inconsistent(found)
     if not found:
+        declared = _declared_experts(checkpoint, config)
+        if declared:
+            count, where = declared
+            return MoE(False, f"{where} declares {count} experts, but no tensor here is an "
+                              "expert's (a shard or part without them? or a vocab-only file)")
         return MoE(False, "no tensor names follow a known expert naming scheme")
     if problem:
         return MoE(False, f"expert-like names found, but {problem}; not reporting an MoE")
@@ -127,6 +132,20 @@ def _inconsistent(layers: list[MoELayer]) -> str | None:
         leaf_sets = {frozenset(leaves) for leaves in entry.experts.values()}
         if len(leaf_sets) != 1:
             return f"the experts of {entry.prefix} do not all have the same weights"
+    return None
+
+
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
+def _declared_experts(checkpoint: Checkpoint, config: dict | None) -> tuple[int, str] | None:
+    """How many experts the metadata or config.json says the model has, and which key says it."""
+    for key in EXPERT_COUNT_KEYS:
+        if config and isinstance(config.get(key), int) and config[key] > 1:
+            return config[key], f"config.json {key}"
+    for key, value in (checkpoint.metadata or {}).items():
+        if key.endswith(".expert_count") and isinstance(value, int) and value > 1:
+            return value, key
     return None
 
 

@@ -152,7 +152,21 @@ class CachedSource(ByteSource):
         return self.inner.known_file_offset(offset)
 
     def read_data(self, offset: int, n: int) -> bytes:
-        return self._count(self.inner.read_data(offset, n))
+        # Bytes the header reads already brought in (a small file's first block holds its tensors
+        # too) are not read, nor counted, a second time.
+        cached = self._cached(offset, n)
+        return self._count(cached if cached is not None else self.inner.read_data(offset, n))
+
+    def _cached(self, offset: int, n: int) -> bytes | None:
+        """[offset, offset + n) from cached blocks, if every block it touches is cached."""
+        if n <= 0 or offset < 0 or offset + n > self.size:
+            return None
+        bs = self.block_size
+        first, last = offset // bs, (offset + n - 1) // bs
+        if any(i not in self._blocks for i in range(first, last + 1)):
+            return None
+        joined = b"".join(self._blocks[i] for i in range(first, last + 1))
+        return joined[offset - first * bs:offset - first * bs + n]
 
     def _read(self, offset: int, n: int) -> bytes:
         bs = self.block_size

@@ -14,7 +14,7 @@ import json
 import sys
 import traceback
 
-from .. import colormap, moe, report
+from .. import colormap, moe, npy, report
 from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
@@ -22,7 +22,7 @@ from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
 from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
-from . import files, remote
+from . import files, hub, remote
 from .jobs import Job, Jobs
 from .compare_ops import CompareOps
 from .health_ops import HealthOps
@@ -150,6 +150,7 @@ class Session(MoEOps, HealthOps, CompareOps):
         bytes_by_dtype: dict[str, int] = {}
         for t in ckpt.tensors:
             bytes_by_dtype[t.dtype] = bytes_by_dtype.get(t.dtype, 0) + t.nbytes
+        out["metadata"] = report.shown_metadata(ckpt, PREVIEW)   # torch: no tensor list again
         out["bytes_by_dtype"] = bytes_by_dtype
         out["moe"] = self.moe.to_json() if self.moe else None
         return out
@@ -181,6 +182,38 @@ class Session(MoEOps, HealthOps, CompareOps):
         start, count = int(args.get("start", 0)), min(MAX_VALUES, int(args.get("count", 1)))
         return {"start": start, "values": [json_number(v) for v in values(t, start, count)]}, []
 
+    # --- the Hub shortcut (hub.py): what the worker fetches for `org/model[@rev]` -------------
+
+    def op_hub_plan(self, args):
+        """The URLs to try for a Hub model, or null when `text` is an ordinary URL."""
+        return hub.plan(str(args.get("text", "")), str(args.get("hub") or hub.HUB)), []
+
+    def op_hub_shards(self, args):
+        return {"urls": hub.shard_urls(str(args["index"]), str(args["text"]))}, []
+
+    # --- export: files the page offers for download ----------------------------------------
+
+    def op_export_npy(self, args):
+        """The tensor's values (or, with `region`, the elements of that tile of the view) as a
+        .npy file written by the library (npy.py): the bytes travel as a buffer."""
+        t = self.current().tensor(args["name"])
+        if args.get("region"):
+            plane = tuple(int(v) for v in args["plane"]) if args.get("plane") else None
+            index = {int(k): int(v) for k, v in (args.get("index") or {}).items()}
+            out = npy.export_tile(t, tuple(int(v) for v in args["region"]), plane, index or None)
+        else:
+            out = npy.export_tensor(t)
+        stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in t.name)
+        return {"file": f"{stem}{'.tile' if args.get('region') else ''}.npy", "descr": out.descr,
+                "shape": list(out.shape), "exact_dtype": out.exact_dtype, "bytes": len(out.data)}, [out.data]
+
+    def op_export_table(self, args):
+        fmt = args.get("format", "csv")
+        if fmt not in ("csv", "json"):
+            raise UsageError(f"the table exports as csv or json, not {fmt!r}")
+        ckpt = self.current()
+        return {"file": f"{ckpt.name}.tensors.{fmt}", "text": report.tensor_table(ckpt, fmt)}, []
+
     # --- jobs (jobs.py): long work in steps, so that the worker can take a cancel between them ---
 
     def op_exact_start(self, args):
@@ -197,7 +230,7 @@ class Session(MoEOps, HealthOps, CompareOps):
 # the "tensor" reply carries them for the tensor on show), as named columns and rows of values:
 # the key names are not repeated 90k times (2,882 torch tensors: 255 kB instead of 367 kB as
 # records). The page turns the rows back into records in one place (web/model.js).
-PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "strides", "problem")
+PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "strides", "problem", "file")
 
 
 def page_table(records: list[dict]) -> dict:
