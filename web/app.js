@@ -5,6 +5,7 @@
 import {busy} from "./busy.js";
 import {$, clear, el} from "./dom.js";
 import {bytes} from "./format.js";
+import {compareWith} from "./compare.js";
 import {listenForFiles} from "./input.js";
 import {readLink, writeLink} from "./link.js";
 import {decodeModel, firstTensor} from "./model.js";
@@ -41,6 +42,8 @@ const {request, cancel} = startWorker({
 // What every view gets (the contract is at the top of panels.js).
 const ctx = {
   request, cancel, palette: null, io: null,
+  // B candidates for the Compare tab: opened (not failed) files, not the demo, not the current one.
+  entries: () => state.files.filter((e) => !e.demo && !e.failed && e !== state.current && !e.hub),
   modelFile: () => state.model?.file ?? null,     // the checkpoint's name (a set's, for shards)
   viewChanged(view) {                             // the heatmap's view, for the address
     state.view = view;
@@ -182,8 +185,10 @@ async function addEntries(entries, emptyMessage) {
   await openEntry(entries.find((e) => e.kind === "set") || entries[0]);
 }
 
-// `given`: File objects, or {file, rel, folder} for files found in a dropped folder.
-async function openFiles(given) {
+// `given`: File objects, or {file, rel, folder} for files found in a dropped folder. Two
+// checkpoints dropped at once are a comparison: the first opens (A), the Compare tab compares
+// it with the second (B).
+async function openFiles(given, {drop = false} = {}) {
   const files = [...given].map((item) => item instanceof File
     ? {file: item, rel: item.webkitRelativePath || item.name, folder: Boolean(item.webkitRelativePath)}
     : item);
@@ -191,10 +196,21 @@ async function openFiles(given) {
   document.body.dataset.selectedAt = String(performance.now());
   try {
     const {result} = await request("mount", {}, {files, label: "Reading the file list…"});
+    const pair = drop && result.entries.length === 2 && result.entries;
+    if (pair) return await openPair(pair);
     await addEntries(result.entries, "The folder holds no checkpoint files (.safetensors, .gguf, .pt, .pth, .bin, .ckpt).");
   } catch (error) {
     showError("Could not read the dropped files.", error.message);
   }
+}
+
+async function openPair([a, b]) {
+  state.files.splice(1, 0, a, b);
+  renderFiles();
+  await openEntry(a);
+  if (state.current !== a) return;           // A could not be opened: its error is on screen
+  showTab("compare");
+  await compareWith(b);
 }
 
 // URLs typed in the box (one per line; several lines for shards) or given as ?url= in the

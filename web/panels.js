@@ -13,6 +13,8 @@
 //                                       (always before the first show)
 //                         ctx.io        the bytes read so far ({bytes_read, reads, size}) or null
 //                         ctx.modelFile()  the open checkpoint's name (a shard set's own name)
+//                         ctx.entries() the opened files other than the current one (app.js's list
+//                                       entries: {name, paths, remote, ...}), e.g. to compare with
 //   show(model)         a checkpoint was opened (model.js: the decoded payload): start over for it
 // and may export:
 //   available(model)    false hides the tab for this model (Experts: only for MoE checkpoints)
@@ -22,6 +24,7 @@
 //
 // Views talk to each other only through ctx (selectTensor), never directly.
 
+import * as compare from "./compare.js";
 import {$, el} from "./dom.js";
 import * as experts from "./experts.js";
 import * as health from "./health.js";
@@ -30,7 +33,7 @@ import * as summary from "./summary.js";
 import * as tensor from "./tensor.js";
 import * as tokens from "./tokens.js";
 
-export const TABS = [summary, tensor, experts, health, tokens];
+export const TABS = [summary, tensor, experts, health, compare, tokens];
 const VIEWS = [outline, ...TABS];
 
 let current = TABS[0].id;

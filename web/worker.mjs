@@ -5,7 +5,8 @@
 //
 // Page -> worker:  {id, op, args}            a request (op "mount" carries `files`:
 //                                            [{file: File, rel: "folder/name", folder: bool}])
-//                                            op "open_url" ({urls, config}) is probed here first;
+//                                            op "open_url" ({urls, config}) is probed here first,
+//                                            and so is "compare_open_url" ({urls}: B, compare_ops.py);
 //                                            op "open_hub" ({text, hub}) finds a Hub model's files
 //                  {type: "cancel", id}      stop request `id` (a job, or a request still queued)
 // Worker -> page:  {type: "status", stage, message}   boot progress
@@ -86,7 +87,7 @@ function handle(message) {
   const {id, op, args} = message;
   try {
     if (op === "mount") return reply(id, call("group", {files: mount(message.files)}).envelope);
-    if (op === "open_url") return openUrls(id, args);
+    if (op === "open_url" || op === "compare_open_url") return openUrls(id, args, op);
     if (op === "open_hub") return openHub(id, args);
     if (op === "memory") return reply(id, {ok: true, result: memory()});
     if (JOBS.has(op)) {
@@ -174,12 +175,12 @@ function rangeTotal(header) {
   return match ? Number(match[1]) : null;
 }
 
-async function openUrls(id, args) {
+async function openUrls(id, args, op = "open_url") {
   try {
     const urls = [...(args.urls || []), ...(args.config ? [args.config] : [])];
     const seen = await Promise.all(urls.map(probe));
     const probes = Object.fromEntries(urls.map((url, i) => [url, seen[i]]));
-    reply(id, call("open_url", {...args, probes}).envelope);
+    reply(id, call(op, {...args, probes}).envelope);
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }

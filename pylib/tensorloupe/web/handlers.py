@@ -24,6 +24,7 @@ from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
 from . import files, hub, remote
 from .jobs import Job, Jobs
+from .compare_ops import CompareOps
 from .health_ops import HealthOps
 from .model_ops import ModelOps
 from .moe_ops import MoEOps
@@ -40,8 +41,9 @@ def exact_job(tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Job:
                result=lambda stats: {"stats": stats.to_json()})
 
 
-class Session(MoEOps, HealthOps, ModelOps):
-    """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs."""
+class Session(MoEOps, HealthOps, CompareOps, ModelOps):
+    """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs;
+    a second checkpoint to compare with (compare_ops); its architecture and tokenizer (model_ops)."""
 
     def __init__(self) -> None:
         self.checkpoint: Checkpoint | None = None
