@@ -271,12 +271,14 @@ def _db(value) -> str:
 def print_diff(result, top: int = 15) -> None:
     """The comparison as text: headline, counts, the ranking, per-role SNR by layer, layers."""
     s = result.summary
-    mode = "exact (every element)" if result.exact else f"sampled ({result.samples} elements per tensor)"
+    mode = ("exact (every element)" if result.exact else
+            f"sampled (up to {result.samples} elements per tensor; smaller tensors whole)")
     print(f"A: {result.a.name} ({result.a.format}, {len(result.a.tensors)} tensors)")
     print(f"B: {result.b.name} ({result.b.format}, {len(result.b.tensors)} tensors)")
     print(f"matched {s['matched']} pairs" + (f" through the {result.name_map} name map" if result.name_map else "")
           + f"; values {mode}; byte identity decided on bytes")
-    print(f"bytes read: A {result.bytes_read['a']:,}, B {result.bytes_read['b']:,}")
+    # what the comparison read beyond the headers (their cached blocks serve small files whole)
+    print(f"bytes read for the comparison: A {result.bytes_read['a']:,}, B {result.bytes_read['b']:,}")
     print(s["headline"])
     print("  " + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in s["counts"].items()))
     differ = {r.name: r for r in result.rows}
