@@ -19,7 +19,8 @@ LAYERS = [
     ["detect", "shards", "targets"],
     ["gather", "stats", "sample", "colormap"],
     ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health", "npy",
-     "compare", "namemap", "roles"],
+     "compare", "namemap", "roles", "beside", "components", "arch_report", "vocab",
+     "tokenizer_json", "inferred"],
     ["cli", "web", "tensorloupe"],  # "tensorloupe" is the package's own __init__ (the public API)
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -31,8 +31,9 @@ import * as health from "./health.js";
 import * as outline from "./outline.js";
 import * as summary from "./summary.js";
 import * as tensor from "./tensor.js";
+import * as tokens from "./tokens.js";
 
-export const TABS = [summary, tensor, experts, health, compare];
+export const TABS = [summary, tensor, experts, health, compare, tokens];
 const VIEWS = [outline, ...TABS];
 
 let current = TABS[0].id;

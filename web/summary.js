@@ -1,6 +1,8 @@
-// The Summary tab: file facts (and the bytes read so far), parameters by dtype, warnings, the
-// pickle safety report, model card, metadata, format extras. A view module (panels.js).
+// The Summary tab: file facts (and the bytes read so far), warnings, the pickle safety report,
+// what model it is and whether it fits (architecture.js), parameters by dtype, model card,
+// metadata, format extras. A view module (panels.js).
 
+import {architectureCards} from "./architecture.js";
 import {clear, download, el, fact} from "./dom.js";
 import {bytes, count, grouped} from "./format.js";
 
@@ -156,6 +158,7 @@ function render(container, summary, io) {
     container.append(safetyReport(extras.safety));
     delete extras.safety;
   }
+  container.append(...architectureCards(summary, ctx.request));
   container.append(section("Parameters by dtype", el("table", {class: "dtypes"},
     el("thead", {}, el("tr", {}, el("th", {text: "dtype"}), el("th", {class: "num", text: "parameters"}),
       el("th", {class: "num", text: "share"}), el("th", {class: "num", text: "bytes"}), el("th", {text: ""}))),

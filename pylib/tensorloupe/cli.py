@@ -1,4 +1,4 @@
-"""`tensorloupe inspect|stats|values|moe|health|diff|demo`: the library on the command line.
+"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|demo`: the library on the command line.
 
 Every command that reads a checkpoint takes it the same way (`add_files` / `open_files`, see
 targets.py): one file, all shards or split parts of one, a folder, an index json, or URLs.
@@ -16,8 +16,8 @@ import json
 import os
 import sys
 
-from . import __version__, open as open_checkpoint
-from . import report
+from . import __version__, arch_report, beside, report, tokens
+from . import open as open_checkpoint
 from .model import Checkpoint
 from .source import is_url
 from .targets import resolve
@@ -27,6 +27,8 @@ from .health import text as health_text
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample, values
 from .jsonable import bounded, json_number
+from .memory import CACHE_TYPES
+from .tokens import DEFAULT_PAGE
 from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS = 0, 2, 3, 4
@@ -108,13 +110,29 @@ def build_parser() -> argparse.ArgumentParser:
                          help="follow a URL's redirects to another site (same-site ones always are)")
 
     p = commands.add_parser("inspect", parents=[reading],
-                            help="summary, metadata, warnings and the tensor table")
+                            help="architecture, memory estimate, summary, metadata, "
+                            "warnings and the tensor table")
     add_files(p)
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--strict", action="store_true",
                    help="exit with code 4 if the pickle names a dangerous global (to gate a CI "
                         "job or a download script); the report is printed as usual")
+    p.add_argument("--config", help="the model's config.json (default: the one beside the "
+                   "checkpoint, if any)")
+    p.add_argument("--context", type=int, help="tokens of context for the fits table (default: "
+                   "4096, or the model's maximum if smaller)")
+    p.add_argument("--cache-type", choices=[c for c, _ in CACHE_TYPES], default="f16",
+                   help="KV cache type for the fits table (default %(default)s)")
     p.set_defaults(run=run_inspect)
+
+    p = commands.add_parser("tokens", parents=[reading],
+                            help="the tokenizer: vocabulary pages, search, special tokens")
+    add_files(p)   # a GGUF file, or a checkpoint with tokenizer.json beside it
+    p.add_argument("--find", help="tokens containing this text (or, if a number, that token id)")
+    p.add_argument("--start", type=int, default=0, help="first token id of the page (default 0)")
+    p.add_argument("--count", type=int, default=DEFAULT_PAGE, help="tokens per page (default %(default)s)")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.set_defaults(run=run_tokens)
 
     p = commands.add_parser("stats", parents=[reading],
                             help="statistics and a histogram of tensors' values")
@@ -178,22 +196,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _config(args, files: list) -> beside.Found:
+    """The model's config.json: --config if given (errors are the user's to fix), else the one
+    beside the checkpoint's files (a local folder or a URL directory) if there is one (a broken
+    one becomes a warning)."""
+    if getattr(args, "config", None):
+        try:
+            return beside.Found(beside.load(args.config, beside.CONFIG_NAME), args.config)
+        except TensorloupeError as e:
+            raise UsageError(f"cannot read --config {args.config}: {e}") from e
+    return beside.find(files, beside.CONFIG_NAME)
+
+
 def _emit(obj) -> None:
     json.dump(obj, sys.stdout, indent=1, allow_nan=False)
     sys.stdout.write("\n")
 
 
 def run_inspect(args) -> int:
-    with open_files(args.items, args) as ckpt:
+    if args.context is not None and args.context < 1:
+        raise UsageError("--context must be at least 1")
+    target = resolve(args.items)
+    found = _config(args, target.files)
+    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+        if found.problem:
+            ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
+        block = arch_report.describe(ckpt, found.data, found.where, args.context, args.cache_type)
         if args.json:
-            _emit(report.inspect_json(ckpt))
+            doc = report.inspect_json(ckpt)
+            _emit({**doc, **bounded(block)})  # a config.json may hold NaN
         else:
+            arch_report.print_block(block)
+            print()
             report.print_inspect(ckpt)
         dangerous = (ckpt.extras.get("safety") or {}).get("dangerous") or []
         if args.strict and dangerous:
             print(f"tensorloupe: {ckpt.name}: --strict: the pickle names {len(dangerous)} dangerous "
                   f"global(s): {', '.join(dangerous)}", file=sys.stderr)
             return EXIT_DANGEROUS
+    return EXIT_OK
+
+
+def run_tokens(args) -> int:
+    if args.start < 0 or args.count < 0:
+        raise UsageError("--start and --count must be >= 0")
+    target = resolve(args.items)
+    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+        vocab = tokens.vocabulary(ckpt, target.files)
+        if args.find is not None:
+            out = vocab.search(args.find, args.count or DEFAULT_PAGE)
+        else:
+            out = vocab.page(args.start, args.count)
+        doc = {**vocab.summary(), **out}
+        if args.json:
+            _emit(doc)
+        else:
+            tokens.print_tokens(doc)
     return EXIT_OK
 
 
@@ -243,15 +301,8 @@ def run_values(args) -> int:
 
 
 def run_moe(args) -> int:
-    config = None
     target = resolve(args.items)
-    config_path = args.config or target.config
-    if config_path:
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                config = json.load(f)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read --config {config_path}: {e}") from e
+    config = _config(args, target.files).data
     if not -1.0 <= args.threshold <= 1.0 or args.samples < 1:
         raise UsageError("--threshold must be within [-1, 1] and --samples at least 1")
     with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:

@@ -28,6 +28,9 @@ ROUTER_LEAVES = ("gate.weight", "router.weight", "gate.e_score_correction_bias",
 GGUF_EXPS = re.compile(r"^(?P<prefix>blk\.\d+)\.ffn_(?P<leaf>\w+)_exps\.weight$")
 GGUF_SHEXP = re.compile(r"^(?P<prefix>blk\.\d+)\.ffn_(?P<leaf>\w+)_shexp\.weight$")
 GGUF_ROUTER = "ffn_gate_inp.weight"
+# config.json keys that say how many experts each token is routed to (Mixtral/Qwen/DeepSeek/...).
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts",
+              "experts_per_token", "num_experts_per_token", "moe_top_k")
 LAYER_NUMBER = re.compile(r"(?:^|\.)(?:layers|layer|blk|h|blocks|block)\.(\d+)(?:\.|$)")
 
 
@@ -162,7 +165,7 @@ def _top_k(checkpoint: Checkpoint, config: dict | None) -> tuple[int | None, str
         except ValueError:
             pass
     for label, cfg in sources:
-        for key in ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts"):
+        for key in TOP_K_KEYS:
             if isinstance(cfg.get(key), int):
                 return cfg[key], f"{label} {key}"
     for key, value in meta.items():

@@ -26,6 +26,7 @@ from . import files, hub, remote
 from .jobs import Job, Jobs
 from .compare_ops import CompareOps
 from .health_ops import HealthOps
+from .model_ops import ModelOps
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice
 
@@ -40,9 +41,9 @@ def exact_job(tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Job:
                result=lambda stats: {"stats": stats.to_json()})
 
 
-class Session(MoEOps, HealthOps, CompareOps):
+class Session(MoEOps, HealthOps, CompareOps, ModelOps):
     """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs;
-    a second checkpoint to compare with (compare_ops)."""
+    a second checkpoint to compare with (compare_ops); its architecture and tokenizer (model_ops)."""
 
     def __init__(self) -> None:
         self.checkpoint: Checkpoint | None = None
@@ -94,8 +95,10 @@ class Session(MoEOps, HealthOps, CompareOps):
         model's config.json (`config`) if it was given too."""
         config = self._config(args.get("config"), files.load_config)
         if "paths" in args:
-            return self._adopt(open_checkpoint(list(args["paths"])), *config)
-        return self._adopt(open_checkpoint(args["path"], name=args.get("name")), *config)
+            paths = list(args["paths"])
+            return self._adopt(open_checkpoint(paths), *config, args.get("config"), paths)
+        return self._adopt(open_checkpoint(args["path"], name=args.get("name")), *config,
+                           args.get("config"), [args["path"]])
 
     def op_open_url(self, args):
         """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py)."""
@@ -114,7 +117,7 @@ class Session(MoEOps, HealthOps, CompareOps):
             for source in sources:
                 source.close()
             raise
-        return self._adopt(open_checkpoint(sources), *config)
+        return self._adopt(open_checkpoint(sources), *config, args.get("config"))
 
     @staticmethod
     def _config(where, load) -> tuple[dict | None, str | None]:
@@ -126,7 +129,8 @@ class Session(MoEOps, HealthOps, CompareOps):
         except TensorloupeError as e:
             return None, f"{e} (top-k is not taken from it)"
 
-    def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None):
+    def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None,
+               config_where: str | None = None, paths: list[str] | None = None):
         """Make a successfully opened checkpoint current (only now is the old one closed)."""
         if config_warning:
             ckpt.warnings.append(config_warning)
@@ -137,13 +141,15 @@ class Session(MoEOps, HealthOps, CompareOps):
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.checkpoint, self.moe, self.analysis = ckpt, found, None
+        self.config, self.config_where = config, config_where or "config.json"
+        self.opened_paths = [p for p in paths or [] if isinstance(p, str)]   # local: tokenizer.json beside
         self.jobs.clear()
         return self.model_payload(), []
 
     def model_payload(self) -> dict:
         """`report.checkpoint_json` (what `inspect --json` prints, metadata and extras bounded),
-        its tensors as a table (page_table), plus what only the page needs: bytes by dtype and
-        the MoE structure."""
+        its tensors as a table (page_table), its architecture and memory block (model_ops), plus
+        what only the page needs: bytes by dtype, the MoE structure, where its tokenizer is."""
         ckpt = self.current()
         out = report.checkpoint_json(ckpt, PREVIEW)
         out["tensors"] = page_table(out["tensors"])
@@ -153,6 +159,8 @@ class Session(MoEOps, HealthOps, CompareOps):
         out["metadata"] = report.shown_metadata(ckpt, PREVIEW)   # torch: no tensor list again
         out["bytes_by_dtype"] = bytes_by_dtype
         out["moe"] = self.moe.to_json() if self.moe else None
+        out.update(self.architecture_payload())  # "architecture" and "memory", as in inspect --json
+        out["tokenizer"] = self.tokenizer_payload()
         return out
 
     # --- one tensor --------------------------------------------------------------------------
