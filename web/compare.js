@@ -5,8 +5,9 @@
 // sortable table, SNR by layer per role (linechart.js), and for a selected row A, B and A−B of
 // the same tile on one colour scale with both histograms (comparepair.js).
 
-import {clear, el} from "./dom.js";
+import {breakable, clear, el} from "./dom.js";
 import {bytes, fmt, grouped, num, shapeText} from "./format.js";
+import {JobRun} from "./jobrun.js";
 import {drawLines} from "./linechart.js";
 import {ComparePair} from "./comparepair.js";
 
@@ -36,8 +37,7 @@ let panel = null;
 let ctx = null;
 let dom = null;
 let pair = null;
-let generation = 0;
-let runId = null;
+let job = null;
 let other = null;          // B's facts (compare_ops.other_payload) or null
 let candidates = [];       // the opened files the "or an opened file" list offers, as listed
 let report = null;         // the finished comparison (diff --json)
@@ -47,12 +47,13 @@ export function mount(container, context) {
   panel = container;
   ctx = context;
   pair = new ComparePair(ctx);
+  // Its progress counts A's and B's reads together (the outcome gives each): the card keeps no
+  // bytesRead and the Cancelled line names no bytes.
+  job = new JobRun(ctx, "compare", {unit: "pairs", bytes: false});
 }
 
 export function show(model) {
-  generation += 1;
-  if (runId) ctx.cancel(runId);
-  runId = null;
+  job.reset();
   report = null;
   other = null;
   clear(panel);
@@ -71,11 +72,6 @@ export function show(model) {
     run: el("button", {type: "button", class: "button primary", id: "compare-run", text: "Compare", disabled: true, onclick: run}),
     exact: el("input", {type: "checkbox", id: "compare-exact"}),
     samples: el("input", {type: "number", id: "compare-samples", min: "1", step: "1", value: String(DEFAULT_SAMPLES)}),
-    progress: el("progress", {id: "compare-progress", max: "1", value: "0"}),
-    progressText: el("span", {id: "compare-progress-text", class: "small"}),
-    cancel: el("button", {type: "button", class: "button subtle", id: "compare-cancel", text: "Cancel",
-                          onclick: () => { if (runId) ctx.cancel(runId); }}),
-    outcome: el("p", {class: "small muted", id: "compare-outcome"}),
     headline: el("p", {class: "compare-headline", id: "compare-headline"}),
     counts: el("div", {class: "compare-counts", id: "compare-counts"}),
     facts: el("p", {class: "small muted", id: "compare-facts"}),
@@ -92,7 +88,6 @@ export function show(model) {
   });
   d.exact.addEventListener("change", () => { d.samples.disabled = d.exact.checked; });
   fillEntries();
-  d.progressRow = el("div", {class: "run-row", hidden: true}, d.progress, d.progressText, d.cancel);
   d.results = el("div", {id: "compare-results", hidden: true},
     d.headline, d.counts, d.facts,
     el("div", {class: "compare-table-wrap"},
@@ -114,12 +109,12 @@ export function show(model) {
     el("div", {class: "run-row"}, d.run,
       el("label", {class: "toggle small"}, d.exact, " every element (exact)"),
       el("label", {class: "small muted"}, "elements per tensor when sampling ", d.samples)),
-    d.progressRow, d.outcome, d.results);
+    job.progressRow, job.outcome, d.results);
   panel.append(d.card);
   // B stays open when A changes: say what it now pairs with.
-  const mine = generation;
+  const mine = job.generation;
   ctx.request("compare_other", {}, {quiet: true})
-    .then(({result}) => { if (result && mine === generation) showOther(result); }, () => {});
+    .then(({result}) => { if (result && mine === job.generation) showOther(result); }, () => {});
 }
 
 // The tab is shown (or resized): the file list may have changed meanwhile.
@@ -148,14 +143,14 @@ function showOther(b) {
 }
 
 async function openOther(op, args, name) {
-  const mine = generation;
+  const mine = job.generation;
   dom.b.textContent = `opening ${name}…`;
   try {
     const {result} = await ctx.request(op, args, {label: `Opening ${name}…`});
-    if (mine === generation) showOther(result);
-    return mine === generation;
+    if (mine === job.generation) showOther(result);
+    return mine === job.generation;
   } catch (error) {
-    if (mine === generation) {
+    if (mine === job.generation) {
       dom.b.textContent = other ? `${error.message} (${other.file} is still B)` : error.message;
       dom.card.dataset.state = "failed";
     }
@@ -186,52 +181,18 @@ export async function compareWith(entry, {run: andRun = true} = {}) {
 }
 
 async function run() {
-  if (runId || !dom || !other) return;
-  const mine = generation;
+  if (job.running || !dom || !other) return;
   const d = dom;
-  const started = performance.now();
   const exact = d.exact.checked;
   const samples = Math.max(1, Math.floor(Number(d.samples.value) || DEFAULT_SAMPLES));
-  d.run.disabled = true;
-  d.progressRow.hidden = false;
-  d.progress.value = 0;
-  d.outcome.textContent = "";
-  d.progressText.textContent = "starting…";
-  d.card.dataset.state = "running";
   pair.close();
-  try {
-    const {result} = await ctx.request("compare", {exact, samples}, {
-      quiet: true,
-      onId: (number) => { runId = number; },
-      onProgress: (p) => {
-        if (mine !== generation) return;
-        d.progress.value = p.total ? p.done / p.total : 0;
-        d.progressText.textContent = `${grouped(p.done)} of ${grouped(p.total)} pairs · ${bytes(p.bytes_read)} read`;
-        Object.assign(d.card.dataset, {done: String(p.done), total: String(p.total)});
-      },
-    });
-    if (mine !== generation) return;
+  await job.run("compare", {exact, samples}, {card: d.card, button: d.run, finished: (result, seconds) => {
     report = result.comparison;
     report.requestedSamples = samples;
-    const seconds = (performance.now() - started) / 1000;
-    const read = report.bytes_read;
-    d.outcome.textContent = `Compared ${grouped(report.tensors.length)} pairs: read ${bytes(read.a)} of A and `
-      + `${bytes(read.b)} of B in ${fmt(seconds, 2)} s.`;
     showReport(report);
-    d.card.dataset.state = "done";
-  } catch (error) {
-    if (mine !== generation) return;
-    const p = d.card.dataset;
-    d.outcome.textContent = error.kind === "Cancelled"
-      ? `Cancelled after ${grouped(p.done || 0)} of ${grouped(p.total || 0)} pairs.` : error.message;
-    d.card.dataset.state = error.kind === "Cancelled" ? "cancelled" : "failed";
-  } finally {
-    runId = null;
-    if (mine === generation) {
-      d.run.disabled = false;
-      d.progressRow.hidden = true;
-    }
-  }
+    return `Compared ${grouped(report.tensors.length)} pairs: read ${bytes(report.bytes_read.a)} of A and `
+      + `${bytes(report.bytes_read.b)} of B in ${fmt(seconds, 2)} s.`;
+  }});
 }
 
 function showReport(r) {
@@ -310,12 +271,6 @@ function renderTable() {
     d.rows.append(row);
   }
   d.rows.dataset.order = JSON.stringify(sorted(report.tensors).map((t) => t.name));
-}
-
-// A dotted name that may wrap after its dots (and nowhere else) in a narrow column.
-function breakable(name) {
-  const parts = name.split(".");
-  return parts.flatMap((part, i) => (i < parts.length - 1 ? [`${part}.`, el("wbr")] : [part]));
 }
 
 function select(t) {

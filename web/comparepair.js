@@ -2,14 +2,14 @@
 // positions of both files, after the name map's row permutation and value shift) on one
 // symmetric colour scale, as the experts' side-by-side view shows two experts, and both
 // histograms overlaid on the same bins. Pixels, values and bins come from the worker
-// (tensorloupe.compare.views through web/compare_ops.py); this module only draws them.
+// (tensorloupe.compare.views through web/compare_ops.py); this module only draws them (the
+// heatmap panes as pair.js's: heatpair.js).
 
 import {LATTICE, drawColorbar, hidpi} from "./canvas.js";
 import {clear, el} from "./dom.js";
 import {exact, fmt, grouped, num, shapeText} from "./format.js";
-import {drawLattice, latticeSize} from "./moecharts.js";
+import {cellAt, pane, paneSize, scaleLabels, unpack} from "./heatpair.js";
 
-const GAP = 24;               // CSS pixels between the heatmaps
 const HIST_HEIGHT = 140;
 const IDLE = "Point at any of the heatmaps to read A, B and A−B at that element";
 export const COLOURS = {a: "#4e79a7", b: "#f28e2b"};
@@ -97,35 +97,22 @@ export class ComparePair {
 
   draw(result, buffers) {
     const d = this.dom;
-    const width = d.box.clientWidth || 900;
-    const available = Math.max(160, Math.floor((width - GAP * (PANELS.length - 1)) / PANELS.length));
-    const heat = PANELS.map(({key}, k) => {
-      const meta = result.panels[key];
-      return {...meta, key, pixels: buffers[2 * k],
-              values: new Float64Array(buffers[2 * k + 1].buffer, buffers[2 * k + 1].byteOffset, meta.rows * meta.cols)};
-    });
+    const heat = PANELS.map(({key}, k) => ({...unpack(result.panels[key], buffers, k), key}));
     this.heat = heat;
-    const size = latticeSize(heat[0].rows, heat[0].cols, heat[0].view_shape, available);
+    const size = paneSize(d.box, PANELS.length, heat[0]);
     const sampled = heat[0].exact ? "every element" : `${heat[0].rows} × ${heat[0].cols} cells sampled`;
     const figures = PANELS.map((panel, k) => {
       const h = heat[k];
-      const canvas = el("canvas", {class: "pair-heatmap", id: panel.id, "aria-label": `${panel.title} of ${result.name}`});
-      drawLattice(canvas, h, size);
-      Object.assign(canvas.dataset, {rows: String(h.rows), cols: String(h.cols), exact: String(h.exact),
-                                     scale: String(h.scale), css: JSON.stringify(size)});
-      canvas.addEventListener("pointermove", (e) => this.hover(canvas, e));
-      canvas.addEventListener("pointerleave", () => { d.readout.textContent = IDLE; });
       const own = panel.key === "diff" && num(h.scale) !== num(result.scale) ? ` · its own scale ±${fmt(h.scale, 3)}` : "";
       const name = panel.key === "a" ? result.row.a : panel.key === "b" ? result.row.b : `cell by cell${own}`;
-      const box = el("figure", {class: "pair-panel"},
-        el("figcaption", {}, el("strong", {text: panel.title}), el("span", {class: "muted small", text: ` · ${name} · ${sampled}`})),
-        canvas);
-      box.style.width = `${Math.max(size[0], 160)}px`;
+      const [box, canvas] = pane({id: panel.id, heat: h, size, label: `${panel.title} of ${result.name}`,
+        caption: [el("strong", {text: panel.title}), el("span", {class: "muted small", text: ` · ${name} · ${sampled}`})],
+        onMove: (c, e) => this.hover(c, e), onLeave: () => { d.readout.textContent = IDLE; }});
+      Object.assign(canvas.dataset, {scale: String(h.scale), css: JSON.stringify(size)});
       return box;
     });
     clear(d.panels).append(...figures);
-    d.lo.textContent = `−${fmt(result.scale, 3)}`;
-    d.hi.textContent = `+${fmt(result.scale, 3)}`;
+    scaleLabels(d.lo, d.hi, result.scale);
     d.scaleNote.textContent = d.own.checked
       ? "A and B on one scale; A − B on its own, stated above it"
       : "one colour scale for all three: the largest |value| of A, B and A − B";
@@ -169,12 +156,11 @@ export class ComparePair {
   // carries them exactly (the shortest text of each double).
   hover(canvas, event) {
     if (!this.heat) return;
-    const rect = canvas.getBoundingClientRect();
     const [a, b, diff] = this.heat;
     const {rows, cols, row_index: rowIndex, col_index: colIndex} = a;
-    const i = Math.floor(((event.clientY - rect.top) / rect.height) * rows);
-    const j = Math.floor(((event.clientX - rect.left) / rect.width) * cols);
-    if (i < 0 || j < 0 || i >= rows || j >= cols) return;
+    const cell = cellAt(canvas, event, rows, cols);
+    if (!cell) return;
+    const [i, j] = cell;
     const at = (h) => h.values[i * cols + j];
     const show = (v) => (a.exact ? exact(v) : fmt(v));
     const r = this.dom.readout;

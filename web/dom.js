@@ -1,5 +1,5 @@
-// DOM helpers shared by every module of the page: the one `$`, element building, and the fact
-// tiles of the Summary and Experts panels.
+// DOM helpers shared by every module of the page: the one `$`, element building, dotted names that
+// wrap, and the fact tiles of the Summary and Experts panels.
 
 export const $ = (id) => document.getElementById(id);
 
@@ -20,6 +20,12 @@ export function el(tag, attrs = {}, ...children) {
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
   return node;
+}
+
+// A dotted name that may wrap after its dots (and nowhere else) in a narrow column or caption.
+export function breakable(name) {
+  const parts = name.split(".");
+  return parts.flatMap((part, i) => (i < parts.length - 1 ? [`${part}.`, el("wbr")] : [part]));
 }
 
 export function clear(node) {
