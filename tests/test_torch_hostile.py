@@ -456,16 +456,17 @@ def peak_rss_mb(path: Path) -> tuple[str, int]:
 
 
 def test_the_stack_bomb_stops_at_the_object_limit(hostile):
-    # 15M EMPTY_LISTs in a 31 KB file (deflated): ~1 GB of lists before; now 2.5M objects at most
+    # 15M EMPTY_LISTs in a 31 KB file (deflated): ~1 GB of lists before, 222 MB when 2.5M
+    # objects were counted; now 96 MiB of objects, counted by their size as they are built
     out, peak = peak_rss_mb(hostile["stack_bomb.pt"])
-    assert "makes more than 2500000 objects" in out
-    assert peak < 260
+    assert "builds more than 96 MiB of objects" in out
+    assert peak < 160
 
 
 def test_the_memo_laughs_fail_before_any_name_is_built(hostile):
     # 10**9 names from 1 KB: 194 MB were built before the limit fired
     out, peak = peak_rss_mb(hostile["laughs.pt"])
-    assert "names more than 1048576 tensors" in out
+    assert "names more than 65536 tensors" in out
     assert peak < 60
 
 

@@ -27,11 +27,11 @@ class Limits:
     max_memo_index: int = 1 << 32     # a memo index (LONG_BINPUT's range; see op_PUT)
     max_marks: int = 1000             # MARK nesting
     max_items: int = 1 << 24          # elements of one list, tuple, dict or set
-    # Objects the stack receives in all (pushes, weighted by size: an empty set is ~4 lists).
-    # torch.save state_dicts push 18 per tensor (51,880 for 2,882 tensors): 2.5M is ~140,000
-    # tensors, and at most ~200 MB of Python objects, where 16 MiB of EMPTY_LIST opcodes would
-    # otherwise be 16M lists (1 GB; 250M lists from a 243 KB deflated member reached 6 GB).
-    max_objects: int = 2_500_000
+    # Bytes of the Python objects the pickle builds, counted as they are built (machine.py's
+    # per-opcode costs). torch.save state_dicts cost ~NNN bytes per tensor (measured: see
+    # tests/test_unpickle.py), so 80 MiB is ~NNN tensors; a bomb of 1-byte opcodes (EMPTY_DICT,
+    # TUPLE1, ...) stops at ~80 MiB of objects instead of the 170-400 MB 2.5M objects took.
+    max_object_bytes: int = 96 << 20
     max_key_depth: int = 100          # nesting of a tuple or frozenset used as a key
     max_key_size: int = 100_000       # elements of such a key, counted as its hash visits them
     max_key_cost: int = 1 << 22       # elements of every such key of the pickle together
