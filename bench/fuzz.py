@@ -13,9 +13,10 @@ Each input goes through what the CLI does with a file: open (detect or shards), 
 reports, a small sample and a few values of the first tensors, a page of a lazy GGUF array. Any
 exception but a TensorloupeError is a finding, reported by class and place (the innermost
 tensorloupe file:line); so is MemoryError under the address-space limit (RLIMIT_AS), an input
-after which the worker's peak RSS passed --rss-limit-mb (the worker is then restarted, so each
-such finding is one input), and a hang: an input still running after --timeout seconds (the
-parent kills the worker, records the input and starts a new worker on the next one).
+during which the worker's peak RSS (reset once the input is built) passed --rss-limit-mb (the
+worker is then restarted, so each such finding is one input), and a hang: an input still
+running after --timeout seconds (the parent kills the worker, records the input and starts a
+new worker on the next one).
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ def worker(fmt, seeds_dir, run_seed, start, stop, deadline, limits, conn, curren
     opened = 0
     while index < stop and time.monotonic() < deadline:
         files = corpus.input(run_seed, index)
+        # The peak from here on is the reader's: making a 90 MB input (a pickle opcode repeated
+        # 9M times, re-tarred) takes a few copies of it, which are not the reader's doing. The
+        # input itself stays alive while it is read, so it still counts.
+        reset_peak()
         current.value = index
         started.value = time.monotonic()
         try:

@@ -44,6 +44,8 @@ class Unpickled:
     calls: list = None
     # globals a BUILD was applied to (setting attributes of a function, class or module)
     built: dict = None
+    # bytes of objects counted as they were built (Limits.max_object_bytes; an upper bound)
+    cost: int = 0
 
 
 MAX_CALLS = 50
@@ -117,7 +119,7 @@ class _Machine:
         else:
             opcodes = {table[c][0]: n for c, n in enumerate(counts) if n}
             return Unpickled(self.value, pos, self.globals, self.global_counts, opcodes,
-                             self.protocol, self.calls, self.built)
+                             self.protocol, self.calls, self.built, made + self.charged)
         # A broken pickle can still be a hostile one: say what it named before it broke.
         dangerous = [name for name, standin in self.globals.items() if standin.verdict == "dangerous"]
         if dangerous:
@@ -436,8 +438,9 @@ _COSTS = {
     224: ("EMPTY_SET", "FROZENSET"),
     # a call's result: a Marker (80 bytes) or a builder's product (an OrderedDict is 128)
     128: ("REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ"),
-    # a StandIn (80 bytes) and its dotted name, made anew for each GLOBAL
-    160: ("GLOBAL", "STACK_GLOBAL", "EXT1", "EXT2", "EXT4"), 288: ("INST",),
+    # a StandIn (80 bytes), its module, name and dotted name, made anew for each GLOBAL
+    # (measured: 276 bytes each)
+    320: ("GLOBAL", "STACK_GLOBAL", "EXT1", "EXT2", "EXT4"), 448: ("INST",),
 }
 # A dict or set entry: the table's share per entry at its peak (growing copies the table):
 # measured ~75 bytes on dicts of 0.1-1.75M int keys. A memo entry also makes its index (an int).
