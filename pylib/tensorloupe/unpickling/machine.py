@@ -421,11 +421,13 @@ _TABLE = _build_table()
 _MISSING = object()
 SMALL = 1 << 63
 # What each opcode adds to the memory of the pickle's objects, in bytes (CPython 3.11, 64-bit,
-# sys.getsizeof plus the 8-byte stack slot of the push). Counted as the objects are built, so a
-# bomb stops at the budget instead of after it. Ops not named here push a new small object (an
-# int, float, str or bytes: its header; their contents are bounded by the pickle's own size).
-# Items moved into a dict, set, memo or Stateful are charged per item in the handlers (charged).
-_SLOT = 8
+# sys.getsizeof) plus the stack slot of the push: 8 bytes, counted twice because growing the
+# stack's array copies it (9M pushes of () took 144 MiB for 68 counted at 8). Counted as the
+# objects are built, so a bomb stops at the budget instead of after it. Ops not named here push
+# a new small object (an int, float, str or bytes: its header; their contents are bounded by the
+# pickle's own size). Items moved into a dict, set, memo or Stateful are charged per item in the
+# handlers (charged).
+_SLOT = 16
 _COSTS = {
     0: ("PROTO", "FRAME", "STOP", "POP", "POP_MARK", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE",
         "APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD", "READONLY_BUFFER",
@@ -434,20 +436,20 @@ _COSTS = {
         "MARK"),
     _SLOT: ("NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE", "GET", "BINGET", "LONG_BINGET", "DUP",
             "BININT1", "PERSID", "BINPERSID"),               # an existing object, or a cached one
-    56: ("TUPLE", "TUPLE1"), 64: ("EMPTY_LIST", "LIST", "TUPLE2"), 72: ("EMPTY_DICT", "TUPLE3", "DICT"),
-    224: ("EMPTY_SET", "FROZENSET"),
+    48 + _SLOT: ("TUPLE", "TUPLE1"), 56 + _SLOT: ("EMPTY_LIST", "LIST", "TUPLE2"),
+    64 + _SLOT: ("EMPTY_DICT", "TUPLE3", "DICT"), 216 + _SLOT: ("EMPTY_SET", "FROZENSET"),
     # a call's result: a Marker (80 bytes) or a builder's product (an OrderedDict is 128)
-    128: ("REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ"),
+    120 + _SLOT: ("REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ"),
     # a StandIn (80 bytes), its module, name and dotted name, made anew for each GLOBAL
     # (measured: 276 bytes each)
-    320: ("GLOBAL", "STACK_GLOBAL", "EXT1", "EXT2", "EXT4"), 448: ("INST",),
+    312 + _SLOT: ("GLOBAL", "STACK_GLOBAL", "EXT1", "EXT2", "EXT4"), 440 + _SLOT: ("INST",),
 }
 # A dict or set entry: the table's share per entry at its peak (growing copies the table):
 # measured ~75 bytes on dicts of 0.1-1.75M int keys. A memo entry also makes its index (an int).
 ENTRY = 80
 MEMO_ENTRY = ENTRY + 32
 _CODES = {op.name: ord(op.code) for op in pickletools.opcodes}
-_WEIGHTS = [64] * 256
+_WEIGHTS = [56 + _SLOT] * 256
 for _cost, _names in _COSTS.items():
     for _name in _names:
         _WEIGHTS[_CODES[_name]] = _cost

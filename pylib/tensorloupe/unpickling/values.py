@@ -22,7 +22,7 @@ class Limits:
     # torch.save state_dicts: 374,350 bytes for 2,882 tensors, 2,635,166 for 20,000), so 16 MiB
     # is ~125,000 tensors in one file (45x the 2,882-tensor benchmark; the largest real
     # single-file checkpoints hold a few ten thousand; max_object_bytes below binds first, at
-    # ~49,000). 256 MiB took 30 s to refuse.
+    # ~44,000). 256 MiB took 30 s to refuse.
     max_bytes: int = 16 << 20
     max_memo: int = 1 << 22           # memo entries
     max_memo_index: int = 1 << 32     # a memo index (LONG_BINPUT's range; see op_PUT)
@@ -30,8 +30,8 @@ class Limits:
     max_items: int = 1 << 24          # elements of one list, tuple, dict or set
     # Bytes of the Python objects the pickle builds, counted as they are built (machine.py's
     # per-opcode costs; an upper bound, tests/test_unpickle.py checks it against tracemalloc).
-    # A torch.save state_dict costs ~1,700 bytes per tensor by this count (~1,230 measured), so
-    # 80 MiB is ~49,000 tensors in one file; a bomb of 1-byte opcodes (EMPTY_DICT, TUPLE1,
+    # A torch.save state_dict costs ~1,900 bytes per tensor by this count (~1,230 measured), so
+    # 80 MiB is ~44,000 tensors in one file; a bomb of 1-byte opcodes (EMPTY_DICT, TUPLE1,
     # MEMOIZE...) stops at 80 MiB of objects (~150 MB of RSS at most with the pickle's own
     # bytes), where 2.5M objects of any size reached 200-460 MB.
     max_object_bytes: int = 80 << 20
