@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from ..errors import LOW_LEVEL_ERRORS, FormatError, LimitError, TensorloupeError, TruncatedError
 from .args import READERS
+from .nesting import deeper_than, dismantle
 from .values import LIMITS, Limits, Marker, StandIn, Stateful, safe_key, shown
 
 HIGHEST_PROTOCOL = 5
@@ -76,6 +77,9 @@ class _Machine:
         self.global_counts: dict[str, int] = {}
         self.protocol = 0
         self.value = None
+        # tuples and frozensets nested 2+ deep: id -> (the object, kept alive so its id is not
+        # reused, its depth); they cannot be taken apart later, so their depth is checked as built
+        self.nested: dict[int, tuple] = {}
 
     def run(self, pos: int) -> Unpickled:
         data, table, size = self.data, _TABLE, len(self.data)
@@ -117,16 +121,52 @@ class _Machine:
                                     f"{type(e).__name__} {detail}".rstrip(), offset=start)
             error.__cause__ = e
         else:
-            opcodes = {table[c][0]: n for c, n in enumerate(counts) if n}
-            return Unpickled(self.value, pos, self.globals, self.global_counts, opcodes,
-                             self.protocol, self.calls, self.built, made + self.charged)
+            if not self._too_deep():
+                opcodes = {table[c][0]: n for c, n in enumerate(counts) if n}
+                return Unpickled(self.value, pos, self.globals, self.global_counts, opcodes,
+                                 self.protocol, self.calls, self.built, made + self.charged)
+            error = self.nesting_error()
+        if not (isinstance(error, LimitError) and error.message == self.nesting_error().message):
+            self._too_deep()   # a broken pickle's partial objects are freed too: take them apart if deep
         # A broken pickle can still be a hostile one: say what it named before it broke.
         dangerous = [name for name, standin in self.globals.items() if standin.verdict == "dangerous"]
         if dangerous:
             error.message += f" (before that it named dangerous globals: {', '.join(dangerous)})"
         raise error
 
+    def nesting_error(self) -> LimitError:
+        return LimitError(f"the pickle's objects nest deeper than {self.limits.max_depth} levels",
+                          expected=f"at most {self.limits.max_depth}")
+
+    def _too_deep(self) -> bool:
+        """Whether what the pickle built nests past the limit; if so it is taken apart here, so
+        that freeing it does not recurse (nesting.py)."""
+        def roots():   # a generator: no list as long as the stack and the memo
+            yield self.value
+            yield from self.stack
+            for level in self.metastack:
+                yield from level
+            yield from self.memo.values()
+        if not deeper_than(roots(), self.limits.max_depth):
+            return False
+        dismantle(list(roots()))
+        return True
+
     # --- helpers ------------------------------------------------------------------------------
+
+    def immutable(self, made):
+        """A tuple or frozenset just built: its depth, checked (it cannot be taken apart later)."""
+        nested = self.nested
+        below = 0
+        for item in made:
+            if type(item) in (tuple, frozenset):
+                below = max(below, nested[id(item)][1] if id(item) in nested else 1)
+        if below:
+            if below + 1 > self.limits.max_depth:
+                raise self.nesting_error()
+            nested[id(made)] = (made, below + 1)
+            self.charged += ENTRY
+        return made
 
     def pop_mark(self) -> list:
         if not self.metastack:
@@ -244,17 +284,17 @@ class _Machine:
     # pop_mark() rebinds self.stack: take the items before touching the stack.
     def op_TUPLE(self):
         items = self.pop_mark()
-        self.stack.append(tuple(items))
+        self.stack.append(self.immutable(tuple(items)))
 
-    def op_TUPLE1(self): self.stack[-1] = (self.stack[-1],)
+    def op_TUPLE1(self): self.stack[-1] = self.immutable((self.stack[-1],))
 
     def op_TUPLE2(self):
         second = self.stack.pop()
-        self.stack[-1] = (self.stack[-1], second)
+        self.stack[-1] = self.immutable((self.stack[-1], second))
 
     def op_TUPLE3(self):
         third, second = self.stack.pop(), self.stack.pop()
-        self.stack[-1] = (self.stack[-1], second, third)
+        self.stack[-1] = self.immutable((self.stack[-1], second, third))
 
     def op_LIST(self):
         items = self.pop_mark()
@@ -268,7 +308,7 @@ class _Machine:
     def op_FROZENSET(self):
         items = self.pop_mark()
         self.charged += ENTRY * len(items)
-        self.stack.append(frozenset(self.key(x) for x in items))
+        self.stack.append(self.immutable(frozenset(self.key(x) for x in items)))
 
     def op_APPEND(self):
         value = self.stack.pop()

@@ -36,6 +36,9 @@ class Limits:
     # bytes), where 2.5M objects of any size reached 200-460 MB.
     max_object_bytes: int = 80 << 20
     max_key_depth: int = 100          # nesting of a tuple or frozenset used as a key
+    # nesting of any objects (nesting.py: freeing a deeper structure recurses past Pyodide's
+    # stack; real checkpoints nest a few levels, a Lightning checkpoint's configs under 20)
+    max_depth: int = 200
     max_key_size: int = 100_000       # elements of such a key, counted as its hash visits them
     max_key_cost: int = 1 << 22       # elements of every such key of the pickle together
 

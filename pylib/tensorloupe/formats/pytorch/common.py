@@ -22,7 +22,7 @@ from .globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
 from ...unpickling.machine import Unpickled, unpickle
 
-MAX_DEPTH = 200            # nesting of the checkpoint's containers
+MAX_DEPTH = LIMITS.max_depth  # nesting of the checkpoint's containers (the unpickler refuses deeper)
 # Tensor names (memo sharing multiplies them), counted before any is built. Each name becomes a
 # descriptor (~600 bytes) and a row of every report (~1.5 KB and 40 us through `inspect`, measured
 # on 100,000 names of one tensor): 65,536 is well above the largest real single-file checkpoints
