@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pylib" / "tensorloupe"
 # Lowest first. A module may import from its own layer or any lower one (never upward).
 LAYERS = [
     ["errors", "jsonable"],
-    ["source", "dtypes", "unpickling"],
+    ["source", "dtypes", "unpickling", "parallel", "http_pool"],
     ["model"],
     ["formats"],
     ["detect", "shards"],

@@ -24,7 +24,11 @@ def open(target, name: str | None = None) -> Checkpoint:  # noqa: A001 - mirrors
     """Open a checkpoint from a path, bytes, a ByteSource, or a list of shard paths."""
     if isinstance(target, (list, tuple)):
         from . import shards
-        return shards.open_all([open_source(t) for t in target])
+        from .parallel import MAX_WORKERS, map_parallel
+        from .source import is_url
+        # URLs: every part's first request (its header bytes) in flight at once.
+        workers = MAX_WORKERS if any(is_url(t) for t in target) else 1
+        return shards.open_all(map_parallel(open_source, target, workers))
     source = open_source(target, name)
     try:
         return detect.read(source)

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 from .dtypes import to_float
 from .errors import Cancelled, UsageError
-from .gather import dtype_of, gather_range
+from .gather import dtype_of, gather_windows
 from .model import Checkpoint, Tensor
 from .moe import MoE, MoELayer, detect
 from .sample import plan_windows
@@ -172,8 +172,8 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix):
         matrices = _common_leaves(layer)
         experts = sorted(layer.experts)
         signatures = []
-        for expert in experts:
-            signatures.append(_signature(checkpoint, layer, expert, matrices, samples_per_matrix))
+        for signature in _signatures(checkpoint, layer, experts, matrices, samples_per_matrix):
+            signatures.append(signature)
             done += 1
             yield done, total, so_far()
         similarity = None
@@ -268,17 +268,30 @@ def _expert_numel(checkpoint, layer, expert, matrices) -> int:
 
 def _windows(tensor: Tensor, samples: int) -> tuple[int, list[tuple[int, int]]]:
     """The element windows a signature reads from one matrix, block-aligned, at the same
-    positions in every expert (what `_signature` reads and `cost` counts); and the block size."""
+    positions in every expert (what `_signatures` reads and `cost` counts); and the block size."""
     block = dtype_of(tensor).block_elems if tensor.contiguous else 1
     return block, plan_windows(tensor.numel, samples, block, SIGNATURE_WINDOWS)
 
 
-def _signature(checkpoint, layer, expert, matrices, samples) -> list[float]:
-    out: list = []
-    for leaf in matrices:
-        t = expert_tensor(checkpoint, layer, expert, leaf)
-        for start, count in _windows(t, samples)[1]:
-            out += gather_range(t, start, count)
+def _signatures(checkpoint, layer, experts, matrices, samples) -> Iterator[list[float]]:
+    """Each expert's signature in turn; the windows of a layer's experts are read together
+    (gather_windows batches them into a few vectored reads)."""
+    windows, per_expert = [], []
+    for expert in experts:
+        before = len(windows)
+        for leaf in matrices:
+            t = expert_tensor(checkpoint, layer, expert, leaf)
+            windows += [(t, start, count) for start, count in _windows(t, samples)[1]]
+        per_expert.append(len(windows) - before)
+    values = gather_windows(windows)
+    for count in per_expert:
+        out: list = []
+        for _ in range(count):
+            out += next(values)
+        yield _clean(out)
+
+
+def _clean(out: list) -> list[float]:
     if out and not isinstance(out[0], float):
         out = [to_float(v) for v in out]
     if not math.isfinite(sum(out)):

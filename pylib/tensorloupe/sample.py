@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .errors import Cancelled, UsageError
-from .gather import dtype_of, gather, gather_range
+from .gather import dtype_of, gather, gather_range, gather_windows
 from .model import Tensor
 from .jsonable import json_number
 from .stats import Histogram, Stats, compute, histogram, merge
@@ -65,8 +65,8 @@ def sample(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> Sample:
     info = dtype_of(tensor)
     windows = plan_windows(tensor.numel, max_samples, info.block_elems if tensor.contiguous else 1)
     values: list = []
-    for start, count in windows:
-        values += gather_range(tensor, start, count)
+    for part in gather_windows((tensor, start, count) for start, count in windows):
+        values += part
     return Sample(values, compute(values), windows, tensor.numel)
 
 
@@ -87,8 +87,11 @@ def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> I
     chunk = max(info.block_elems, chunk_elems // info.block_elems * info.block_elems)
     total = tensor.numel
     result = Stats()
-    for start in range(0, total, chunk):
-        part = compute(gather_range(tensor, start, min(chunk, total - start)), percentiles=False)
+    # The next chunks are read ahead, together (gather.BATCH_BYTES at a time).
+    chunks = gather_windows((tensor, start, min(chunk, total - start))
+                            for start in range(0, total, chunk))
+    for start, values in zip(range(0, total, chunk), chunks):
+        part = compute(values, percentiles=False)
         result = merge(result, part) if result.count else part
         yield min(start + chunk, total), total, result
 

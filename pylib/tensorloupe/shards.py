@@ -25,6 +25,7 @@ import re
 from . import detect
 from .errors import FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
 from .model import Checkpoint, Tensor
+from .parallel import MAX_WORKERS, map_parallel
 from .source import ByteSource
 from .formats.gguf import reader as gguf
 from .formats.gguf.card import model_card
@@ -47,12 +48,9 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
         if len(indexes) > 1:
             raise UsageError("more than one index file was given",
                              found=", ".join(s.name for s in indexes))
-        parts = []
-        for source in files:
-            try:
-                parts.append(detect.read(source))
-            except TensorloupeError as e:
-                raise e.located(file=source.name)
+        # Remote parts are opened side by side: each header is a round trip or two of waiting.
+        workers = MAX_WORKERS if any(s.root().waits for s in files) else 1
+        parts = map_parallel(_read_part, files, workers)
         if len(parts) == 1 and not indexes and not _is_part(parts[0]):
             return parts[0]
         formats = sorted({p.format for p in parts})
@@ -73,6 +71,13 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
         for source in sources:
             source.close()
         raise
+
+
+def _read_part(source: ByteSource) -> Checkpoint:
+    try:
+        return detect.read(source)
+    except TensorloupeError as e:
+        raise e.located(file=source.name)
 
 
 # --- split GGUF -------------------------------------------------------------------------------

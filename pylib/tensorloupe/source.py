@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections import OrderedDict
 
-from .errors import TruncatedError, UsageError
+from .errors import FormatError, TruncatedError, UsageError
 
 
 class ByteSource:
@@ -22,6 +23,7 @@ class ByteSource:
 
     name: str = "<source>"
     size: int = 0
+    waits = False   # each read waits on a network: worth issuing side by side with others
 
     def __init__(self) -> None:
         self.reads = 0
@@ -49,10 +51,32 @@ class ByteSource:
         layers pass them straight through instead of rounding them up to blocks."""
         return self.read(offset, n)
 
+    def read_many(self, ranges) -> list[bytes]:
+        """Several planned data reads at once: exactly `[read_data(o, n) for o, n in ranges]`.
+
+        Sources where a read waits on something (a server, the browser's File API) issue them
+        together; the ranges are never merged or split into more bytes than asked for."""
+        ranges = [(int(o), int(n)) for o, n in ranges]
+        for o, n in ranges:
+            if n < 0 or o < 0 or o + n > self.size:
+                self.read(o, n)  # raises the single read's error
+        return self._read_many(ranges)
+
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Valid ranges inside the source; the default reads them one at a time."""
+        return [self.read_data(o, n) for o, n in ranges]
+
     def _count(self, data: bytes) -> bytes:
         self.reads += 1
         self.bytes_read += len(data)
         return data
+
+    def _count_each(self, datas: list[bytes]) -> list[bytes]:
+        """Count a layer's vectored reads like its single reads (an empty read is no read)."""
+        for data in datas:
+            if data:
+                self._count(data)
+        return datas
 
     def root(self) -> "ByteSource":
         """The source that really does I/O (what bytes-read counters should be taken from)."""
@@ -150,6 +174,9 @@ class CachedSource(ByteSource):
     def read_data(self, offset: int, n: int) -> bytes:
         return self._count(self.inner.read_data(offset, n))
 
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        return self._count_each(self.inner.read_many(ranges))
+
     def _read(self, offset: int, n: int) -> bytes:
         bs = self.block_size
         first, last = offset // bs, (offset + n - 1) // bs
@@ -221,6 +248,10 @@ class SliceSource(ByteSource):
             return self.read(offset, n)  # raises the truncation error with this slice's numbers
         return self._count(self.inner.read_data(self.base + offset, n))
 
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        shifted = [(self.base + o, n) for o, n in ranges]
+        return self._count_each(self.inner.read_many(shifted))
+
 
 class SourceFile(io.RawIOBase):
     """A read-only, seekable file object over a source, for stdlib readers (zipfile, tarfile)."""
@@ -254,6 +285,11 @@ class SourceFile(io.RawIOBase):
         return n
 
 
+# HttpSource's first request: the bytes every reader starts with (a safetensors header, a GGUF
+# metadata block, a ZIP's first records), instead of a 1-byte probe followed by a second request.
+HEAD_BYTES = 1 << 16
+
+
 class HttpSource(ByteSource):
     """A file on a web server, read by HTTP Range requests (CPython: urllib).
 
@@ -262,14 +298,19 @@ class HttpSource(ByteSource):
     its own source built on synchronous XMLHttpRequest, with the same interface.
     """
 
+    waits = True
+
     def __init__(self, url: str, name: str | None = None, timeout: float = 30.0):
         super().__init__()
         self.url = url
         self.name = name or url_name(url)
         self.timeout = timeout
-        first, total = self._range(0, 1, probing=True)
+        self._pool = None
+        # The first request brings the header bytes (what every reader reads first), not 1 byte.
+        first, total = self._range(0, HEAD_BYTES, probing=True)
         self.size = total
         self._first = first
+        self._head = self._count(first[:HEAD_BYTES]) if first else b""
 
     def _range(self, offset: int, n: int, probing: bool = False) -> tuple[bytes, int]:
         import urllib.error
@@ -291,8 +332,45 @@ class HttpSource(ByteSource):
             raise UsageError(f"cannot fetch {self.url}: {getattr(e, 'reason', e)}", file=self.name) from e
 
     def _read(self, offset: int, n: int) -> bytes:
+        if offset + n <= len(self._head):
+            return self._head[offset:offset + n]  # fetched (and counted) by the first request
         data, _ = self._range(offset, n)
         return self._count(data[:n])
+
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Concurrent Range requests over a few keep-alive connections (http_pool); ranges that
+        touch are one request, each request is one counted read."""
+        from .http_pool import ConnectionPool, merge_touching
+        out = [self._head[o:o + n] if o + n <= len(self._head) else b"" for o, n in ranges]
+        wanted = [i for i, (o, n) in enumerate(ranges) if n and o + n > len(self._head)]
+        requests = merge_touching([ranges[i] for i in wanted])
+        if self._pool is None:
+            self._pool = ConnectionPool(self.url, self.name, self.timeout)
+        replies = self._pool.fetch_all([(offset, n) for offset, n, _ in requests])
+        for (offset, length, members), reply in zip(requests, replies):
+            body = self._count(self._checked(offset, length, reply))
+            for k in members:
+                o, n = ranges[wanted[k]]
+                out[wanted[k]] = body[o - offset:o - offset + n]
+        return out
+
+    def _checked(self, offset: int, n: int, reply) -> bytes:
+        """The body of a pooled Range reply, refused unless it is exactly the range asked for."""
+        if reply.status != 206:
+            if 200 <= reply.status < 300:
+                raise range_refused(self.name, reply.status)
+            raise http_failed(self.name, reply.status, reply.reason)
+        m = re.match(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", reply.content_range or "")
+        if m is None or int(m[1]) != offset or len(reply.data) != n:
+            raise FormatError("the server sent another range than the one asked for",
+                              file=self.name, offset=offset,
+                              expected=f"bytes {offset}-{offset + n - 1}",
+                              found=reply.content_range or f"{len(reply.data)} bytes")
+        return reply.data
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
 
 
 # The wording of HTTP failures, shared with the browser's source (tensorloupe.web.remote), so the
