@@ -332,10 +332,11 @@ class HttpSource(ByteSource):
             raise UsageError(f"cannot fetch {self.url}: {getattr(e, 'reason', e)}", file=self.name) from e
 
     def _read(self, offset: int, n: int) -> bytes:
-        if offset + n <= len(self._head):
-            return self._head[offset:offset + n]  # fetched (and counted) by the first request
-        data, _ = self._range(offset, n)
-        return self._count(data[:n])
+        known = self._head[offset:offset + n]  # fetched (and counted) by the first request
+        if len(known) == n:
+            return known
+        data, _ = self._range(offset + len(known), n - len(known))
+        return known + self._count(data[:n - len(known)])
 
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """Concurrent Range requests over a few keep-alive connections (http_pool); ranges that
