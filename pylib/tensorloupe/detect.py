@@ -10,21 +10,47 @@ import os
 import re
 
 from .errors import UnknownFormatError
-from .formats import safetensors
-from .formats.gguf import reader as gguf
-from .formats.pytorch import legacy as torch_legacy, tar as torch_tar, zip as torch_zip
 from .model import Checkpoint
 from .source import ByteSource
 
 HEAD_BYTES = 1024
 
-# (module, file extensions that mean "this was meant to be that format"), in sniffing order.
+
+# Readers are imported when their turn comes: a safetensors file never pays for importing the
+# torch and GGUF readers (a third of the CLI's start-up), and the browser's first open neither.
+def _safetensors():
+    from .formats import safetensors
+    return safetensors
+
+
+def _gguf():
+    from .formats.gguf import reader
+    return reader
+
+
+def _torch_zip():
+    from .formats.pytorch import zip as torch_zip
+    return torch_zip
+
+
+def _torch_legacy():
+    from .formats.pytorch import legacy
+    return legacy
+
+
+def _torch_tar():
+    from .formats.pytorch import tar
+    return tar
+
+
+# (reader, file extensions that mean "this was meant to be that format"; None: the reader's
+# EXTENSIONS), in sniffing order.
 READERS = [
-    (safetensors, (".safetensors",)),
-    (gguf, (".gguf",)),
-    (torch_zip, torch_zip.EXTENSIONS),
-    (torch_legacy, ()),
-    (torch_tar, ()),
+    (_safetensors, (".safetensors",)),
+    (_gguf, (".gguf",)),
+    (_torch_zip, None),
+    (_torch_legacy, ()),
+    (_torch_tar, ()),
 ]
 
 LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"
@@ -35,12 +61,14 @@ HTML_START = (b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")
 def read(source: ByteSource) -> Checkpoint:
     head = source.read(0, min(HEAD_BYTES, source.size))
     _refuse_impostors(source, head)
-    for module, _ in READERS:
+    for load, _ in READERS:
+        module = load()
         if module.sniff(head, source.size, source.name):
             return module.read(source)
     extension = os.path.splitext(source.name)[1].lower()
-    for module, extensions in READERS:
-        if extension in extensions:
+    for load, extensions in READERS:
+        module = load()
+        if extension in (module.EXTENSIONS if extensions is None else extensions):
             # Nothing matched, but the name says what it should be: let that reader say what is wrong.
             return module.read(source)
     raise UnknownFormatError(
