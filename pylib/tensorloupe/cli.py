@@ -15,7 +15,7 @@ from . import report
 from .errors import TensorloupeError, UsageError
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
-from .jsonable import json_number
+from .jsonable import bounded, json_number
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
 
@@ -147,7 +147,7 @@ def run_moe(args) -> int:
     with _open(args.file) as ckpt:
         analysis = analyse(ckpt, args.threshold, args.samples, config)
         if args.json:
-            _emit(report.jsonable(analysis.to_json()))
+            _emit(bounded(analysis.to_json()))
         else:
             report.print_moe(analysis)
     return EXIT_OK

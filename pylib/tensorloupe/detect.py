@@ -17,7 +17,7 @@ HEAD_BYTES = 1024
 
 
 # Readers are imported when their turn comes: a safetensors file never pays for importing the
-# torch and GGUF readers (a third of the CLI's start-up), and the browser's first open neither.
+# torch and GGUF readers (a third of the CLI's start-up).
 def _safetensors():
     from .formats import safetensors
     return safetensors
@@ -43,15 +43,23 @@ def _torch_tar():
     return tar
 
 
-# (reader, file extensions that mean "this was meant to be that format"; None: the reader's
-# EXTENSIONS), in sniffing order.
-READERS = [
-    (_safetensors, (".safetensors",)),
-    (_gguf, (".gguf",)),
-    (_torch_zip, None),
-    (_torch_legacy, ()),
-    (_torch_tar, ()),
-]
+# The container readers in sniffing order (each imported by its function). Each has FORMAT,
+# EXTENSIONS (the names that mean "this was meant to be that format"), sniff(head, size, name)
+# and read(source).
+READERS = (_safetensors, _gguf, _torch_zip, _torch_legacy, _torch_tar)
+
+
+def extensions() -> tuple[str, ...]:
+    """Every reader's file extensions, in order (imports all the readers)."""
+    return tuple(ext for load in READERS for ext in load().EXTENSIONS)
+
+
+def __getattr__(name: str):
+    # detect.EXTENSIONS stays a module attribute (PEP 562) but only callers that list file types
+    # pay for importing every reader.
+    if name == "EXTENSIONS":
+        return extensions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"
                          rb"(?:.*\n)*?size (\d+)", re.MULTILINE)
@@ -61,19 +69,19 @@ HTML_START = (b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")
 def read(source: ByteSource) -> Checkpoint:
     head = source.read(0, min(HEAD_BYTES, source.size))
     _refuse_impostors(source, head)
-    for load, _ in READERS:
-        module = load()
-        if module.sniff(head, source.size, source.name):
-            return module.read(source)
+    for load in READERS:
+        reader = load()
+        if reader.sniff(head, source.size, source.name):
+            return reader.read(source)
     extension = os.path.splitext(source.name)[1].lower()
-    for load, extensions in READERS:
-        module = load()
-        if extension in (module.EXTENSIONS if extensions is None else extensions):
+    for load in READERS:
+        reader = load()
+        if extension in reader.EXTENSIONS:
             # Nothing matched, but the name says what it should be: let that reader say what is wrong.
-            return module.read(source)
+            return reader.read(source)
     raise UnknownFormatError(
-        "this is not a checkpoint tensorloupe can read (safetensors, PyTorch .pt/.pth/.bin/.ckpt, "
-        "or GGUF)", file=source.name, found=f"first bytes {head[:16].hex(' ')}")
+        f"this is not a checkpoint tensorloupe can read ({', '.join(extensions())})",
+        file=source.name, found=f"first bytes {head[:16].hex(' ')}")
 
 
 def _refuse_impostors(source: ByteSource, head: bytes) -> None:

@@ -8,6 +8,9 @@ UnicodeDecodeError and friends never escape a reader: they are converted at the 
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 
 class TensorloupeError(Exception):
     """Base of every error tensorloupe raises on purpose."""
@@ -41,6 +44,30 @@ class TensorloupeError(Exception):
         if self.format is None:
             self.format = format
         return self
+
+
+# What a parser's own arithmetic and slicing can raise on hostile bytes. Readers catch this tuple
+# where they parse and re-raise it as one of their FormatErrors (`raise error(...) from e`), so that
+# nothing of it reaches a user as a traceback.
+LOW_LEVEL_ERRORS = (IndexError, KeyError, TypeError, ValueError, OverflowError, RecursionError,
+                    EOFError, UnicodeError, struct.error, zlib.error)
+
+
+class ErrorFactory:
+    """Builds one reader's errors: the file and format are said once, each error adds its message,
+    byte offset, what was expected and what was found. Every reader makes one:
+
+        error = ErrorFactory(source.name, FORMAT)
+        raise error(TruncatedError, "the header ends early", offset=8, expected="8 bytes", found=3)
+    """
+
+    __slots__ = ("file", "format")
+
+    def __init__(self, file: str | None, format: str | None):
+        self.file, self.format = file, format
+
+    def __call__(self, cls: type["TensorloupeError"], message: str, **where) -> "TensorloupeError":
+        return cls(message, file=self.file, format=self.format, **where)
 
 
 class FormatError(TensorloupeError):

@@ -41,9 +41,9 @@ class Tensor:
     def contiguous(self) -> bool:
         return self.strides is None or self.strides == contiguous_strides(self.shape)
 
-    @property
-    def file_offset(self) -> int:
-        """Absolute byte offset of element 0 in the file (may read a ZIP local header once)."""
+    def locate(self) -> int:
+        """Absolute byte offset of element 0 in the file. May read: a torch ZIP storage is
+        positioned from its local header on first use (see known_file_offset for the no-I/O form)."""
         return self.source.file_offset(self.offset) if self.source is not None else self.offset
 
     @property
@@ -120,7 +120,7 @@ class Checkpoint:
         for t in pending:
             if t.problem is None and t.known_file_offset is None:
                 try:
-                    t.file_offset
+                    t.locate()
                 except TensorloupeError as e:
                     t.problem = f"its bytes cannot be located: {e.message}"
                     self.warnings.append(f"tensor {t.name!r}: {t.problem}")

@@ -4,36 +4,17 @@ from __future__ import annotations
 
 
 from .model import Checkpoint, Tensor
-from .jsonable import json_number
+from .jsonable import bounded, json_number
 
 BAR = "█▉▊▋▌▍▎▏"
-
-
-def jsonable(value, depth: int = 0):
-    """Metadata made safe for JSON: no NaN/Inf floats, bytes as hex, unknown objects as text."""
-    if depth > 32:
-        return "…"
-    if isinstance(value, float) or isinstance(value, complex):
-        return json_number(value)
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, (bytes, bytearray)):
-        return {"bytes": len(value), "hex": bytes(value[:32]).hex()}
-    if isinstance(value, dict):
-        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v, depth + 1) for v in value]
-    if hasattr(value, "to_json"):
-        return jsonable(value.to_json(), depth + 1)
-    return str(value)
 
 
 def inspect_json(ckpt: Checkpoint) -> dict:
     ckpt.locate_all()
     return {"file": ckpt.name, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
-            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": jsonable(ckpt.metadata),
-            "warnings": list(ckpt.warnings), "extras": jsonable(ckpt.extras),
+            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata),
+            "warnings": list(ckpt.warnings), "extras": bounded(ckpt.extras),
             "tensors": [t.to_json() for t in ckpt.tensors]}
 
 
@@ -74,7 +55,7 @@ def print_inspect(ckpt: Checkpoint) -> None:
     if ckpt.metadata:
         print("\nMetadata")
         for key, value in ckpt.metadata.items():
-            print(f"  {key}: {short(jsonable(value))}")
+            print(f"  {key}: {short(bounded(value))}")
     safety = ckpt.extras.get("safety")
     if safety:
         print_safety(safety)

@@ -23,7 +23,7 @@ import json
 import re
 
 from . import detect
-from .errors import FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
+from .errors import ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
 from .model import Checkpoint, Tensor
 from .parallel import MAX_WORKERS, map_parallel
 from .source import ByteSource
@@ -134,8 +134,7 @@ def _merge_gguf(parts: list[Checkpoint]) -> Checkpoint:
 # --- sharded safetensors ------------------------------------------------------------------------
 
 def _read_index(source: ByteSource) -> dict:
-    def error(cls, message, **kw):
-        return cls(message, file=source.name, format="safetensors index", **kw)
+    error = ErrorFactory(source.name, "safetensors index")
 
     if source.size > MAX_INDEX_BYTES:
         raise error(LimitError, "the index file is too large", expected=f"at most {MAX_INDEX_BYTES} "

@@ -12,7 +12,8 @@ from safetensors.numpy import save_file
 
 import tensorloupe
 from tensorloupe import colormap
-from tensorloupe.web.handlers import MAX_LIST_ITEMS, ExactJob, Session, dispatch, preview
+from tensorloupe.jsonable import PREVIEW, bounded
+from tensorloupe.web.handlers import ExactJob, Session, dispatch
 
 
 def call(session: Session, op: str, **args):
@@ -137,8 +138,8 @@ def test_errors_are_envelopes_never_exceptions(monkeypatch):
 
 def test_preview_bounds_long_metadata():
     value = {"tokens": [str(i) for i in range(100_000)], "text": "x" * 10_000, "n": 5}
-    out = preview(value)
-    assert len(out["tokens"]) == MAX_LIST_ITEMS + 1 and out["tokens"][-1].endswith("(100,000 items)")
+    out = bounded(value, PREVIEW)
+    assert len(out["tokens"]) == PREVIEW.items + 1 and out["tokens"][-1].endswith("(100,000 items)")
     assert out["text"].endswith("(10,000 characters)") and out["n"] == 5
 
 

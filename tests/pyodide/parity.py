@@ -14,7 +14,7 @@ import sys
 import tensorloupe
 from tensorloupe import colormap, moe, report, synthetic
 from tensorloupe.errors import TensorloupeError
-from tensorloupe.jsonable import json_number
+from tensorloupe.jsonable import bounded, json_number
 from tensorloupe.web import handlers
 
 SMALL_SAMPLES = 4096          # every tensor: a small sample (quantized decoding is slow-ish)
@@ -52,7 +52,7 @@ def file_report(path: str) -> dict:
     except TensorloupeError as e:
         return {"error": [type(e).__name__, str(e)]}
     with ckpt:
-        out = {"inspect": report.jsonable(report.inspect_json(ckpt)), "moe": moe.detect(ckpt).to_json()}
+        out = {"inspect": bounded(report.inspect_json(ckpt)), "moe": moe.detect(ckpt).to_json()}
         out["opened_with"] = {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads()}
         tensors = {}
         for i, t in enumerate(ckpt.tensors):

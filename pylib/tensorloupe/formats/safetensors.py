@@ -14,11 +14,12 @@ import math
 import struct
 
 from ..dtypes.plain import DTYPES, SAFETENSORS_DTYPES
-from ..errors import FormatError, LimitError, TruncatedError
+from ..errors import ErrorFactory, FormatError, LimitError, TruncatedError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource
 
 FORMAT = "safetensors"
+EXTENSIONS = (".safetensors",)
 HEADER_LENGTH = struct.Struct("<Q")
 # The reference implementation refuses headers above 100 MB (MAX_HEADER_SIZE in tensor.rs).
 MAX_HEADER_BYTES = 100_000_000
@@ -51,9 +52,7 @@ class _DuplicateKeys:
 
 def read(source: ByteSource) -> Checkpoint:
     name, size = source.name, source.size
-
-    def error(cls, message, **kw):
-        return cls(message, file=name, format=FORMAT, **kw)
+    error = ErrorFactory(name, FORMAT)
 
     if size < HEADER_LENGTH.size:
         raise error(TruncatedError, f"the file has only {size} bytes; a safetensors file starts "

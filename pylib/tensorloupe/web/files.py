@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from .. import detect
 from ..errors import FormatError, LimitError, UsageError
 from ..shards import PART_NAME
 from ..source import is_url, url_name
 
 CONFIG_NAME = "config.json"
 INDEX_SUFFIX = ".safetensors.index.json"
-MODEL_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth", ".bin", ".ckpt")
+MODEL_SUFFIXES = detect.EXTENSIONS
 # config.json is a few KB; refuse to parse anything absurd.
 MAX_CONFIG_BYTES = 10 << 20
 

@@ -20,7 +20,7 @@ from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
 from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
-from ..jsonable import json_number
+from ..jsonable import PREVIEW, bounded, json_number
 from ..stats import Stats
 from . import files, remote
 from .moe_ops import MoEOps
@@ -28,9 +28,6 @@ from .views import heatmap_reply, lattice
 
 HISTOGRAM_BINS = 64
 MAX_VALUES = 4096       # elements per `values` request
-# Metadata can hold whole tokenizers (150k strings): the summary shows a bounded preview.
-MAX_LIST_ITEMS = 48
-MAX_STRING = 4000
 
 
 class ExactJob:
@@ -169,9 +166,9 @@ class Session(MoEOps):
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
             "parameters_by_dtype": [[dtype, count, bytes_by_dtype.get(dtype, 0)]
                                     for dtype, count in ckpt.parameters_by_dtype().items()],
-            "metadata": preview(report.jsonable(ckpt.metadata)),
+            "metadata": bounded(ckpt.metadata, PREVIEW),
             "warnings": [str(w) for w in ckpt.warnings],
-            "extras": preview(report.jsonable(ckpt.extras)),
+            "extras": bounded(ckpt.extras, PREVIEW),
         }
         # Compact rows: a 90k-tensor checkpoint's list stays a few MB.
         # The offset is null where knowing it needs a read (torch ZIP storages are positioned on
@@ -246,22 +243,6 @@ class Session(MoEOps):
             del self.jobs[job_id]
             return {"cancelled": True}
         return {"cancelled": False}
-
-
-def preview(value, depth: int = 0):
-    """A bounded copy of JSON-able data: long lists and strings are cut, with a note of how much."""
-    if isinstance(value, str):
-        if len(value) > MAX_STRING:
-            return f"{value[:MAX_STRING]}… ({len(value):,} characters)"
-        return value
-    if isinstance(value, list):
-        head = [preview(v, depth + 1) for v in value[:MAX_LIST_ITEMS]]
-        if len(value) > MAX_LIST_ITEMS:
-            head.append(f"… {len(value) - MAX_LIST_ITEMS:,} more ({len(value):,} items)")
-        return head
-    if isinstance(value, dict):
-        return {k: preview(v, depth + 1) for k, v in value.items()}
-    return value
 
 
 session = Session()

@@ -20,7 +20,7 @@ import struct
 from typing import NamedTuple
 from weakref import WeakKeyDictionary
 
-from ...errors import FormatError, LimitError, TruncatedError
+from ...errors import ErrorFactory, FormatError, LimitError, TruncatedError
 
 FORMAT = "gguf"
 # Arrays with more entries than this are summarised, not decoded, when a file is opened.
@@ -111,8 +111,8 @@ class Cursor:
         self._chunk = FIRST_CHUNK
 
     def error(self, cls, message: str, offset: int | None = None, **kw):
-        return cls(message, file=self.source.name, format=FORMAT,
-                   offset=self.pos if offset is None else offset, **kw)
+        return ErrorFactory(self.source.name, FORMAT)(
+            cls, message, offset=self.pos if offset is None else offset, **kw)
 
     @property
     def remaining(self) -> int:

@@ -36,13 +36,14 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from ...dtypes.ggml import ggml_dtype
-from ...errors import FormatError, TensorloupeError, TruncatedError, UsageError
+from ...errors import ErrorFactory, FormatError, TensorloupeError, TruncatedError, UsageError
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
 from .card import model_card
 from .metadata import INTEGER_TYPES, VALUE_TYPES, Cursor, Layout, read_entries, top_level
 
 FORMAT = "gguf"
+EXTENSIONS = (".gguf",)
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (1, 2, 3)
 DEFAULT_ALIGNMENT = 32
@@ -76,9 +77,7 @@ def sniff(head: bytes, size: int, name: str) -> bool:
 
 def read(source: ByteSource) -> Checkpoint:
     name, size = source.name, source.size
-
-    def error(cls, message, **kw):
-        return cls(message, file=name, format=FORMAT, **kw)
+    error = ErrorFactory(name, FORMAT)
 
     if size < HEADER_START:
         raise error(TruncatedError, f"the file has only {size} bytes; a GGUF file starts with "

@@ -28,6 +28,7 @@ from .globals import TORCH_DTYPES
 from ...unpickling.values import LIMITS
 
 FORMAT = "pytorch-legacy"
+EXTENSIONS = ()  # shares .pt/.pth/... with the ZIP format: found by content only
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
 # The magic number as the first opcodes of a protocol >= 2 pickle (LONG1 of 10 bytes), and as

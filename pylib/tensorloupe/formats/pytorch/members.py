@@ -17,7 +17,7 @@ import zipfile
 import zlib
 from typing import NamedTuple
 
-from ...errors import FormatError, LimitError, TensorloupeError, TruncatedError, UnsupportedError
+from ...errors import ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError, UnsupportedError
 from ...source import ByteSource, SourceFile
 
 # APPNOTE 4.3.7 local file header: signature, version, flags, method, time, date, crc,
@@ -100,7 +100,7 @@ class Archive:
         return self._data_offsets.get(name)
 
     def error(self, cls, message, **kw):
-        return cls(message, file=self.source.name, format=self.fmt, **kw)
+        return ErrorFactory(self.source.name, self.fmt)(cls, message, **kw)
 
     def data_offsets(self, names: list[str]) -> dict[str, int]:
         """Absolute offsets of the first data byte of each named member, from local headers."""
