@@ -119,11 +119,13 @@ class Grid:
 
     @property
     def amax(self) -> float:
-        finite = [abs(v) for v in self.floats() if math.isfinite(v)]
-        return max(finite) if finite else 0.0
+        return max(map(abs, filter(math.isfinite, self.floats())), default=0.0)
 
     def floats(self) -> list[float]:
-        return [abs(v) if isinstance(v, complex) else float(v) for v in self.values]
+        # One type per tensor: convert at C speed (complex values show their magnitude).
+        if self.values and isinstance(self.values[0], complex):
+            return [abs(v) for v in self.values]
+        return list(map(float, self.values))
 
     def at(self, r: int, c: int):
         return self.values[r * self.cols + c]
@@ -201,7 +203,12 @@ def grid(tensor: Tensor, rows: int = 256, cols: int = 256,
     if rows < 1 or cols < 1:
         raise UsageError("a grid needs at least one row and one column")
     row_index, col_index = lattice(r0, r1, rows), lattice(c0, c1, cols)
-    positions = [view.position(r, c) for r in row_index for c in col_index]
+    if view.unravel_cols is None:   # linear in r and c: add row and column offsets
+        across = [c * view.steps[1] for c in col_index]
+        positions = [start + o for start in (view.base + r * view.steps[0] for r in row_index)
+                     for o in across]
+    else:
+        positions = [view.position(r, c) for r in row_index for c in col_index]
     cells = gather(tensor, positions)
     exact = len(row_index) == r1 - r0 and len(col_index) == c1 - c0
     return Grid(len(row_index), len(col_index), cells, row_index, col_index, (height, width), exact)
