@@ -80,3 +80,13 @@ def test_windows_read_together_equal_windows_read_one_by_one():
     together = list(g.gather_windows([(tensor, a, n) for a, n in windows], batch_bytes=4000))
     assert together == [ref[a:a + n].tolist() for a, n in windows]
     assert together == [g.gather_range(tensor, a, n) for a, n in windows]
+
+
+def test_histogram_with_a_range_matches_numpy():
+    from tensorloupe.stats import histogram
+    values = np.random.default_rng(4).standard_normal(20_000)
+    for value_range in [(-1.0, 1.0), (0.0, 5.0), (-10.0, 10.0)]:
+        expected, _ = np.histogram(values, bins=32, range=value_range)
+        assert histogram(values.tolist(), 32, value_range=value_range).counts == expected.tolist()
+    ints = list(range(-50, 50))
+    assert histogram(ints, 10).counts == np.histogram(ints, bins=10)[0].tolist()
