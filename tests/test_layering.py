@@ -17,7 +17,7 @@ LAYERS = [
     ["model"],
     ["formats"],
     ["detect", "shards"],
-    ["gather", "stats", "sample", "colormap"],
+    ["gather", "stats", "sample", "colormap", "gram"],
     ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health",
      "compare", "namemap", "roles"],
     ["cli", "web", "tensorloupe"],  # "tensorloupe" is the package's own __init__ (the public API)

@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from .dtypes import to_float
 from .errors import Cancelled, UsageError
 from .gather import dtype_of, gather_windows
+from .gram import cosine_rows
 from .model import Checkpoint, Tensor
 from .moe import MoE, MoELayer, detect
 from .sample import plan_windows
@@ -315,20 +316,10 @@ def _dot(a: list[float], b: list[float]) -> float:
 
 
 def _similarity_rows(signatures: list[list[float]]) -> Iterator[list[list[float]]]:
-    """Cosine similarity of every pair: experts x experts dot products of unit signatures.
-
-    Yields the matrix after each row is complete (the last yield is the whole matrix), so that
-    callers can stop between rows."""
-    units = []
-    for s in signatures:
-        norm = math.sqrt(_dot(s, s))
-        units.append([v / norm for v in s] if norm else [0.0] * len(s))
-    n = len(units)
-    matrix = [[1.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            matrix[i][j] = matrix[j][i] = max(-1.0, min(1.0, _dot(units[i], units[j])))
-        yield matrix
+    """Cosine similarity of every pair (gram.py: fixed point, exact integer products). Yields the
+    matrix after each row is complete (the last yield is the whole matrix), so that callers can
+    stop between rows."""
+    return cosine_rows(signatures)
 
 
 def _tie(value: float) -> float:
