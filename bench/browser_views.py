@@ -125,12 +125,104 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-browser", action="store_true")
+    parser.add_argument("--query", default="", help="added to the app's address (e.g. jspi=0)")
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} (1/5 min), {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "dense-4096.safetensors"
         write_file(path)
-        cpython_rows(path, args.runs)
+        cpython = cpython_rows(path, args.runs)
+        if not args.no_browser:
+            browser_rows(path, args.runs, cpython, args.query)
+
+
+# Installed in the page before the click: the times the statistics line and the heatmap appear
+# (a coarse heatmap first if the page draws one, then the final one).
+WATCH = """name => {
+  const t = {start: 0, stats: null, heatmap: null, heatmaps: 0};
+  const oldStat = document.querySelector('#stats .stat[data-key=mean]');
+  const canvas = document.getElementById('heatmap');
+  const oldSeq = canvas.dataset.seq;
+  let lastSeq = oldSeq;
+  new MutationObserver(() => {
+    const now = performance.now();
+    const stat = document.querySelector('#stats .stat[data-key=mean]');
+    if (t.stats === null && stat && stat !== oldStat
+        && document.getElementById('tensor-name').textContent === name) t.stats = now - t.start;
+    if (canvas.dataset.seq !== lastSeq) {
+      lastSeq = canvas.dataset.seq;
+      t.heatmaps += 1;
+      if (t.heatmap === null) t.heatmap = now - t.start;
+      t.final = now - t.start;
+    }
+  }).observe(document.body, {subtree: true, childList: true, attributes: true});
+  window.__views = t;
+  document.getElementById('filter').value = name;
+  document.getElementById('filter').dispatchEvent(new Event('input', {bubbles: true}));
+}"""
+CLICK = """name => {
+  const row = document.querySelector(`.tree-row[data-name="${name}"]`);
+  window.__views.start = performance.now();
+  row.click();
+}"""
+
+
+def reads_shown(page) -> int:
+    text = page.inner_text("#io-detail")
+    return int(text.split(" reads")[0].replace(",", "").replace("\u202f", "").strip() or 0)
+
+
+def browser_rows(path: Path, runs: int, cpython: dict, query: str) -> None:
+    import threading
+    from playwright.sync_api import sync_playwright
+    import build
+    build.build()
+    server = build.make_server(ROOT / "dist", port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/" + (f"?{query}" if query else "")
+    args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    results: dict = {dtype: [] for dtype in DTYPES}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+        for _ in range(runs):
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
+            page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'"
+                                   " && document.body.dataset.pending === '0'", timeout=180_000)
+            page.set_input_files("#file-input", str(path))
+            page.wait_for_function("n => document.body.dataset.model === n && document.body.dataset.pending === '0'",
+                                   arg=path.name, timeout=180_000)
+            for dtype in DTYPES:
+                name = f"w_{dtype.lower()}"
+                bytes_before, reads_before = int(page.get_attribute("#io", "data-bytes-read") or 0), reads_shown(page)
+                page.evaluate(WATCH, name)
+                page.wait_for_selector(f'.tree-row[data-name="{name}"]')
+                page.evaluate(CLICK, name)
+                page.wait_for_function("() => window.__views.stats !== null && window.__views.heatmap !== null"
+                                       " && document.body.dataset.pending === '0'"
+                                       " && document.getElementById('heatmap').dataset.loading !== 'true'",
+                                       timeout=180_000)
+                t = page.evaluate("window.__views")
+                results[dtype].append((t["stats"], t["heatmap"], t["final"], t["heatmaps"],
+                                       int(page.get_attribute("#io", "data-bytes-read")) - bytes_before,
+                                       reads_shown(page) - reads_before))
+            page.close()
+        browser.close()
+    server.shutdown()
+    for dtype, rows in results.items():
+        stats_ms = statistics.median(r[0] for r in rows)
+        first_ms = statistics.median(r[1] for r in rows)
+        final_ms = statistics.median(r[2] for r in rows)
+        t_api, _, _, t_np = cpython[dtype]["stats"]
+        m_api, _, _, m_np = cpython[dtype]["heatmap"]
+        print(f"  {dtype:4s} page  select -> stats   {stats_ms:7.1f} ms (runs {', '.join(f'{r[0]:.0f}' for r in rows)}) "
+              f"ratio to CPython API {stats_ms / 1e3 / t_api:.1f}x, to numpy {stats_ms / 1e3 / t_np:.0f}x")
+        print(f"  {dtype:4s} page  select -> heatmap {final_ms:7.1f} ms drawn (first canvas change {first_ms:.0f} ms) "
+              f"({rows[0][3]} draws; runs {', '.join(f'{r[1]:.0f}/{r[2]:.0f}' for r in rows)}) "
+              f"ratio to CPython API {final_ms / 1e3 / m_api:.1f}x, to numpy {final_ms / 1e3 / m_np:.0f}x")
+        print(f"  {dtype:4s} page  reads for both: {rows[0][5]} reads, {rows[0][4] / 1024:.0f} KiB")
 
 
 if __name__ == "__main__":
