@@ -9,7 +9,7 @@
 dist/ is a static site with relative URLs only, so it works from any sub-path (a GitHub Pages
 project site, a folder on a USB stick served by anything):
 
-    index.html style.css app.js worker.mjs manifest.webmanifest icons/   our page (web/)
+    index.html style.css *.js worker.mjs manifest.webmanifest icons/     our page (web/)
     sw.js                                  the service worker, with the precache list and version
     tensorloupe-<version>-py3-none-any.whl our library (pylib/), loaded by Pyodide in the worker
     pyodide/                               the Pyodide runtime from the pinned npm package

@@ -9,7 +9,6 @@ import shutil
 import struct
 import subprocess
 import sys
-from pathlib import Path
 
 import gguf
 import numpy as np
@@ -17,7 +16,6 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFEndian, GGUFValueType, GGUFWriter
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 import gguf_files as fx  # noqa: E402
 
 import tensorloupe  # noqa: E402

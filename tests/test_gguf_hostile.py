@@ -2,8 +2,6 @@
 a property: random corruption of a valid file raises nothing but tensorloupe's own errors."""
 
 import struct
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +9,6 @@ from gguf import GGMLQuantizationType as Q
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 import gguf_files as fx  # noqa: E402
 
 import tensorloupe  # noqa: E402

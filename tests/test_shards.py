@@ -2,7 +2,6 @@
 missing parts named."""
 
 import json
-import sys
 from pathlib import Path
 
 import gguf
@@ -12,7 +11,6 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter
 from safetensors.numpy import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 import gguf_files as fx  # noqa: E402
 
 import tensorloupe  # noqa: E402

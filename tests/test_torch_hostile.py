@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 import tensorloupe
 from tensorloupe.errors import LimitError, TensorloupeError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 import torch_files as tf  # noqa: E402
 
 EXT_CODE = 0xF1  # an extension code registered for os.system by the copyreg attack

@@ -4,8 +4,6 @@ import io
 import json
 import pickle
 import tarfile
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +14,6 @@ from tensorloupe.errors import FormatError, TruncatedError
 from tensorloupe.formats.pytorch import legacy as torch_legacy
 from tensorloupe.source import MemorySource
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 import torch_files as tf  # noqa: E402
 
 

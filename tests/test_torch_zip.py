@@ -8,7 +8,6 @@ import io
 import json
 import pickle
 import struct
-import sys
 import zipfile
 import zlib
 from collections import OrderedDict
@@ -22,7 +21,6 @@ from tensorloupe.errors import UnsupportedError
 from tensorloupe.formats.pytorch import zip as torch_zip
 from tensorloupe.source import MemorySource
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
 import torch_files as tf  # noqa: E402
 
 

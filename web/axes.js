@@ -3,11 +3,8 @@
 // A view is {shape, plane, index}: plane null means rows = axis 0, cols = all other axes flattened
 // (tensorloupe.grid's default), else plane = [row axis, col axis] and index = {axis: i} for the rest.
 
-import {clear, el} from "./util.js";
-
-function product(list) {
-  return list.reduce((a, b) => a * b, 1);
-}
+import {clear, el} from "./dom.js";
+import {product} from "./format.js";
 
 // The default view: for 3-D+ a slice of the last two axes (for a stacked expert tensor, that
 // expert's matrix), unless they are tiny (conv kernels), then rows x rest.

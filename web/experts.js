@@ -1,16 +1,45 @@
-// The Experts tab's redundancy analysis (tensorloupe.redundancy, run in the worker): what it will
-// read, said before it runs; the run, with progress and Cancel; the threshold; every layer's
-// verdict in one table (readable for 32 layers of 64 experts); a layer picker for the detailed
-// view of one layer (layer.js) and two experts' weights side by side (pair.js).
+// The Experts tab (a view module, panels.js): the map of the MoE structure (moegrid.js), then the
+// redundancy analysis (tensorloupe.redundancy, run in the worker): what it will read, said before
+// it runs; the run, with progress and Cancel; the threshold; every layer's verdict in one table
+// (readable for 32 layers of 64 experts); a layer picker for the detailed view of one layer
+// (layer.js) and two experts' weights side by side (pair.js).
 
+import {clear, el} from "./dom.js";
+import {bytes, fmt, grouped, percent} from "./format.js";
 import {LayerView, braces, swatch} from "./layer.js";
-import {bytes, clear, el, fmt, grouped, percent} from "./util.js";
+import {renderMoE} from "./moegrid.js";
 
 const DEFAULT_THRESHOLD = 0.9;       // tensorloupe.redundancy.DEFAULT_THRESHOLD
 
-export class ExpertAnalysis {
+export const id = "moe";
+export const title = "Experts";
+let panel = null;
+let ctx = null;
+let analysis = null;
+
+export function mount(container, context) {
+  panel = container;
+  ctx = context;
+  analysis = new ExpertAnalysis(ctx);
+}
+
+export function available(model) {
+  return Boolean(model.moe && model.moe.detected);
+}
+
+export function show(model) {
+  renderMoE(panel, model.moe, {onTensor: (name, expert) => ctx.selectTensor(name, {expert})});
+  analysis.setPalette(ctx.palette.rgba, ctx.palette.levels);
+  analysis.render(panel, model.moe);
+}
+
+export function relayout() {
+  analysis.relayout();
+}
+
+class ExpertAnalysis {
   constructor(app) {
-    this.app = app;                  // {request, cancel, onTensor}
+    this.app = app;                  // the page's ctx (panels.js)
     this.generation = 0;
     this.layerView = new LayerView(app);
   }

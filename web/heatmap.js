@@ -5,24 +5,47 @@
 // 3-D+ tensors get an axis picker: which two axes form the view, and the index along the others.
 
 import {defaultView, renderAxisPicker, tensorIndex, viewShape} from "./axes.js";
-import {clear, el, exact, fmt, grouped} from "./util.js";
+import {LATTICE, bitmap, drawColorbar, hidpi} from "./canvas.js";
+import {clear, el} from "./dom.js";
+import {exact, fmt, grouped} from "./format.js";
 
-const LATTICE = 256;          // cells per side requested from the worker
 const MAX_SIDE = 640;         // CSS pixels
 const MAX_HEIGHT = 512;
 const MIN_HEIGHT = 64;
 const MAX_CELL = 24;          // CSS pixels per element at most: tiny tensors stay small
 const ZOOM_STEP = 1.6;
-
+const IDLE = "Point at the heatmap to read values · scroll to zoom · drag to pan";
 
 export class Heatmap {
   constructor(app) {
     this.app = app;
-    const $ = (id) => document.getElementById(id);
-    this.dom = {
-      axis: $("axis-picker"), canvas: $("heatmap"), wrap: $("heatmap-wrap"), region: $("region-label"),
-      readout: $("readout"), cbLo: $("cb-lo"), cbHi: $("cb-hi"), scaleMode: $("scale-mode"),
+    const button = (id, cls, text, title) => el("button", {type: "button", class: cls, id, title, "aria-label": title, text});
+    const d = this.dom = {
+      axis: el("div", {class: "axis-picker", id: "axis-picker", hidden: true}),
+      zoomIn: button("zoom-in", "icon", "+", "Zoom in (+)"),
+      zoomOut: button("zoom-out", "icon", "−", "Zoom out (−)"),
+      zoomReset: button("zoom-reset", "button subtle", "Fit", "Show the whole tensor (0)"),
+      canvas: el("canvas", {id: "heatmap", tabindex: "0", "aria-label": "Heatmap of the tensor's values: scroll to zoom, drag to pan"}),
+      region: el("div", {class: "region", id: "region-label"}),
+      readout: el("div", {class: "readout mono", id: "readout", text: IDLE}),
+      cbLo: el("span", {id: "cb-lo", class: "mono small"}),
+      colorbar: el("canvas", {id: "colorbar"}),
+      cbHi: el("span", {id: "cb-hi", class: "mono small"}),
+      scaleMode: el("select", {id: "scale-mode", "aria-label": "Colour range"},
+        el("option", {value: "max", text: "range: max |value| in view"}),
+        el("option", {value: "p99", text: "range: 1st–99th percentile"})),
+      swatches: ["nan", "posinf", "neginf"].map((key) => el("span", {class: "swatch", id: `sw-${key}`})),
     };
+    d.wrap = el("div", {class: "heatmap-wrap", id: "heatmap-wrap"}, d.canvas);
+    const [nan, posinf, neginf] = d.swatches;
+    this.element = el("div", {class: "heatmap-box"},
+      el("div", {class: "toolbar"}, el("span", {class: "toolbar-title", text: "Heatmap"}), d.axis,
+        el("span", {class: "spacer"}), d.zoomOut, d.zoomIn, d.zoomReset),
+      d.wrap, d.region,
+      el("div", {class: "colorbar-row"}, d.cbLo, d.colorbar, d.cbHi, d.scaleMode,
+        el("span", {class: "legend"}, nan, "NaN ", posinf, "+Inf ", neginf, "−Inf")),
+      d.readout);
+    this.css = null;           // the canvas's size in CSS pixels
     this.tensor = null;
     this.generation = 0;
     this.view = null;
@@ -34,10 +57,19 @@ export class Heatmap {
     this.bind();
   }
 
+  // The colour bar and the swatches of the special values (NaN, ±Inf follow the gradient).
+  setPalette(palette, levels) {
+    drawColorbar(this.dom.colorbar, palette, levels);
+    this.dom.swatches.forEach((swatch, k) => {
+      const p = palette.subarray((levels + k) * 4, (levels + k) * 4 + 3);
+      swatch.style.background = `rgb(${p[0]}, ${p[1]}, ${p[2]})`;
+    });
+  }
+
   bind() {
-    document.getElementById("zoom-in").addEventListener("click", () => this.zoomAt(0.5, 0.5, 1 / ZOOM_STEP));
-    document.getElementById("zoom-out").addEventListener("click", () => this.zoomAt(0.5, 0.5, ZOOM_STEP));
-    document.getElementById("zoom-reset").addEventListener("click", () => this.resetZoom());
+    this.dom.zoomIn.addEventListener("click", () => this.zoomAt(0.5, 0.5, 1 / ZOOM_STEP));
+    this.dom.zoomOut.addEventListener("click", () => this.zoomAt(0.5, 0.5, ZOOM_STEP));
+    this.dom.zoomReset.addEventListener("click", () => this.resetZoom());
     this.dom.scaleMode.addEventListener("change", () => this.requestHeatmap());
     const c = this.dom.canvas;
     c.addEventListener("wheel", (e) => {
@@ -121,14 +153,9 @@ export class Heatmap {
     const targetH = Math.max(Math.min(MIN_HEIGHT, rows * MAX_CELL), Math.min(MAX_HEIGHT, Math.round((cssW * height) / width)));
     const cellH = Math.max(1, Math.min(MAX_CELL, Math.floor(targetH / rows)));
     const cssH = rows * cellH;
-    const canvas = this.dom.canvas;
-    const ratio = window.devicePixelRatio || 1;
-    const changed = canvas.style.width !== `${cssW}px` || canvas.style.height !== `${cssH}px`
-      || String(this.view.lattice) !== String([rows, cols]);
-    canvas.style.width = `${cssW}px`;
-    canvas.style.height = `${cssH}px`;
-    canvas.width = Math.round(cssW * ratio);
-    canvas.height = Math.round(cssH * ratio);
+    const changed = String(this.css) !== String([cssW, cssH]) || String(this.view.lattice) !== String([rows, cols]);
+    hidpi(this.dom.canvas, cssW, cssH);
+    this.css = [cssW, cssH];
     this.view.lattice = [rows, cols];
     this.draw();
     return changed;
@@ -167,11 +194,7 @@ export class Heatmap {
     this.app.request("heatmap", args, {label: "Drawing the heatmap…"}).then(({result, buffers}) => {
       if (generation !== this.generation) return;
       const [pixels, cells] = buffers;
-      const image = document.createElement("canvas");
-      image.width = result.cols;
-      image.height = result.rows;
-      image.getContext("2d").putImageData(
-        new ImageData(new Uint8ClampedArray(pixels.buffer, pixels.byteOffset, pixels.byteLength), result.cols, result.rows), 0, 0);
+      const image = bitmap(pixels, result.rows, result.cols);
       this.heat = {meta: result, args, image, values: new Float64Array(cells.buffer, cells.byteOffset, cells.byteLength / 8)};
       this.draw();
     }).catch((error) => {
@@ -190,16 +213,17 @@ export class Heatmap {
 
   draw() {
     const canvas = this.dom.canvas;
-    const ctx = canvas.getContext("2d");
+    if (!this.css) return;             // not laid out yet (a hidden tab)
+    const [cssW, cssH] = this.css;
+    const ctx = canvas.getContext("2d");    // drawing in CSS pixels (canvas.js hidpi)
     ctx.imageSmoothingEnabled = false;
-    ctx.setTransform(1, 0, 0, 1, 0, 0);
     ctx.fillStyle = "#e9ebf0";
-    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    ctx.fillRect(0, 0, cssW, cssH);
     if (!this.heat || !this.view) return;
     const [r0, r1, c0, c1] = this.view.region;
     const [ir0, ir1, ic0, ic1] = this.heat.meta.region;
-    const sx = canvas.width / (c1 - c0);
-    const sy = canvas.height / (r1 - r0);
+    const sx = cssW / (c1 - c0);
+    const sy = cssH / (r1 - r0);
     // While a new tile is on its way the last one is drawn where it belongs: instant feedback.
     ctx.drawImage(this.heat.image, (ic0 - c0) * sx, (ir0 - r0) * sy, (ic1 - ic0) * sx, (ir1 - ir0) * sy);
     const m = this.heat.meta;
@@ -302,6 +326,6 @@ export class Heatmap {
   readoutIdle() {
     const out = clear(this.dom.readout);
     delete out.dataset.value;
-    out.textContent = "Point at the heatmap to read values · scroll to zoom · drag to pan";
+    out.textContent = IDLE;
   }
 }

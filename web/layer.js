@@ -3,8 +3,10 @@
 // as tensorloupe.redundancy words them, and the bar chart of the experts' scores.
 
 import {PairView} from "./pair.js";
-import {clusterColour, drawColorbar, drawScores, drawSimilarity, scoreIndex, similarityCell} from "./moecharts.js";
-import {bytes, clear, el, fmt} from "./util.js";
+import {drawColorbar} from "./canvas.js";
+import {clear, el} from "./dom.js";
+import {bytes, fmt} from "./format.js";
+import {clusterColour, drawScores, drawSimilarity, scoreIndex, similarityCell} from "./moecharts.js";
 
 export const braces = (cluster) => `{${cluster.join(", ")}}`;
 
@@ -16,7 +18,7 @@ export function swatch(k) {
 
 export class LayerView {
   constructor(app) {
-    this.app = app;            // {request, onTensor}
+    this.app = app;            // the page's ctx (panels.js)
     this.pair = new PairView(app);
     this.shown = null;         // {layer, clustered, refs}: the measured layer, its clusters now, its weights
     this.pixels = new Map();   // layer prefix -> the similarity matrix's RGBA pixels (from Python)

@@ -3,7 +3,8 @@
 // every number comes from the worker. Each drawing leaves its geometry in the canvas's dataset
 // (CSS pixels), which is how the pointer is mapped back to cells, and how tests probe them.
 
-import {fmt} from "./util.js";
+import {bitmap, hidpi} from "./canvas.js";
+import {fmt} from "./format.js";
 
 // Categorical colours for clusters (Tableau 10), in the order the library lists the clusters.
 export const CLUSTER_COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
@@ -16,29 +17,6 @@ const VALUE_CELL = 36;        // cells at least this big (CSS pixels) show their
 
 export function clusterColour(index) {
   return CLUSTER_COLOURS[index % CLUSTER_COLOURS.length];
-}
-
-// Size a canvas to CSS pixels (crisp on high-DPI screens) and return its context in CSS pixels.
-function prepare(canvas, width, height) {
-  const ratio = window.devicePixelRatio || 1;
-  canvas.style.width = `${width}px`;
-  canvas.style.height = `${height}px`;
-  canvas.width = Math.round(width * ratio);
-  canvas.height = Math.round(height * ratio);
-  const ctx = canvas.getContext("2d");
-  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-  ctx.imageSmoothingEnabled = false;
-  return ctx;
-}
-
-// A canvas holding RGBA `pixels` (rows x cols), to be drawn scaled with drawImage.
-function bitmap(pixels, rows, cols) {
-  const image = document.createElement("canvas");
-  image.width = cols;
-  image.height = rows;
-  image.getContext("2d").putImageData(
-    new ImageData(new Uint8ClampedArray(pixels.buffer, pixels.byteOffset, rows * cols * 4), cols, rows), 0, 0);
-  return image;
 }
 
 // Label every k-th item so that labels are at least `room` pixels apart.
@@ -58,7 +36,7 @@ export function drawSimilarity(canvas, {pixels, values, experts, clusters, selec
   const left = 30;
   const top = 22;
   const side = n * cell;
-  const ctx = prepare(canvas, left + side + 6, top + side + 6);
+  const ctx = hidpi(canvas, left + side + 6, top + side + 6);
   ctx.drawImage(bitmap(pixels, n, n), left, top, side, side);
   if (cell >= 14) {           // hairlines between cells when cells are big enough to need them
     ctx.strokeStyle = "rgba(255, 255, 255, 0.55)";
@@ -135,7 +113,7 @@ export function similarityCell(canvas, event) {
 // experts the recommendation drops (drawn faded, in their cluster's colour).
 export function drawScores(canvas, {experts, cluster, dropped, width}) {
   const height = 168;
-  const ctx = prepare(canvas, width, height);
+  const ctx = hidpi(canvas, width, height);
   const left = 46;
   const right = 8;
   const top = 10;
@@ -219,15 +197,6 @@ export function latticeSize(rows, cols, viewShape, available) {
 }
 
 export function drawLattice(canvas, {pixels, rows, cols}, [cssW, cssH]) {
-  const ctx = prepare(canvas, cssW, cssH);
+  const ctx = hidpi(canvas, cssW, cssH);
   ctx.drawImage(bitmap(pixels, rows, cols), 0, 0, cssW, cssH);
-}
-
-// The palette as a horizontal bar (`palette`: RGBA bytes, its first `levels` entries the gradient).
-export function drawColorbar(canvas, palette, levels) {
-  canvas.width = levels;
-  canvas.height = 1;
-  const image = canvas.getContext("2d").createImageData(levels, 1);
-  image.data.set(palette.subarray(0, levels * 4));
-  canvas.getContext("2d").putImageData(image, 0, 0);
 }

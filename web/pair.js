@@ -3,10 +3,11 @@
 // Pixels come from the worker (tensorloupe.redundancy.expert_tensor -> grid -> colormap); for
 // stacked experts the matrix is that expert's slice of the stacked tensor.
 
-import {drawColorbar, drawLattice, latticeSize} from "./moecharts.js";
-import {clear, el, exact, fmt, shapeText} from "./util.js";
+import {LATTICE, drawColorbar} from "./canvas.js";
+import {clear, el} from "./dom.js";
+import {exact, fmt, shapeText} from "./format.js";
+import {drawLattice, latticeSize} from "./moecharts.js";
 
-const LATTICE = 256;          // cells per side asked of the worker
 const GAP = 24;               // CSS pixels between the heatmaps
 const IDLE = "Point at any of the heatmaps to read both experts' values";
 
@@ -18,7 +19,7 @@ function breakable(name) {
 
 export class PairView {
   constructor(app) {
-    this.app = app;            // {request, onTensor}
+    this.app = app;            // the page's ctx (panels.js)
     this.generation = 0;
     this.shown = null;
     const d = this.dom = {
@@ -116,7 +117,7 @@ export class PairView {
       const [box, canvas] = figure(`moe-pair-${"ab"[k]}`, h, [
         el("strong", {text: `expert ${h.expert}`}), " ",
         el("button", {type: "button", class: "link", title: "Open in the Tensor tab",
-                      onclick: () => this.app.onTensor(ref.tensor, ref.expert)}, ...breakable(h.tensor)),
+                      onclick: () => this.app.selectTensor(ref.tensor, {expert: ref.expert})}, ...breakable(h.tensor)),
         el("span", {class: "muted small", text: ` · ${h.dtype} · ${shapeText(h.shape)} · ${sampled}`})],
         `expert ${h.expert}, ${result.leaf}`);
       Object.assign(canvas.dataset, {expert: String(h.expert), tensor: h.tensor, request: JSON.stringify({...args, experts: [h.expert]})});

@@ -1,16 +1,33 @@
-// The Summary panel (file facts, parameters by dtype, warnings, the pickle safety report, model
-// card, metadata, format extras) and the Experts panel (MoE layers x experts, routers, top-k).
+// The Summary tab: file facts (and the bytes read so far), parameters by dtype, warnings, the
+// pickle safety report, model card, metadata, format extras. A view module (panels.js).
 
-import {bytes, clear, count, el, grouped} from "./util.js";
+import {clear, el, fact} from "./dom.js";
+import {bytes, count, grouped} from "./format.js";
+
+export const id = "summary";
+export const title = "Summary";
+let panel = null;
+let ctx = null;
+
+export function mount(container, context) {
+  panel = container;
+  ctx = context;
+  panel.append(el("p", {class: "muted boot-note", text: "Python is starting in the background…"}));
+}
+
+export function show(model) {
+  render(panel, model, ctx.io);
+}
+
+export function io(io) {
+  const value = document.getElementById("io-value");
+  if (!value || !io) return;
+  value.textContent = bytes(io.bytes_read);
+  document.getElementById("io-detail").textContent = ioDetail(io);
+  document.getElementById("io").dataset.bytesRead = String(io.bytes_read);
+}
 
 const VERDICT_LABEL = {dangerous: "dangerous", unknown: "unknown", allowed: "allowed"};
-
-function fact(key, label, value, detail) {
-  return el("div", {class: "fact", dataset: {key}},
-    el("div", {class: "fact-label", text: label}),
-    el("div", {class: "fact-value", text: value}),
-    detail ? el("div", {class: "fact-detail", text: detail}) : null);
-}
 
 function section(title, ...body) {
   return el("section", {class: "card"}, el("h3", {text: title}), ...body);
@@ -72,13 +89,14 @@ function safetyReport(safety) {
     opcodes);
 }
 
-export function renderSummary(container, summary, io) {
+// `summary`: the model (model.js), whose fields are `tensorloupe inspect --json`'s.
+function render(container, summary, io) {
   clear(container);
-  const byDtype = summary.parameters_by_dtype;
+  const byDtype = Object.entries(summary.parameters_by_dtype);
   const top = Math.max(1, ...byDtype.map((d) => d[1]));
   container.append(
     el("div", {class: "summary-head"},
-      el("h2", {class: "file-name", text: summary.name}),
+      el("h2", {class: "file-name", text: summary.file}),
       el("div", {class: "facts"},
         fact("format", "format", summary.format),
         fact("size", "size", bytes(summary.size), `${grouped(summary.size)} bytes`),
@@ -101,7 +119,8 @@ export function renderSummary(container, summary, io) {
   container.append(section("Parameters by dtype", el("table", {class: "dtypes"},
     el("thead", {}, el("tr", {}, el("th", {text: "dtype"}), el("th", {class: "num", text: "parameters"}),
       el("th", {class: "num", text: "share"}), el("th", {class: "num", text: "bytes"}), el("th", {text: ""}))),
-    el("tbody", {}, byDtype.map(([dtype, n, size]) => {
+    el("tbody", {}, byDtype.map(([dtype, n]) => {
+      const size = summary.bytes_by_dtype[dtype] ?? 0;
       const bar = el("div", {class: "bar"});
       bar.style.width = `${(100 * n) / top}%`;
       return el("tr", {dataset: {dtype}},
@@ -117,60 +136,14 @@ export function renderSummary(container, summary, io) {
   }
   const metadata = Object.entries(summary.metadata || {});
   if (metadata.length) {
-    const title = summary.format === "safetensors" ? "Metadata (__metadata__)" : "Metadata";
-    container.append(el("section", {class: "card", id: "metadata"}, el("h3", {text: `${title} · ${metadata.length}`}), table(metadata)));
+    const heading = summary.format === "safetensors" ? "Metadata (__metadata__)" : "Metadata";
+    container.append(el("section", {class: "card", id: "metadata"}, el("h3", {text: `${heading} · ${metadata.length}`}), table(metadata)));
   }
   const rest = Object.entries(extras).filter(([, v]) => v !== null && v !== undefined && !(typeof v === "object" && !Object.keys(v).length));
   if (rest.length) container.append(section("Format details", table(rest)));
 }
 
-export function ioDetail(io) {
+function ioDetail(io) {
   const share = io.size ? (100 * io.bytes_read) / io.size : 0;
   return `${grouped(io.reads)} reads · ${share < 0.01 && share > 0 ? "<0.01" : share.toFixed(share < 1 ? 2 : 1)}% of the file`;
-}
-
-export function updateIo(io) {
-  const value = document.getElementById("io-value");
-  if (!value || !io) return;
-  value.textContent = bytes(io.bytes_read);
-  document.getElementById("io-detail").textContent = ioDetail(io);
-  document.getElementById("io").dataset.bytesRead = String(io.bytes_read);
-}
-
-// Layers x experts: one cell per expert (click to view its first weight), the router per layer.
-export function renderMoE(container, moe, {onTensor}) {
-  clear(container);
-  if (!moe || !moe.detected) {
-    container.append(el("p", {class: "muted", text: moe ? moe.reason : "No MoE structure."}));
-    return;
-  }
-  const n = moe.expert_count;
-  container.append(el("div", {class: "facts"},
-    fact("moe_layers", "MoE layers", grouped(moe.layers.length)),
-    fact("expert_count", "experts per layer", grouped(n)),
-    fact("top_k", "top-k (per token)", moe.top_k ?? "not in metadata", moe.top_k_source || ""),
-    fact("stacked", "expert weights", moe.layers.some((l) => l.stacked) ? "stacked" : "separate", moe.layers.some((l) => l.stacked) ? "experts along axis 0 of one tensor" : "one tensor per expert weight")));
-  const head = el("tr", {}, el("th", {text: "layer"}),
-    ...Array.from({length: n}, (_, e) => el("th", {class: "expert-col", text: String(e)})),
-    el("th", {text: "router"}), el("th", {text: "shared"}));
-  const body = moe.layers.map((layer) => el("tr", {dataset: {layer: layer.prefix}},
-    el("th", {scope: "row", title: layer.prefix, text: layer.index ?? layer.prefix}),
-    ...Array.from({length: n}, (_, e) => {
-      const weights = layer.experts[String(e)];
-      if (!weights) return el("td", {class: "expert missing"});
-      const leaves = Object.keys(weights);
-      const ref = weights[leaves[0]];
-      return el("td", {class: "expert"}, el("button", {
-        class: "expert-cell", title: `${layer.prefix} · expert ${e}\n${leaves.join(", ")}`,
-        "aria-label": `layer ${layer.index ?? layer.prefix} expert ${e}`,
-        dataset: {expert: String(e)},
-        onclick: () => onTensor(ref.tensor, ref.expert),
-      }));
-    }),
-    el("td", {class: "router"}, layer.router.length
-      ? layer.router.map((name) => el("button", {class: "link", title: name, text: name.split(".").slice(-2).join("."), onclick: () => onTensor(name, null)}))
-      : el("span", {class: "muted", text: "—"})),
-    el("td", {class: "num", text: layer.shared.length ? String(layer.shared.length) : "—"})));
-  container.append(el("div", {class: "moe-scroll"}, el("table", {class: "moe-grid", id: "moe-grid"}, el("thead", {}, head), el("tbody", {}, body))));
-  container.append(el("p", {class: "muted small", text: "Click an expert to open its first weight; for stacked expert tensors the heatmap shows that expert's slice."}));
 }

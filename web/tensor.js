@@ -1,68 +1,80 @@
-// The tensor view: sampled statistics (the CLI's numbers: the same `sample` call), exact statistics
-// streamed with progress and cancel, a histogram with a log toggle, and the heatmap (heatmap.js).
+// The Tensor tab (a view module, panels.js): the tensor's facts, sampled statistics (the CLI's
+// numbers: the same `sample` call), exact statistics streamed with progress and cancel, the
+// histogram (histogram.js) and the heatmap (heatmap.js).
 
+import {clear, el} from "./dom.js";
+import {bytes, fmt, grouped, num, percent, product, shapeText} from "./format.js";
 import {Heatmap} from "./heatmap.js";
-import {bytes, clear, el, fmt, grouped, num, percent, shapeText} from "./util.js";
+import {Histogram} from "./histogram.js";
 
 const STAT_KEYS = [
   ["min", "min"], ["max", "max"], ["mean", "mean"], ["std", "std"],
   ["zeros", "near-zero", percent], ["nan", "NaN", grouped], ["posinf", "+Inf", grouped], ["neginf", "−Inf", grouped],
 ];
 
-function product(list) {
-  return list.reduce((a, b) => a * b, 1);
+export const id = "tensor";
+export const title = "Tensor";
+let view = null;
+let ctx = null;
+
+export function mount(container, context) {
+  ctx = context;
+  view = new TensorView(ctx);
+  container.append(view.element);
 }
 
-export class TensorView {
+// A new checkpoint: nothing is selected until select() (the page selects its first matrix).
+export function show() {
+  view.setPalette(ctx.palette.rgba, ctx.palette.levels);
+  view.clearAll();
+}
+
+export function select(tensor, {expert = null} = {}) {
+  view.show(tensor, {expert});
+}
+
+export function relayout() {
+  view.relayout();
+}
+
+class TensorView {
   constructor(app) {
     this.app = app;
-    const $ = (id) => document.getElementById(id);
-    this.dom = {
-      empty: $("tensor-empty"), body: $("tensor-body"), name: $("tensor-name"), facts: $("tensor-facts"),
-      problem: $("tensor-problem"), values: $("tensor-values"), stats: $("stats"), statsSub: $("stats-sub"),
-      exactButton: $("exact-button"), exactProgress: $("exact-progress"), exactNote: $("exact-note"),
-      exactCancel: $("exact-cancel"), exactStats: $("exact-stats"), colorbar: $("colorbar"),
-      hist: $("histogram"), histLog: $("hist-log"), histLo: $("hist-lo"), histHi: $("hist-hi"),
-      histReadout: $("hist-readout"), percentiles: $("percentiles"),
-    };
     this.heatmap = new Heatmap(app);
+    this.hist = new Histogram();
+    const button = (id, cls, text, hidden = false) => el("button", {type: "button", class: cls, id, text, hidden});
+    const d = this.dom = {
+      empty: el("p", {class: "muted", id: "tensor-empty", text: "Select a tensor in the outline."}),
+      name: el("h2", {id: "tensor-name", class: "mono"}),
+      facts: el("div", {id: "tensor-facts", class: "chips"}),
+      problem: el("div", {class: "problem", id: "tensor-problem", hidden: true}),
+      stats: el("div", {class: "stats", id: "stats", "aria-label": "Sampled statistics"}),
+      statsSub: el("div", {class: "stats-sub", id: "stats-sub"}),
+      exactButton: button("exact-button", "button", "Exact stats"),
+      exactProgress: el("progress", {id: "exact-progress", max: "1", value: "0", hidden: true}),
+      exactNote: el("span", {id: "exact-note", class: "muted small"}),
+      exactCancel: button("exact-cancel", "button subtle", "Cancel", true),
+      exactStats: el("div", {class: "stats exact", id: "exact-stats", hidden: true, "aria-label": "Exact statistics"}),
+      percentiles: this.hist.dom.percentiles,
+    };
+    d.values = el("div", {id: "tensor-values"},
+      el("div", {class: "stats-block"}, d.stats, d.statsSub,
+        el("div", {class: "exact-row"}, d.exactButton, d.exactProgress, d.exactNote, d.exactCancel),
+        d.exactStats),
+      el("div", {class: "viz"}, this.heatmap.element, this.hist.element));
+    d.body = el("div", {id: "tensor-body", hidden: true},
+      el("div", {class: "tensor-head"}, d.name, d.facts), d.problem, d.values);
+    this.element = el("div", {}, d.empty, d.body);
     this.tensor = null;
     this.generation = 0;
-    this.histogram = null;
     this.exactId = null;
-    this.bind();
-  }
-
-  bind() {
-    const d = this.dom;
     d.exactButton.addEventListener("click", () => this.runExact());
     d.exactCancel.addEventListener("click", () => this.cancelExact());
-    d.histLog.addEventListener("change", () => this.drawHistogram());
-    d.hist.addEventListener("pointermove", (e) => this.histHover(e));
-    d.hist.addEventListener("pointerleave", () => { d.histReadout.textContent = "\u00a0"; });
   }
 
   setPalette(palette, levels) {
-    this.palette = palette;
-    this.levels = levels;
-    const ctx = this.dom.colorbar.getContext("2d");
-    const image = ctx.createImageData(levels, 1);
-    image.data.set(palette.subarray(0, levels * 4));
-    ctx.putImageData(image, 0, 0);
-    for (const [id, index] of [["sw-nan", levels], ["sw-posinf", levels + 1], ["sw-neginf", levels + 2]]) {
-      const p = palette.subarray(index * 4, index * 4 + 3);
-      document.getElementById(id).style.background = `rgb(${p[0]}, ${p[1]}, ${p[2]})`;
-    }
-  }
-
-  // The palette colour of a value (the same arithmetic as tensorloupe.colormap.indices); used only
-  // to tint histogram bars, the heatmap's pixels come from Python.
-  colour(value, scale) {
-    const centre = (this.levels - 1) / 2;
-    const k = scale > 0 && Number.isFinite(scale) ? centre / scale : 0;
-    const i = Math.max(0, Math.min(this.levels - 1, Math.floor(value * k + centre + 0.5)));
-    const p = this.palette;
-    return `rgb(${p[i * 4]}, ${p[i * 4 + 1]}, ${p[i * 4 + 2]})`;
+    this.heatmap.setPalette(palette, levels);
+    this.hist.setPalette(palette, levels);
   }
 
   clearAll() {
@@ -74,13 +86,13 @@ export class TensorView {
     this.dom.empty.hidden = false;
   }
 
-  // Show tensor `row` ([name, dtype, shape, nbytes, offset, problem]); `expert` picks a slice of
-  // a stacked expert tensor along axis 0.
-  async show(row, {expert = null} = {}) {
+  // Show `tensor` (a model.js record); `expert` picks a slice of a stacked expert tensor along
+  // axis 0.
+  async show(tensor, {expert = null} = {}) {
     const generation = ++this.generation;
     this.cancelExact();
-    const [name, dtype, shape, nbytes, offset, problem] = row;
-    this.tensor = {name, dtype, shape, nbytes, offset, problem};
+    const {name, dtype, shape, nbytes, offset, problem} = tensor;
+    this.tensor = tensor;
     const d = this.dom;
     d.empty.hidden = true;
     d.body.hidden = false;
@@ -101,10 +113,9 @@ export class TensorView {
     clear(d.stats).append(el("span", {class: "muted", text: "Sampling…"}));
     clear(d.statsSub);
     clear(d.percentiles);
-    this.histogram = null;
-    this.drawHistogram();
+    this.hist.show(null);
     if (problem) return this.heatmap.clear();
-    this.heatmap.show(this.tensor, expert);
+    this.heatmap.show(tensor, expert);
     try {
       const {result} = await this.app.request("tensor", {name}, {label: `Sampling ${name}…`});
       if (generation !== this.generation) return;
@@ -132,8 +143,7 @@ export class TensorView {
       d.percentiles.append(el("table", {class: "kv compact"}, el("tbody", {},
         pct.map(([k, v]) => el("tr", {dataset: {key: k}}, el("th", {text: k}), el("td", {class: "mono", text: fmt(v)}))))));
     }
-    this.histogram = result.histogram;
-    this.drawHistogram();
+    this.hist.show(result.histogram);
     this.heatmap.setRobustScale(Math.max(Math.abs(num(s.percentiles?.p1 ?? 0)), Math.abs(num(s.percentiles?.p99 ?? 0))));
   }
 
@@ -192,68 +202,9 @@ export class TensorView {
     if (this.exactId) this.app.cancel(this.exactId);
   }
 
-  // --- histogram -----------------------------------------------------------------------------
-
-  drawHistogram() {
-    const d = this.dom;
-    const canvas = d.hist;
-    const width = canvas.clientWidth || 320;
-    const height = canvas.clientHeight || 150;
-    const ratio = window.devicePixelRatio || 1;
-    canvas.width = Math.round(width * ratio);
-    canvas.height = Math.round(height * ratio);
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.clearRect(0, 0, width, height);
-    const h = this.histogram;
-    if (!h || !this.palette) {
-      d.histLo.textContent = d.histHi.textContent = "";
-      return;
-    }
-    const log = d.histLog.checked;
-    const heights = h.counts.map((c) => (log ? Math.log10(1 + c) : c));
-    const top = Math.max(...heights) || 1;
-    const edges = h.edges.map(num);
-    const lo = edges[0];
-    const hi = edges[edges.length - 1];
-    const scale = Math.max(Math.abs(lo), Math.abs(hi));
-    const bins = h.counts.length;
-    const w = width / bins;
-    for (let i = 0; i < bins; i++) {
-      if (!heights[i]) continue;
-      const bar = (heights[i] / top) * (height - 4);
-      ctx.fillStyle = this.colour((edges[i] + edges[i + 1]) / 2, scale);
-      ctx.fillRect(i * w + 0.5, height - bar, Math.max(1, w - 1), bar);
-      ctx.strokeStyle = "rgba(30, 35, 50, 0.35)";
-      ctx.strokeRect(i * w + 0.5, height - bar + 0.5, Math.max(1, w - 1), bar);
-    }
-    if (lo < 0 && hi > 0) {
-      const x = ((0 - lo) / (hi - lo)) * width;
-      ctx.strokeStyle = "rgba(30, 35, 50, 0.6)";
-      ctx.setLineDash([3, 3]);
-      ctx.beginPath();
-      ctx.moveTo(x, 0);
-      ctx.lineTo(x, height);
-      ctx.stroke();
-      ctx.setLineDash([]);
-    }
-    d.histLo.textContent = fmt(lo, 4);
-    d.histHi.textContent = fmt(hi, 4);
-    canvas.dataset.bins = String(bins);
-    canvas.dataset.log = String(log);
-  }
-
-  histHover(event) {
-    const h = this.histogram;
-    if (!h) return;
-    const rect = this.dom.hist.getBoundingClientRect();
-    const i = Math.min(h.counts.length - 1, Math.max(0, Math.floor(((event.clientX - rect.left) / rect.width) * h.counts.length)));
-    this.dom.histReadout.textContent = `[${fmt(h.edges[i], 4)}, ${fmt(h.edges[i + 1], 4)}): ${grouped(h.counts[i])} values`;
-  }
-
   // The panel became visible or changed size.
   relayout() {
     this.heatmap.relayout();
-    this.drawHistogram();
+    this.hist.draw();
   }
 }

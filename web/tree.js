@@ -1,8 +1,9 @@
-// The outline: tensor names split on dots into a collapsible tree (numbered layers sorted and
+// The outline's tree: tensor names split on dots into a collapsible tree (numbered layers sorted and
 // grouped), filtered by substring or regex, drawn as a virtual list so 100k tensors scroll
 // smoothly, and driven by the keyboard like a file tree (arrows, Home/End, Enter).
 
-import {bytes, clear, el, shapeText} from "./util.js";
+import {clear, el} from "./dom.js";
+import {bytes, shapeText} from "./format.js";
 
 const ROW_HEIGHT = 26;
 const OVERSCAN = 12;
@@ -19,7 +20,7 @@ export function buildTree(tensors) {
   const root = newNode("", null);
   tensors.forEach((t, index) => {
     let node = root;
-    for (const part of t[0].split(".")) {
+    for (const part of t.name.split(".")) {
       let child = node.children.get(part);
       if (!child) {
         child = newNode(part, node);
@@ -44,7 +45,7 @@ export function buildTree(tensors) {
     node.numeric = node.kids.length > 1 && node.kids.every((k) => NUMERIC.test(k.label));
     if (node.numeric) node.kids.sort((a, b) => Number(a.label) - Number(b.label));
     node.count = node.tensor >= 0 ? 1 : 0;
-    node.bytes = node.tensor >= 0 ? tensors[node.tensor][3] : 0;
+    node.bytes = node.tensor >= 0 ? tensors[node.tensor].nbytes : 0;
     for (const kid of node.kids) {
       finish(kid, depth + 1);
       node.count += kid.count;
@@ -113,7 +114,7 @@ export class Outline {
       }
     }
     const mark = (node) => {
-      node.matches = node.tensor >= 0 && (!this.matcher || this.matcher(this.tensors[node.tensor][0])) ? 1 : 0;
+      node.matches = node.tensor >= 0 && (!this.matcher || this.matcher(this.tensors[node.tensor].name)) ? 1 : 0;
       for (const kid of node.kids) node.matches += mark(kid);
       return node.matches;
     };
@@ -167,13 +168,13 @@ export class Outline {
     const classes = ["tree-row", group ? "group" : "leaf"];
     if (index === this.focus) classes.push("focused");
     if (node.tensor >= 0 && node.tensor === this.selected) classes.push("selected");
-    if (tensor && tensor[5]) classes.push("problem");
+    if (tensor && tensor.problem) classes.push("problem");
     const row = el("div", {
       class: classes.join(" "), role: "treeitem", id: `node-${node.id}`,
       "aria-level": node.depth + 1, "aria-expanded": group ? String(open) : null,
       "aria-selected": node.tensor >= 0 && node.tensor === this.selected ? "true" : "false",
-      dataset: {index: String(index), ...(tensor ? {name: tensor[0]} : {group: this.path(node)})},
-      title: tensor ? tensor[0] : this.path(node),
+      dataset: {index: String(index), ...(tensor ? {name: tensor.name} : {group: this.path(node)})},
+      title: tensor ? tensor.name : this.path(node),
     });
     row.style.top = `${index * ROW_HEIGHT}px`;
     row.style.paddingLeft = `${6 + node.depth * 14}px`;
@@ -186,8 +187,8 @@ export class Outline {
       row.append(el("span", {class: "meta", text: `${node.count.toLocaleString("en-US")} · ${bytes(node.bytes)}`}));
     }
     if (tensor) {
-      row.append(el("span", {class: `dtype dtype-${tensor[1].toLowerCase()}`, text: tensor[1]}));
-      row.append(el("span", {class: "meta", text: `${shapeText(tensor[2])} · ${bytes(tensor[3])}`}));
+      row.append(el("span", {class: `dtype dtype-${tensor.dtype.toLowerCase()}`, text: tensor.dtype}));
+      row.append(el("span", {class: "meta", text: `${shapeText(tensor.shape)} · ${bytes(tensor.nbytes)}`}));
     }
     return row;
   }
@@ -220,7 +221,7 @@ export class Outline {
   }
 
   activate(node) {
-    if (node.tensor >= 0) this.onSelect(this.tensors[node.tensor][0]);
+    if (node.tensor >= 0) this.onSelect(this.tensors[node.tensor].name);
     else this.toggle(node);
   }
 
@@ -267,7 +268,7 @@ export class Outline {
 
   // Show `name` as the selection: expand its ancestors and scroll it into view.
   reveal(name) {
-    const index = this.tensors.findIndex((t) => t[0] === name);
+    const index = this.tensors.findIndex((t) => t.name === name);
     this.selected = index;
     if (index < 0) return this.paint();
     let node = this.findNode(this.root, index);

@@ -13,13 +13,14 @@
 //                  {id, progress: {done, total, ...}, io} a job's progress after each step
 //
 // Jobs are long requests done in steps, one step per task, so that cancel messages and other
-// requests get in between: the page asks for `op`, Python answers `<op>_start`, `<op>_step`
-// (progress, and the result with the last step) and `<op>_cancel`.
+// requests get in between: the page asks for `op`, Python answers `<op>_start`, then `job_step`
+// (progress, and the result with the last step) and `job_cancel`. The protocol is described in
+// tensorloupe/web/jobs.py; which ops are jobs, Python says in its "hello" reply.
 
 const BUILD = "__TENSORLOUPE_BUILD__";
 const WHEEL = "__TENSORLOUPE_WHEEL__";
 
-const JOBS = new Set(["exact", "moe"]);   // exact statistics, the experts' redundancy analysis
+let JOBS = new Set();        // the ops that are jobs (from Python's "hello")
 const queue = [];            // requests waiting for Python, in arrival order
 const jobs = [];             // running jobs, stepped between requests
 const cancelled = new Set();
@@ -107,10 +108,10 @@ function step(job) {
   };
   try {
     if (cancelled.has(job.id)) {
-      call(`${job.op}_cancel`, {job: job.job});
+      call("job_cancel", {job: job.job});
       return finish({ok: false, error: {kind: "Cancelled", message: "cancelled"}});
     }
-    const {envelope} = call(`${job.op}_step`, {job: job.job});
+    const {envelope} = call("job_step", {job: job.job});
     if (!envelope.ok || envelope.result.finished) return finish(envelope);
     self.postMessage({id: job.id, progress: envelope.result, io: envelope.io});
   } catch (error) {
@@ -208,6 +209,7 @@ async function boot() {
     await pyodide.loadPackage(new URL(`./${WHEEL}`, import.meta.url).href, {messageCallback: () => {}});
     dispatch = pyodide.pyimport("tensorloupe.web").dispatch;
     const {envelope, buffers} = call("hello", {});
+    JOBS = new Set(envelope.result.jobs);
     timings.ready_ms = performance.now() - started;
     self.postMessage({type: "ready", info: {...envelope.result, build: BUILD}, palette: buffers[0], timings},
                      [buffers[0].buffer]);

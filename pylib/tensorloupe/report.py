@@ -4,18 +4,25 @@ from __future__ import annotations
 
 
 from .model import Checkpoint, Tensor
-from .jsonable import bounded, json_number
+from .jsonable import FULL, Limits, bounded, json_number
 
 BAR = "█▉▊▋▌▍▎▏"
 
 
-def inspect_json(ckpt: Checkpoint) -> dict:
-    ckpt.locate_all()
+def checkpoint_json(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
+    """The one JSON shape of a checkpoint: `inspect --json` prints it, the page's model payload
+    is built on it (web/handlers.py). Never reads: an offset not known yet is null (see
+    Checkpoint.locate_all). `limits` bound metadata and extras (the page previews them)."""
     return {"file": ckpt.name, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
-            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata),
-            "warnings": list(ckpt.warnings), "extras": bounded(ckpt.extras),
+            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata, limits),
+            "warnings": [str(w) for w in ckpt.warnings], "extras": bounded(ckpt.extras, limits),
             "tensors": [t.to_json() for t in ckpt.tensors]}
+
+
+def inspect_json(ckpt: Checkpoint) -> dict:
+    ckpt.locate_all()
+    return checkpoint_json(ckpt)
 
 
 def human_bytes(n: int) -> str:

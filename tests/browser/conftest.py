@@ -1,7 +1,8 @@
 """Browser test setup: one build, one server, one Chromium per session; one page per module.
 
-The app is built once into a temporary folder (dist/ is left alone), served by build.py's own
-Range-capable threaded server on 127.0.0.1, and driven with Debian's Chromium through Playwright.
+The app is built once into a temporary folder and served by build.py's own Range-capable
+threaded server on 127.0.0.1 (the `dist` and `server` fixtures of tests/conftest.py), and driven
+with Debian's Chromium through Playwright.
 Every request any page or worker makes is recorded; a module fails if one left 127.0.0.1.
 Screenshots land in test-artifacts/ (they are what users see: look at them).
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,31 +25,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 VIEWPORT = {"width": 1400, "height": 900}
 BOOT_TIMEOUT_MS = 90_000
 STEP_TIMEOUT_MS = 30_000
-
-
-import build  # noqa: E402  (tests/conftest.py puts the repository root on sys.path)
-
-
-@pytest.fixture(scope="session")
-def dist(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site") / "dist"
-    build.build(out)
-    return out
-
-
-def serve(directory: Path):
-    server = build.make_server(directory, port=0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
-
-
-@pytest.fixture(scope="session")
-def server(dist):
-    httpd, url = serve(dist)
-    yield url
-    httpd.shutdown()
-    httpd.server_close()
 
 
 @pytest.fixture(scope="session")
@@ -272,9 +247,9 @@ def app(browser, server):
 
 
 @pytest.fixture(scope="module")
-def private_server(dist):
+def private_server(dist, serve_directory):
     """A server of its own, which a test may shut down (to prove the app works offline)."""
-    httpd, url = serve(dist)
+    httpd, url = serve_directory(dist)
     yield httpd, url
     httpd.server_close()
 

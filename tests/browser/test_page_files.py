@@ -237,11 +237,24 @@ def test_bad_files_show_a_message_and_keep_the_model(app, files, kind, message):
     assert page.locator(f'#file-list .file.failed[data-file="{files[kind].name}"]').count() == 1
 
 
-def test_the_previous_model_stays_usable_after_an_error(app, files):
+def test_the_previous_model_stays_usable_after_an_error(app, files, opened):
+    page = app.page
     app.ensure_open(files["torch"])
+    if page.is_visible("#error"):
+        page.click("#error-close")                  # an earlier test's message: dismissed
     app.open_with_input(files["lfs"])
-    app.wait_error()
-    app.select(app.page.eval_on_selector(".tree-row.leaf", "r => r.dataset.name"))
+    message = app.wait_error()
+    assert message.startswith(f"Could not open {files['lfs'].name}.") and "Git LFS pointer" in message
+    assert page.inner_text("#error-note") == f"{files['torch'].name} is still open."
+    # The torch checkpoint is still the one on show, and the failed file is marked in the list.
+    assert page.inner_text("#current-file").startswith(files["torch"].name)
+    assert "failed" in page.get_attribute(f'#file-list .file[data-file="{files["lfs"].name}"]', "class")
+    assert app.fact("format") == "pytorch-zip"
+    # ... and usable: a tensor picked now shows the library's numbers and pixels.
+    name = page.eval_on_selector(".tree-row.leaf", "r => r.dataset.name")
+    app.select(name)
+    assert_stats_equal(app.stats(), tensorloupe.sample(opened("torch").tensor(name)).stats.to_json())
+    assert_heatmap_matches(app, opened("torch"))
 
 
 def test_several_files_are_listed_and_each_can_be_opened(app, files):

@@ -76,6 +76,13 @@ def run_analysis(app) -> None:
     app.wait_idle()
 
 
+def ensure_analysed(app) -> None:
+    """The demo's analysis on show in the Experts tab (tests can run alone, in any order)."""
+    if app.page.get_attribute("#redundancy", "data-state") != "done":
+        open_tab(app)
+        run_analysis(app)
+
+
 def show_layer(app, position: int, prefix: str) -> dict:
     """Pick a layer with the selector; what the page shows for it."""
     page = app.page
@@ -305,13 +312,27 @@ def test_clicking_a_cell_shows_both_experts_on_one_scale(app, demo, expected):
     app.tab("moe")
 
 
-def test_screenshot_of_the_analysis(app, expected):
-    show_layer(app, 0, expected.layers[0].prefix)
+def test_screenshot_of_the_analysis(app, demo, expected):
+    # What the picture shows is checked: the pair on show, its weights, the readout under the pointer.
+    page = app.page
+    layer = expected.layers[0]
+    ensure_analysed(app)
+    show_layer(app, 0, layer.prefix)
     click_cell(app, 0, 4)
-    app.page.select_option("#moe-leaf", "w1.weight")
-    app.page.wait_for_selector('#moe-pair-a[data-tensor$=".experts.0.w1.weight"]', state="attached")
+    page.select_option("#moe-leaf", "w1.weight")
+    page.wait_for_selector('#moe-pair-a[data-tensor$=".experts.0.w1.weight"]', state="attached")
     app.wait_idle()
-    tall_screenshot(app, "moe-analysis", hover="#moe-similarity", at=cell_point(app, 4, 0, (0.5, 0.5)))
+    title = page.inner_text("#moe-pair-title")
+    assert title.startswith("Expert 0 and expert 4 of layer 0 · cosine ")
+    assert float(title.split("cosine ")[1]) == pytest.approx(layer.similarity[0][4], abs=5e-5)
+    assert_pair_matches(app, demo, layer.prefix, [0, 4], "w1.weight")
+    at = cell_point(app, 4, 0, (0.5, 0.5))
+    page.locator("#moe-similarity").hover(position={"x": at[0], "y": at[1]})
+    page.wait_for_selector('#moe-sim-readout[data-i="4"][data-j="0"]')
+    readout = page.inner_text("#moe-sim-readout")
+    assert readout.startswith("expert 4 × expert 0: cosine ") and readout.endswith(" · cluster {0, 4}")
+    assert float(readout.split("cosine ")[1].split()[0]) == pytest.approx(layer.similarity[4][0], abs=1e-12)
+    tall_screenshot(app, "moe-analysis", hover="#moe-similarity", at=at)
 
 
 # --- stacked GGUF experts: the side-by-side heatmaps are slices -------------------------------------

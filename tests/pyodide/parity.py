@@ -71,8 +71,10 @@ def web_report(path: str) -> dict:
     handlers.session = session
     opened = json.loads(handlers.dispatch("open", json.dumps({"path": path}))[0])
     out = {"open": opened}
-    if opened["ok"] and opened["result"]["tensors"]:
-        first = next((row[0] for row in opened["result"]["tensors"] if not row[5]), None)
+    table = opened["result"]["tensors"] if opened["ok"] else {"columns": [], "rows": []}
+    named = [dict(zip(table["columns"], row)) for row in table["rows"]]
+    if named:
+        first = next((t["name"] for t in named if not t["problem"]), None)
         if first:
             out["tensor"] = json.loads(handlers.dispatch("tensor", json.dumps({"name": first}))[0])
             text, buffers = handlers.dispatch("heatmap", json.dumps({"name": first, "rows": 64, "cols": 64}))

@@ -3,7 +3,7 @@ one expert per step, re-clustering at another threshold, and experts' matrices s
 
 Mixed into handlers.Session, whose state it uses: `current()`, `moe` (detected when the checkpoint
 was opened), `analysis` (the last finished analysis, as measured, at its own threshold) and the
-job helpers `start_job`, `step_job`, `cancel_job`.
+running jobs `jobs` (jobs.py).
 """
 
 from __future__ import annotations
@@ -11,40 +11,11 @@ from __future__ import annotations
 from .. import colormap, redundancy
 from ..errors import UsageError
 from ..sample import Grid
+from .jobs import Job
 from .views import heatmap_reply, lattice
 
 # The similarity matrix is coloured on the fixed range [-1, 1]: -1 blue, 0 white, +1 red.
 SIMILARITY_SCALE = 1.0
-
-
-class AnalysisJob:
-    """`redundancy.analyse_steps` one step at a time (an expert measured, or compared with the
-    rest of its layer): the page shows progress and may cancel between steps."""
-
-    label = "expert analysis"
-
-    def __init__(self, checkpoint, found, threshold: float, samples: int):
-        self.steps = redundancy.analyse_steps(checkpoint, threshold, samples)
-        self.done = 0
-        self.total = sum(layer.expert_count for layer in found.layers)
-        self.analysis = None
-        self.finished = False
-
-    def step(self) -> None:
-        try:
-            self.done, self.total, self.analysis = next(self.steps)
-        except StopIteration:
-            self.finished = True
-            return
-        self.finished = self.analysis.complete
-
-    def progress(self) -> dict:
-        a = self.analysis
-        return {"done": self.done, "total": self.total, "bytes_read": a.bytes_read if a else 0,
-                "layers_done": len(a.layers) if a else 0}
-
-    def result(self) -> dict:
-        return {"analysis": analysis_json(self.analysis)}
 
 
 def analysis_json(analysis) -> dict:
@@ -88,17 +59,17 @@ class MoEOps:
         return {**plan, "file_size": ckpt.size}, []
 
     def op_moe_start(self, args):
-        job = AnalysisJob(self.current(), self.detected(), _threshold(args), _samples(args))
-        return self.start_job(job), []
-
-    def op_moe_step(self, args):
-        out, job = self.step_job(args, AnalysisJob)
-        if job.finished:
-            self.analysis = job.analysis
-        return out, []
-
-    def op_moe_cancel(self, args):
-        return self.cancel_job(args, AnalysisJob), []
+        """The analysis as a job of one step per expert measured (or compared with the rest of
+        its layer); when it finishes it is kept for moe_threshold and moe_similarity."""
+        found = self.detected()
+        steps = redundancy.analyse_steps(self.current(), _threshold(args), _samples(args))
+        job = Job("expert analysis", steps, sum(layer.expert_count for layer in found.layers),
+                  finished=lambda done, total, analysis: analysis.complete,
+                  progress=lambda a: {"bytes_read": a.bytes_read if a else 0,
+                                      "layers_done": len(a.layers) if a else 0},
+                  result=lambda analysis: {"analysis": analysis_json(analysis)},
+                  on_finish=lambda analysis: setattr(self, "analysis", analysis))
+        return self.jobs.start(job), []
 
     def op_moe_threshold(self, args):
         """Clusters and recommendations at another threshold, from the measurements (no reads)."""

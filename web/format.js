@@ -1,30 +1,6 @@
-// Small helpers shared by the page's modules: DOM building and number formatting.
+// Number and size formatting shared by the page's modules. JSON from the worker carries NaN and
+// infinities as strings (tensorloupe.jsonable.json_number).
 
-// el("div", {class: "x", text: "hi", dataset: {k: "v"}, onclick: f, title: "t"}, child, ...)
-export function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key === "text") node.textContent = value;
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (value === true) node.setAttribute(key, "");
-    else node.setAttribute(key, value);
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-export function clear(node) {
-  while (node.firstChild) node.firstChild.remove();
-  return node;
-}
-
-// JSON carries NaN and infinities as strings (see tensorloupe.stats.json_number).
 export function num(value) {
   if (value === "nan") return NaN;
   if (value === "inf") return Infinity;
@@ -89,4 +65,8 @@ export function grouped(n) {
 
 export function shapeText(shape) {
   return shape.length ? `${shape.join(" × ")}` : "scalar";
+}
+
+export function product(list) {
+  return list.reduce((a, b) => a * b, 1);
 }

@@ -166,10 +166,10 @@ def test_open_paths_with_a_config(model_folder):
     s = Session()
     paths = [str(model_folder[k]) for k in ("shard_2", "shard_1", "shard_3", "shard_index")]
     result, _ = s.handle("open", {"paths": paths, "config": str(model_folder["shard_config"])})
-    assert result["summary"]["tensor_count"] == 48 and result["summary"]["warnings"] == []
+    assert result["tensor_count"] == 48 and result["warnings"] == []
     assert (result["moe"]["top_k"], result["moe"]["top_k_source"]) == (3, "config.json num_experts_per_tok")
     result, _ = s.handle("open", {"paths": paths[:1]})
-    assert result["summary"]["warnings"][0].startswith("part 1 of 3 (model-00001-of-00003.safetensors) is missing")
+    assert result["warnings"][0].startswith("part 1 of 3 (model-00001-of-00003.safetensors) is missing")
 
 
 def test_a_broken_config_is_a_warning_not_a_failure(model_folder, tmp_path):
@@ -177,7 +177,7 @@ def test_a_broken_config_is_a_warning_not_a_failure(model_folder, tmp_path):
     result, _ = Session().handle("open", {"paths": [str(model_folder["shard_1"])],
                                           "config": str(tmp_path / "config.json")})
     assert any("config.json" in w and "not valid JSON" in w and "top-k is not taken from it" in w
-               for w in result["summary"]["warnings"])
+               for w in result["warnings"])
     assert result["moe"]["top_k"] is None
 
 
@@ -190,7 +190,7 @@ def test_open_url_reads_shards_by_ranges(served, model_folder, monkeypatch):
     s = Session()
     result, _ = s.handle("open_url", {"urls": urls, "config": config,
                                       "probes": {u: probe(u) for u in urls + [config]}})
-    assert result["summary"]["tensor_count"] == 48 and result["moe"]["top_k"] == 3
+    assert result["tensor_count"] == 48 and result["moe"]["top_k"] == 3
     name = "model.layers.2.mlp.experts.3.down_proj.weight"
     local = tensorloupe.open([str(model_folder[k]) for k in ("shard_1", "shard_2", "shard_3")])
     got, _ = s.handle("tensor", {"name": name})

@@ -11,9 +11,9 @@ import pytest
 from safetensors.numpy import save_file
 
 import tensorloupe
-from tensorloupe import colormap
+from tensorloupe import colormap, report
 from tensorloupe.jsonable import PREVIEW, bounded
-from tensorloupe.web.handlers import ExactJob, Session, dispatch
+from tensorloupe.web.handlers import Session, dispatch, exact_job
 
 
 def call(session: Session, op: str, **args):
@@ -34,22 +34,43 @@ def files(tmp_path):
     return tmp_path
 
 
+def records(result) -> list[dict]:
+    """The page's tensor table as records (what web/model.js decodes)."""
+    table = result["tensors"]
+    return [dict(zip(table["columns"], row)) for row in table["rows"]]
+
+
 def test_open_reports_summary_tensors_and_moe(files):
     s = Session()
     result, buffers = call(s, "open", path=str(files / "a.safetensors"))
     assert buffers == []
-    summary = result["summary"]
-    assert (summary["name"], summary["format"], summary["tensor_count"]) == ("a.safetensors", "safetensors", 2)
-    assert summary["parameters"] == 300 * 500 + 3 * 20 * 30
-    assert summary["parameters_by_dtype"] == [["F32", 150000, 600000], ["F16", 1800, 3600]]
-    assert sorted(row[:4] for row in result["tensors"]) == [["cube", "F16", [3, 20, 30], 3600], ["x", "F32", [300, 500], 600000]]
+    assert (result["file"], result["format"], result["tensor_count"]) == ("a.safetensors", "safetensors", 2)
+    assert result["parameters"] == 300 * 500 + 3 * 20 * 30
+    assert result["parameters_by_dtype"] == {"F32": 150000, "F16": 1800}
+    assert result["bytes_by_dtype"] == {"F32": 600000, "F16": 3600}
+    assert sorted((t["name"], t["dtype"], t["shape"], t["nbytes"]) for t in records(result)) == [
+        ("cube", "F16", [3, 20, 30], 3600), ("x", "F32", [300, 500], 600000)]
     assert result["moe"]["detected"] is False
+
+
+def test_the_page_payload_is_inspect_json(files):
+    # One serialisation of a checkpoint: the page gets `inspect --json`'s fields and tensor
+    # records (less `info`, which the "tensor" reply carries), plus page-only fields.
+    s = Session()
+    result, _ = call(s, "open", path=str(files / "a.safetensors"))
+    listing = report.inspect_json(tensorloupe.open(str(files / "a.safetensors")))
+    assert records(result) == [{k: t.get(k) for k in result["tensors"]["columns"]} for t in listing["tensors"]]
+    assert all(set(t) - {"info"} <= set(result["tensors"]["columns"]) for t in listing["tensors"])
+    page_only = {"bytes_by_dtype", "moe"}
+    assert set(result) == set(listing) | page_only
+    assert {k: v for k, v in result.items() if k not in page_only | {"tensors"}} == {
+        k: v for k, v in listing.items() if k != "tensors"}
 
 
 def test_open_demo_detects_experts():
     s = Session()
     result, _ = call(s, "open_demo")
-    assert result["summary"]["name"] == "demo-moe.safetensors"
+    assert result["file"] == "demo-moe.safetensors"
     assert result["moe"]["detected"] and result["moe"]["expert_count"] == 8 and result["moe"]["top_k"] == 2
 
 
@@ -89,26 +110,27 @@ def test_heatmap_plane_and_index(files):
 
 def test_stepwise_exact_stats_equal_exact_stats(files):
     t = tensorloupe.open(files / "a.safetensors").tensor("x")
-    job = ExactJob(t, chunk_elems=4096)     # many steps, as for a large tensor
+    job = exact_job(t, chunk_elems=4096)     # many steps, as for a large tensor
     steps = 0
     while not job.finished:
         job.step()
         steps += 1
     assert steps == math.ceil(150000 / 4096)
-    assert job.stats.to_json() == tensorloupe.exact_stats(t, chunk_elems=4096).to_json()
+    assert job.result()["stats"] == tensorloupe.exact_stats(t, chunk_elems=4096).to_json()
 
 
 def test_exact_stats_messages_and_cancel(files):
     s = Session()
     call(s, "open", path=str(files / "a.safetensors"))
     started, _ = call(s, "exact_start", name="x")
-    step, _ = call(s, "exact_step", job=started["job"])
+    step, _ = call(s, "job_step", job=started["job"])
     assert step["finished"] and step["done"] == step["total"] == 150000
     assert step["stats"]["nan"] == 1
     started, _ = call(s, "exact_start", name="x")
-    assert call(s, "exact_cancel", job=started["job"])[0] == {"cancelled": True}
+    assert call(s, "job_cancel", job=started["job"])[0] == {"cancelled": True}
+    assert call(s, "job_cancel", job=started["job"])[0] == {"cancelled": False}
     with pytest.raises(tensorloupe.TensorloupeError, match="not running"):
-        s.handle("exact_step", {"job": started["job"]})
+        s.handle("job_step", {"job": started["job"]})
 
 
 def test_a_failed_open_keeps_the_previous_checkpoint(files, monkeypatch):
@@ -147,6 +169,7 @@ def test_hello_sends_the_palette():
     result, (palette,) = call(Session(), "hello")
     assert palette == colormap.palette_rgba()
     assert result["palette_levels"] == colormap.GRADIENT_LEVELS
+    assert result["jobs"] == ["exact", "moe"]      # the worker steps these (jobs.py)
 
 
 # --- the Experts tab: the redundancy analysis as a job, the threshold, experts side by side -------
@@ -157,7 +180,7 @@ def run_moe(s: Session, **args) -> tuple[list[dict], dict]:
     assert started["done"] == 0 and not started["finished"]
     replies = []
     while True:
-        step, _ = call(s, "moe_step", job=started["job"])
+        step, _ = call(s, "job_step", job=started["job"])
         if step["finished"]:
             return replies, step
         replies.append(step)
@@ -207,14 +230,19 @@ def test_moe_cancel_and_errors(files):
         s.handle("moe_start", {})
     call(s, "open_demo")
     started, _ = call(s, "moe_start")
-    call(s, "moe_step", job=started["job"])
-    assert call(s, "moe_cancel", job=started["job"])[0] == {"cancelled": True}
-    with pytest.raises(tensorloupe.TensorloupeError, match="expert analysis job .* not running"):
-        s.handle("moe_step", {"job": started["job"]})
-    # An exact-statistics job id is not an analysis job, and the other way round.
+    call(s, "job_step", job=started["job"])
     exact, _ = call(s, "exact_start", name="lm_head.weight")
-    assert call(s, "moe_cancel", job=exact["job"])[0] == {"cancelled": False}
-    assert call(s, "exact_cancel", job=exact["job"])[0] == {"cancelled": True}
+    assert exact["job"] != started["job"]           # two jobs at once, each by its own number
+    assert call(s, "job_cancel", job=started["job"])[0] == {"cancelled": True}
+    with pytest.raises(tensorloupe.TensorloupeError, match="not running"):
+        s.handle("job_step", {"job": started["job"]})
+    assert s.analysis is None                       # a cancelled analysis is not kept
+    assert call(s, "job_step", job=exact["job"])[0]["finished"]
+    # Opening another checkpoint drops the jobs of the one before.
+    started, _ = call(s, "moe_start")
+    call(s, "open_demo")
+    with pytest.raises(tensorloupe.TensorloupeError, match="not running"):
+        s.handle("job_step", {"job": started["job"]})
 
 
 def test_moe_similarity_pixels():
@@ -270,7 +298,7 @@ def test_torch_offsets_are_found_on_first_use(tmp_path):
     torch.save({"a": torch.arange(6.0), "b": torch.ones(3, 4)}, path)
     s = Session()
     result, _ = call(s, "open", path=str(path))
-    assert [row[4] for row in result["tensors"]] == [None, None]
+    assert [t["offset"] for t in records(result)] == [None, None]
     reply, _ = call(s, "tensor", name="b")
     with zipfile.ZipFile(path) as z:
         info = next(i for i in z.infolist() if i.filename.endswith("data/1"))

@@ -1,0 +1,36 @@
+// DOM helpers shared by every module of the page: the one `$`, element building, and the fact
+// tiles of the Summary and Experts panels.
+
+export const $ = (id) => document.getElementById(id);
+
+// el("div", {class: "x", text: "hi", dataset: {k: "v"}, onclick: f, title: "t"}, child, ...)
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value === true) node.setAttribute(key, "");
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+export function clear(node) {
+  while (node.firstChild) node.firstChild.remove();
+  return node;
+}
+
+// One fact tile: a label, a value, an optional detail line (tests find it by data-key).
+export function fact(key, label, value, detail) {
+  return el("div", {class: "fact", dataset: {key}},
+    el("div", {class: "fact-label", text: label}),
+    el("div", {class: "fact-value", text: value}),
+    detail ? el("div", {class: "fact-detail", text: detail}) : null);
+}

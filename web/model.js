@@ -1,0 +1,18 @@
+// The open checkpoint as the page holds it: the worker's model payload (tensorloupe.web.handlers
+// model_payload: `inspect --json`'s fields, plus bytes_by_dtype and moe) with its tensor table
+// turned back into records. This is the one place that knows the table's encoding.
+
+// payload.tensors: {columns: ["name", "dtype", ...], rows: [[...], ...]}. Each record gets the
+// column names as keys, the keys of `tensorloupe inspect --json`'s tensors: {name, dtype, shape,
+// numel, nbytes, offset (null until known), strides, problem}.
+export function decodeModel(payload) {
+  const {columns, rows} = payload.tensors;
+  const tensors = rows.map((row) => Object.fromEntries(columns.map((key, i) => [key, row[i]])));
+  const byName = new Map(tensors.map((t) => [t.name, t]));
+  return {...payload, tensors, tensor: (name) => byName.get(name) || null};
+}
+
+// The tensor shown first: the first readable matrix, else the first tensor.
+export function firstTensor(model) {
+  return model.tensors.find((t) => t.shape.length >= 2 && !t.problem) || model.tensors[0] || null;
+}
