@@ -22,6 +22,7 @@ const {request, cancel} = startWorker({
     ctx.palette = {rgba: new Uint8Array(palette.buffer), levels: info.palette_levels};
     busy.ready();
     document.body.dataset.python = "ready";
+    document.body.dataset.jspi = info.jspi ? "on" : "off";   // many reads at once, or one at a time
     document.body.dataset.readyMs = String(Math.round(performance.now()));
     document.body.dataset.bootMs = String(Math.round(timings.ready_ms));
     $("build-info").textContent = `Python ${info.python} · build ${info.build}`;

@@ -13,7 +13,10 @@ export class RequestError extends Error {
 // hooks: {status(message), ready({info, palette, timings}), fatal(message), io(io),
 //         busy: {start(id, label), stop(id)}}
 export function startWorker(hooks) {
-  const worker = new Worker(new URL("./worker.mjs", import.meta.url), {type: "module"});
+  const script = new URL("./worker.mjs", import.meta.url);
+  // ?jspi=0 on the page's address: the worker reads one range at a time (the tested fallback).
+  if (new URLSearchParams(location.search).get("jspi") === "0") script.search = "?jspi=0";
+  const worker = new Worker(script, {type: "module"});
   const pending = new Map();
   let nextId = 1;
   const showPending = () => { document.body.dataset.pending = String(pending.size); };

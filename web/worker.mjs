@@ -20,6 +20,15 @@
 const BUILD = "__TENSORLOUPE_BUILD__";
 const WHEEL = "__TENSORLOUPE_WHEEL__";
 
+// JSPI (stack switching): Python entered with callPromising can wait for many reads at once
+// (pyodide.ffi.run_sync): every slice of a File, every Range request of a URL in flight together.
+// `?jspi=0` on this script's address (the page passes its own) turns it off: Python then reads one
+// range at a time, synchronously, as in browsers without JSPI; the tests use it for that fallback.
+const JSPI = typeof WebAssembly.Suspending === "function"
+  && new URL(self.location.href).searchParams.get("jspi") !== "0";
+const files = new Map();     // mounted path -> File, for the slices Python asks for all at once
+const heads = new Map();     // url -> the probe's first bytes (the header), until Python took them
+
 let JOBS = new Set();        // the ops that are jobs (from Python's "hello")
 const queue = [];            // requests waiting for Python, in arrival order
 const jobs = [];             // running jobs, stepped between requests
@@ -49,10 +58,17 @@ self.onmessage = (event) => {
 // between the steps of a long job.
 const tick = new MessageChannel();
 let scheduled = false;
-tick.port1.onmessage = () => {
+let busy = false;            // Python is running (with JSPI it may be suspended on reads)
+tick.port1.onmessage = async () => {
   scheduled = false;
-  if (queue.length) handle(queue.shift());
-  else if (jobs.length) step(jobs[0]);
+  if (busy) return;
+  busy = true;
+  try {
+    if (queue.length) await handle(queue.shift());
+    else if (jobs.length) await step(jobs[0]);
+  } finally {
+    busy = false;
+  }
   if (queue.length || jobs.length) schedule();
 };
 function schedule() {
@@ -66,8 +82,9 @@ function reply(id, envelope, buffers = []) {
   self.postMessage({id, ...envelope, buffers}, buffers.map((b) => b.buffer));
 }
 
-function call(op, args) {
-  const proxy = dispatch(op, JSON.stringify(args ?? {}));
+async function call(op, args) {
+  const json = JSON.stringify(args ?? {});
+  const proxy = JSPI ? await dispatch.callPromising(op, json) : dispatch(op, json);
   try {
     const [text, parts] = proxy.toJs({depth: 2});
     const buffers = parts.map((part) => {
@@ -81,26 +98,26 @@ function call(op, args) {
   }
 }
 
-function handle(message) {
+async function handle(message) {
   const {id, op, args} = message;
   try {
-    if (op === "mount") return reply(id, call("group", {files: mount(message.files)}).envelope);
-    if (op === "open_url") return openUrls(id, args);
+    if (op === "mount") return reply(id, (await call("group", {files: mount(message.files)})).envelope);
+    if (op === "open_url") return await openUrls(id, args);
     if (op === "memory") return reply(id, {ok: true, result: memory()});
     if (JOBS.has(op)) {
-      const {envelope} = call(`${op}_start`, args);
+      const {envelope} = await call(`${op}_start`, args);
       if (!envelope.ok) return reply(id, envelope);
       jobs.push({id, op, job: envelope.result.job});
       return self.postMessage({id, progress: envelope.result, io: envelope.io});
     }
-    const {envelope, buffers} = call(op, args);
+    const {envelope, buffers} = await call(op, args);
     reply(id, envelope, buffers);
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }
 }
 
-function step(job) {
+async function step(job) {
   const finish = (envelope) => {
     jobs.splice(jobs.indexOf(job), 1);
     cancelled.delete(job.id);
@@ -108,10 +125,10 @@ function step(job) {
   };
   try {
     if (cancelled.has(job.id)) {
-      call("job_cancel", {job: job.job});
+      await call("job_cancel", {job: job.job});
       return finish({ok: false, error: {kind: "Cancelled", message: "cancelled"}});
     }
-    const {envelope} = call("job_step", {job: job.job});
+    const {envelope} = await call("job_step", {job: job.job});
     if (!envelope.ok || envelope.result.finished) return finish(envelope);
     self.postMessage({id: job.id, progress: envelope.result, io: envelope.io});
   } catch (error) {
@@ -135,6 +152,7 @@ function mount(given) {
   });
   pyodide.FS.mkdirTree(dir);
   pyodide.FS.mount(pyodide.FS.filesystems.WORKERFS, {blobs}, dir);
+  blobs.forEach(({name, data}) => files.set(`${dir}/${name}`, data));
   return given.map(({file, rel, folder}, i) => ({
     rel: rel || file.name, path: `${dir}/${blobs[i].name}`, size: file.size, folder: Boolean(folder)}));
 }
@@ -147,11 +165,13 @@ function mount(given) {
 async function probe(url) {
   const controller = new AbortController();
   try {
-    const response = await fetch(url, {headers: {Range: "bytes=0-0"}, cache: "no-store", signal: controller.signal});
+    // The first 64 KiB, not one byte: the header every reader starts with comes in this request.
+    const response = await fetch(url, {headers: {Range: `bytes=0-${HEAD_BYTES - 1}`}, cache: "no-store", signal: controller.signal});
     const seen = {status: response.status, reason: response.statusText, total: null};
     if (response.status === 206) {
       seen.total = rangeTotal(response.headers.get("Content-Range"));
-      await response.arrayBuffer();
+      heads.set(url, await response.arrayBuffer());
+      seen.head = true;
       if (seen.total === null) {
         // Content-Range hidden by CORS: Content-Length of a HEAD is always readable.
         const head = await fetch(url, {method: "HEAD", cache: "no-store"});
@@ -167,6 +187,33 @@ async function probe(url) {
   }
 }
 
+const HEAD_BYTES = 1 << 16;   // = tensorloupe.source.HEAD_BYTES
+
+// Python's vectored reads (web/blobs.py, web/remote.py): every slice or Range request started
+// together; Python waits for all of them in one suspension (run_sync).
+self.tensorloupeSlices = (path, ranges) => {
+  const file = files.get(path);
+  return Promise.all(ranges.map(([offset, n]) => file.slice(offset, offset + n).arrayBuffer()));
+};
+self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, last]) => {
+  const controller = new AbortController();
+  try {
+    const response = await fetch(url, {headers: {Range: `bytes=${first}-${last}`}, cache: "no-store", signal: controller.signal});
+    const answer = {status: response.status, reason: response.statusText,
+                    contentRange: response.headers.get("Content-Range"), data: null};
+    if (response.status === 206) answer.data = await response.arrayBuffer();
+    else controller.abort();   // never download a whole file that ignores Range
+    return answer;
+  } catch (error) {
+    return {error: String(error && error.message || error)};
+  }
+}));
+self.tensorloupeHead = (url) => {
+  const head = heads.get(url);
+  heads.delete(url);
+  return head;
+};
+
 function rangeTotal(header) {
   const match = /\/(\d+)\s*$/.exec(header || "");
   return match ? Number(match[1]) : null;
@@ -177,7 +224,8 @@ async function openUrls(id, args) {
     const urls = [...(args.urls || []), ...(args.config ? [args.config] : [])];
     const seen = await Promise.all(urls.map(probe));
     const probes = Object.fromEntries(urls.map((url, i) => [url, seen[i]]));
-    reply(id, call("open_url", {...args, probes}).envelope);
+    reply(id, (await call("open_url", {...args, probes})).envelope);
+    for (const url of urls) heads.delete(url);
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }
@@ -208,10 +256,10 @@ async function boot() {
     // By URL, from our origin: never a package name (a name not in the lock goes off-site).
     await pyodide.loadPackage(new URL(`./${WHEEL}`, import.meta.url).href, {messageCallback: () => {}});
     dispatch = pyodide.pyimport("tensorloupe.web").dispatch;
-    const {envelope, buffers} = call("hello", {});
+    const {envelope, buffers} = await call("hello", {});
     JOBS = new Set(envelope.result.jobs);
     timings.ready_ms = performance.now() - started;
-    self.postMessage({type: "ready", info: {...envelope.result, build: BUILD}, palette: buffers[0], timings},
+    self.postMessage({type: "ready", info: {...envelope.result, build: BUILD, jspi: JSPI}, palette: buffers[0], timings},
                      [buffers[0].buffer]);
     schedule();
   } catch (error) {

@@ -22,7 +22,7 @@ from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
 from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
-from . import files, remote
+from . import blobs, files, remote
 from .jobs import Job, Jobs
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice
@@ -59,7 +59,10 @@ class Session(MoEOps):
         ckpt = self.checkpoint
         if ckpt is None:
             return None
-        return {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads(), "size": ckpt.size}
+        # batches: vectored reads served all at once (JSPI; 0 where reads go one at a time)
+        batches = sum(getattr(s.root(), "batches", 0) for s in ckpt.sources)
+        return {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads(), "size": ckpt.size,
+                "batches": batches}
 
     def current(self) -> Checkpoint:
         if self.checkpoint is None:
@@ -90,9 +93,10 @@ class Session(MoEOps):
         """One file (`path`) or the files of one checkpoint (`paths`: shards, index), with the
         model's config.json (`config`) if it was given too."""
         config = self._config(args.get("config"), files.load_config)
+        # Mounted browser Files: vectored reads are all their slices at once (web/blobs.py).
         if "paths" in args:
-            return self._adopt(open_checkpoint(list(args["paths"])), *config)
-        return self._adopt(open_checkpoint(args["path"], name=args.get("name")), *config)
+            return self._adopt(open_checkpoint([blobs.open_blob(p) for p in args["paths"]]), *config)
+        return self._adopt(open_checkpoint(blobs.open_blob(args["path"], args.get("name"))), *config)
 
     def op_open_url(self, args):
         """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py)."""
