@@ -15,7 +15,11 @@ export class RequestError extends Error {
 export function startWorker(hooks) {
   const script = new URL("./worker.mjs", import.meta.url);
   // ?jspi=0 on the page's address: the worker reads one range at a time (the tested fallback).
-  if (new URLSearchParams(location.search).get("jspi") === "0") script.search = "?jspi=0";
+  // ?snapshot=0: boot from scratch without a memory snapshot (tests, benchmarks).
+  const params = new URLSearchParams(location.search);
+  for (const key of ["jspi", "snapshot"]) {
+    if (params.get(key) === "0") script.searchParams.set(key, "0");
+  }
   const worker = new Worker(script, {type: "module"});
   const pending = new Map();
   let nextId = 1;
@@ -45,6 +49,7 @@ export function startWorker(hooks) {
     if (data.type === "status") return hooks.status(data.message);
     if (data.type === "ready") return hooks.ready(data);
     if (data.type === "fatal") return hooks.fatal(data.message);
+    if (data.type === "snapshot") return hooks.snapshot?.(data);
     const entry = pending.get(data.id);
     if (!entry) return;          // a late reply to a request nobody waits for any more
     if (data.io) hooks.io(data.io);

@@ -240,21 +240,112 @@ function status(stage, message) {
   self.postMessage({type: "status", stage, message});
 }
 
+// --- boot: from a memory snapshot when one of this build is stored, else from scratch ----------
+//
+// Starting the interpreter costs ~4 s of CPU on every visit; a memory snapshot of it with the
+// library imported (pyodide's underscore API `_makeSnapshot` / `makeMemorySnapshot` /
+// `_loadSnapshot`, pinned version) restores in ~0.4 s. It is a cache: kept in IndexedDB under
+// the build's hash, made during a boot from scratch (before Python holds any JavaScript object,
+// which the snapshot cannot contain) and stored once Python is ready; a snapshot that fails to
+// restore, or one of another build, is replaced. `?snapshot=0` on this script's address boots
+// from scratch without one (tests, and bench/browser_open.py's cold figures).
+const SNAPSHOTS = new URL(self.location.href).searchParams.get("snapshot") !== "0";
+const DB = "tensorloupe-snapshots";
+
+function database() {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(DB, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore("snapshots");
+    open.onsuccess = () => resolve(open.result);
+    open.onerror = () => reject(open.error);
+  });
+}
+
+async function stored(action) {
+  const db = await database();
+  try {
+    return await new Promise((resolve, reject) => {
+      const tx = db.transaction("snapshots", "readwrite");
+      const request = action(tx.objectStore("snapshots"));
+      tx.oncomplete = () => resolve(request && request.result);
+      tx.onerror = () => reject(tx.error);
+    });
+  } finally {
+    db.close();
+  }
+}
+
+async function savedSnapshot() {
+  try {
+    const found = await stored((store) => store.get(BUILD));
+    return found instanceof ArrayBuffer || ArrayBuffer.isView(found) ? found : null;
+  } catch {
+    return null;   // no IndexedDB (private mode, quota): boot from scratch
+  }
+}
+
+async function saveSnapshot(bytes) {
+  try {
+    await stored((store) => { store.clear(); return store.put(bytes, BUILD); });   // one build kept
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// The library, unpacked from our wheel into site-packages by Python's zipfile (loadPackage would
+// leave JavaScript references the snapshot cannot hold). Also after a restore: the snapshot holds
+// the imported modules, not the files a later import reads.
+async function installWheel() {
+  const response = await fetch(new URL(`./${WHEEL}`, import.meta.url));
+  if (!response.ok) throw new Error(`the library (${WHEEL}) could not be loaded: ${response.status}`);
+  pyodide.FS.writeFile("/tmp/tensorloupe.whl", new Uint8Array(await response.arrayBuffer()));
+  pyodide.runPython(`
+import importlib, sysconfig, zipfile
+with zipfile.ZipFile("/tmp/tensorloupe.whl") as wheel:
+    wheel.extractall(sysconfig.get_paths()["purelib"])
+importlib.invalidate_caches()
+`);
+}
+
+// Everything the page's requests import, imported before the snapshot is taken.
+const PRELOAD = `
+import pkgutil, importlib, tensorloupe
+for module in pkgutil.walk_packages(tensorloupe.__path__, "tensorloupe."):
+    importlib.import_module(module.name)
+`;
+
 async function boot() {
   const started = performance.now();
   const timings = {};
+  const options = {
+    indexURL: new URL("./pyodide/", import.meta.url).href,
+    stdout: (text) => console.log(text),
+    stderr: (text) => console.warn(text),
+  };
   try {
     status("runtime", "Loading the Python runtime…");
     const {loadPyodide} = await import("./pyodide/pyodide.mjs");
-    pyodide = await loadPyodide({
-      indexURL: new URL("./pyodide/", import.meta.url).href,
-      stdout: (text) => console.log(text),
-      stderr: (text) => console.warn(text),
-    });
+    const saved = SNAPSHOTS ? await savedSnapshot() : null;
+    let snapshot = null;
+    timings.boot = "fresh";
+    if (saved) {
+      try {
+        pyodide = await loadPyodide({...options, _loadSnapshot: saved});
+        timings.boot = "snapshot";
+      } catch (error) {
+        console.warn(`the stored snapshot did not restore (${error && error.message || error}): booting from scratch`);
+        pyodide = null;
+      }
+    }
+    if (!pyodide) pyodide = await loadPyodide({...options, _makeSnapshot: SNAPSHOTS});
     timings.runtime_ms = performance.now() - started;
     status("library", "Loading tensorloupe…");
-    // By URL, from our origin: never a package name (a name not in the lock goes off-site).
-    await pyodide.loadPackage(new URL(`./${WHEEL}`, import.meta.url).href, {messageCallback: () => {}});
+    await installWheel();
+    if (timings.boot === "fresh" && SNAPSHOTS) {
+      pyodide.runPython(PRELOAD);
+      snapshot = pyodide.makeMemorySnapshot();
+    }
     dispatch = pyodide.pyimport("tensorloupe.web").dispatch;
     const {envelope, buffers} = await call("hello", {});
     JOBS = new Set(envelope.result.jobs);
@@ -262,6 +353,11 @@ async function boot() {
     self.postMessage({type: "ready", info: {...envelope.result, build: BUILD, jspi: JSPI}, palette: buffers[0], timings},
                      [buffers[0].buffer]);
     schedule();
+    if (snapshot) {
+      // Stored after the page is answered: the next visit boots from it.
+      const saved = await saveSnapshot(snapshot);
+      self.postMessage({type: "snapshot", stored: saved, bytes: snapshot.byteLength});
+    }
   } catch (error) {
     self.postMessage({type: "fatal", message: `Python could not start: ${error && error.message || error}`});
   }
