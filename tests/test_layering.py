@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pylib" / "tensorloupe"
 
 # Lowest first. A module may import from its own layer or any lower one (never upward).
 LAYERS = [
-    ["errors", "jsonable"],
+    ["errors", "jsonable", "http_reply"],
     ["source", "dtypes", "unpickling", "parallel", "http_pool"],
     ["model"],
     ["formats"],

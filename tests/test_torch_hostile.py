@@ -98,6 +98,9 @@ def test_attack_is_reported_and_never_runs(name, tmp_path, request):
     assert not canary.exists()
     assert set(sys.modules) == modules  # nothing imported, not even argparse or subprocess
     assert set(dangerous) <= set(ckpt.extras["safety"]["dangerous"])
+    # the command the attack carries is shown (its first call's arguments, or a later call's)
+    shown_args = json.dumps(ckpt.extras["safety"]["calls"])
+    assert str(canary) in shown_args or "touch" in shown_args
     assert "dangerous globals" in ckpt.warnings[0] and dangerous[0] in ckpt.warnings[0]
     assert ckpt.tensors == []
     json.dumps(ckpt.metadata)
@@ -129,10 +132,11 @@ def test_malicious_data_pkl_in_a_torch_save_file(tmp_path, monkeypatch):
                                         "args": [f"touch {tf.CANARY_NAME}"]}
 
 
-def test_unregistered_extension_code_is_an_inert_unknown(tmp_path):
+def test_unregistered_extension_code_is_inert(tmp_path):
+    # a real unpickler stops at an unregistered extension code: nothing can run
     ckpt = tensorloupe.open(evil_zip(tmp_path, b"\x80\x02\x82\xf2" + text("x") + b"\x85R."))
     (entry,) = ckpt.extras["safety"]["globals"]
-    assert entry["verdict"] == "unknown" and "unregistered_code_242" in entry["name"]
+    assert entry["verdict"] == "inert" and "unregistered_code_242" in entry["name"]
 
 
 # --- resource bombs: one per test, each with its own clear error ------------------------------------
@@ -267,3 +271,208 @@ def test_random_corruption_raises_only_our_errors(corpus, data):
 def test_random_truncation_raises_only_our_errors(corpus, data):
     name = data.draw(st.sampled_from(sorted(corpus)))
     _exercise(corpus[name][:data.draw(st.integers(0, len(corpus[name])))], name)
+
+
+# --- the hardening audit's crafted files (fixtures/hostile_files.py, issue 10) ---------------------
+
+import hostile_files as hf  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import shutil  # noqa: E402
+import zipfile  # noqa: E402
+
+from tensorloupe.errors import FormatError  # noqa: E402
+from tensorloupe.formats.pytorch import globals as torch_globals  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hostile")
+    return {key.split("/", 1)[1]: path for key, path in hf.write_all(out).items()}
+
+
+PYLIB_ENV = {**os.environ, "PYTHONPATH": str(Path(tensorloupe.__file__).resolve().parent.parent)}
+
+
+def torch_runs_it(path: Path, tmp_path: Path) -> bool:
+    """torch.load(weights_only=False) in a throwaway subprocess, in an empty folder: does the
+    pickle torch picks create the canary (a relative path, so it lands in that folder)?"""
+    folder = tmp_path / "torch_load"
+    folder.mkdir()
+    shutil.copy(path, folder / "f.pt")
+    subprocess.run([sys.executable, "-c", "import torch; torch.load('f.pt', weights_only=False)"],
+                   cwd=folder, capture_output=True, timeout=120)
+    return (folder / hf.CANARY).exists()
+
+
+# Which pickle torch 2.13 unpickles (checked below against torch.load itself): the evil pickle is
+# written first or last, as a duplicate name or a case variant of archive/data.pkl; a pickle in
+# front of a valid ZIP; an evil data.pkl with a wrong CRC-32.
+TORCH_RUNS = {"dup_pickle_first.pt": False, "dup_pickle_last.pt": True,
+              "case_pickle_first.pt": False, "case_pickle_last.pt": True,
+              "pickle_before_zip.pt": True, "bad_crc.pt": True}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_RUNS))
+def test_the_report_covers_what_torch_would_unpickle(hostile, name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where our own reading would create the canary (it must not)
+    ckpt = tensorloupe.open(hostile[name])
+    assert not (tmp_path / hf.CANARY).exists()
+    safety = ckpt.extras["safety"]
+    # never a clean report: every data.pkl torch could open is in it, with a loud note
+    assert "builtins.open" in safety["dangerous"]
+    assert safety["notes"] and any(w.startswith("SAFETY: ") for w in ckpt.warnings)
+    assert safety["calls"][0] == {"global": "builtins.open", "args": [hf.CANARY, "w"]}
+    # and what is shown is what torch unpickles: the evil pickle has no tensors
+    assert (ckpt.tensors == []) == TORCH_RUNS[name] == torch_runs_it(hostile[name], tmp_path)
+
+
+def test_a_data_pkl_spelled_in_other_case_alone_is_found_and_noted(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    members = [("archive/DATA.PKL" if name.endswith("data.pkl") else name, data)
+               for name, data in hf._members(hf.benign())]
+    path = tmp_path / "upper.pt"
+    path.write_bytes(hf.rezip(members))
+    assert torch.load(path, weights_only=True)["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    ckpt = tensorloupe.open(path)
+    assert tensorloupe.values(ckpt.tensor("w")) == [0.0, 1.0, 2.0, 3.0]
+    assert "named 'archive/DATA.PKL', not 'archive/data.pkl'" in ckpt.extras["safety"]["notes"][0]
+
+
+def test_member_lookup_matches_torch_on_shuffled_archives(tmp_path):
+    # Archives with several data.pkl spelled alike (duplicates, other case), each a pickle of a
+    # different int, in random order among other members: torch.load (weights_only=True: only
+    # ints) says which one torch's reader opens; tensorloupe must show the same.
+    rng = random.Random(10)
+    for trial in range(25):
+        members = [(f"archive/data/{i}", b"") for i in range(rng.randint(0, 12))]
+        members += [("archive/version", b"3\n"), ("archive/byteorder", b"little")]
+        spellings = ["data.pkl", "DATA.pkl", "Data.Pkl", "data.PKL", "dAtA.pkl"]
+        for value in range(rng.randint(2, 5)):
+            name = "archive/" + rng.choice(spellings)
+            members.append((name, pickle.dumps(1000 + value, protocol=2)))
+        rng.shuffle(members)
+        path = tmp_path / f"shuffled{trial}.pt"
+        path.write_bytes(hf.rezip(members))
+        expected = torch.load(path, weights_only=True)
+        ckpt = tensorloupe.open(path)
+        assert ckpt.metadata == {"root": expected}, [n for n, _ in members]
+
+
+def test_a_stored_member_whose_zip64_size_lies_is_not_read(hostile):
+    # archive/data/0 holds 16 bytes; the central directory's ZIP64 extra says 2**62, so the
+    # tensor (2**60 floats) would read the bytes of whatever follows the member
+    with zipfile.ZipFile(hostile["zip64_size_lie.pt"]) as archive:
+        info = archive.getinfo("archive/data/0")
+        assert (info.file_size, info.compress_size) == (1 << 62, 16)
+    (tensor,) = tensorloupe.open(hostile["zip64_size_lie.pt"]).tensors
+    assert "stored with 16 bytes but declares 4611686018427387904" in tensor.problem
+    with pytest.raises(TensorloupeError):
+        tensorloupe.values(tensor, 0, 4)
+
+
+def test_newobj_on_a_rebuild_function_is_refused_as_torch_does(hostile):
+    for weights_only in (True, False):  # the file names only torch's rebuild functions
+        with pytest.raises((TypeError, pickle.UnpicklingError), match="type"):
+            torch.load(hostile["newobj_tensor.pt"], weights_only=weights_only)
+    with pytest.raises(FormatError, match="NEWOBJ applied to the function "
+                                          "torch._utils._rebuild_tensor_v2: torch refuses"):
+        tensorloupe.open(hostile["newobj_tensor.pt"])
+
+
+def test_a_plain_pickle_gets_a_safety_report(hostile):
+    ckpt = tensorloupe.open(hostile["plain_evil.pkl"])
+    assert ckpt.format == "pickle" and ckpt.tensors == []
+    assert ckpt.extras["safety"]["dangerous"] == ["builtins.open"]
+    assert "unpickles its first 57 bytes" in ckpt.extras["safety"]["notes"][0]
+
+
+def test_build_on_a_global_is_flagged(hostile):
+    safety = tensorloupe.open(hostile["build_on_global.pt"]).extras["safety"]
+    row = next(g for g in safety["globals"] if g["name"] == "torch._utils._rebuild_tensor_v2")
+    assert row["verdict"] == "dangerous" and "BUILD sets its attributes" in row["reason"]
+    assert "torch._utils._rebuild_tensor_v2" in safety["dangerous"]
+
+
+def test_the_command_a_call_carries_is_shown(hostile):
+    command = f"touch {hf.CANARY}; echo pwned"
+    ckpt = tensorloupe.open(hostile["command_call.pt"])
+    assert ckpt.extras["safety"]["calls"] == [{"global": "os.system", "args": [command]}]
+    out = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect",
+                          str(hostile["command_call.pt"])], capture_output=True, text=True,
+                         env=PYLIB_ENV)
+    assert f'call never made: os.system("{command}")' in out.stdout
+    assert "DANGEROUS  os.system  ×1  (runs a shell command)" in out.stdout
+    report = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", "--json",
+                             str(hostile["command_call.pt"])], capture_output=True, text=True,
+                            env=PYLIB_ENV)
+    assert json.loads(report.stdout)["extras"]["safety"]["calls"][0]["args"] == [command]
+
+
+def test_huge_ints_in_shapes_and_storages_give_problems_not_tracebacks(hostile):
+    # 10**5000: str() of it raises ValueError (more than 4,300 digits)
+    (tensor,) = tensorloupe.open(hostile["big_int_shape.pt"]).tensors
+    assert "not integers in 0..2**63-1" in tensor.problem
+    json.dumps(tensor.to_json())
+    for args in (["inspect"], ["inspect", "--json"]):
+        run = subprocess.run([sys.executable, "-m", "tensorloupe.cli", *args,
+                              str(hostile["big_int_shape.pt"])], capture_output=True, text=True,
+                             env=PYLIB_ENV)
+        assert run.returncode == 0 and "Traceback" not in run.stderr
+    with pytest.raises(FormatError, match="invalid key or element count"):
+        tensorloupe.open(hostile["big_int_storage.pt"])
+    with pytest.raises(FormatError, match="unknown legacy serialization version"):
+        tensorloupe.open(hostile["legacy_big_version.pt"])
+
+
+def test_a_deeply_nested_plain_pickle_is_refused_not_recursed(hostile):
+    with pytest.raises(LimitError, match="nest deeper than 200"):
+        tensorloupe.open(hostile["deep_first_pickle.pt"])
+
+
+def test_hash_flooding_keys_cost_nothing(hostile):
+    # 40,000 keys k*(2**61-1) all hash to 0: the dict took 9 s (80,000: 37 s) before the keys
+    # whose hash a pickle can choose were wrapped
+    start = time.perf_counter()
+    ckpt = tensorloupe.open(hostile["hash_flood.pt"])
+    assert time.perf_counter() - start < 5
+    assert ckpt.metadata["…"] == "39,937 more entries" and len(ckpt.metadata) == 64
+    with pytest.raises(LimitError, match="memo index"):
+        tensorloupe.open(hostile["memo_flood.pt"])
+
+
+def peak_rss_mb(path: Path) -> tuple[str, int]:
+    """Open `path` in a fresh interpreter: (its one-line outcome, its peak RSS in MB)."""
+    # VmHWM, not ru_maxrss: Linux keeps the forking parent's (pytest + torch) ru_maxrss across exec
+    code = ("import re, sys, tensorloupe\n"
+            "try:\n    tensorloupe.open(sys.argv[1]); out = 'opened'\n"
+            "except tensorloupe.TensorloupeError as e:\n    out = str(e)\n"
+            "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+            "print(int(hwm) // 1024, out)")
+    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                         timeout=120, env=PYLIB_ENV)
+    peak, out = run.stdout.split(" ", 1)
+    return out, int(peak)
+
+
+def test_the_stack_bomb_stops_at_the_object_limit(hostile):
+    # 15M EMPTY_LISTs in a 31 KB file (deflated): ~1 GB of lists before; now 2.5M objects at most
+    out, peak = peak_rss_mb(hostile["stack_bomb.pt"])
+    assert "makes more than 2500000 objects" in out
+    assert peak < 260
+
+
+def test_the_memo_laughs_fail_before_any_name_is_built(hostile):
+    # 10**9 names from 1 KB: 194 MB were built before the limit fired
+    out, peak = peak_rss_mb(hostile["laughs.pt"])
+    assert "names more than 1048576 tensors" in out
+    assert peak < 60
+
+
+def test_a_data_pkl_over_16_mib_is_refused_before_it_is_inflated(tmp_path):
+    path = tf.write_torch_zip(tmp_path / "big.pt", b"\x80\x02}.", {})
+    blob = bytearray(path.read_bytes())
+    struct.pack_into("<I", blob, blob.index(b"PK\x01\x02") + 24, 20 << 20)  # 20 MiB declared
+    path.write_bytes(bytes(blob))
+    with pytest.raises(LimitError, match="data.pkl' is larger than the limit"):
+        tensorloupe.open(path)

@@ -89,7 +89,12 @@ def test_magic_and_version_are_checked():
         torch_legacy.read(MemorySource(bad, "v.pt"))
     assert torch_legacy.sniff(bad, len(bad), "v.pt")
     assert torch_legacy.sniff(pickle.dumps(torch_legacy.MAGIC_NUMBER, protocol=0), 0, "x")
-    assert not torch_legacy.sniff(pickle.dumps(12345, protocol=2), 0, "x")
+    # any other binary pickle is what torch.load's legacy path would unpickle: read for its report
+    plain = pickle.dumps(12345, protocol=2)
+    assert torch_legacy.sniff(plain, 0, "x")
+    ckpt = torch_legacy.read(MemorySource(plain, "x.pt"))
+    assert ckpt.format == "pickle" and ckpt.tensors == [] and ckpt.metadata == {"root": 12345}
+    assert "torch.load(weights_only=False) unpickles its first 6 bytes" in ckpt.warnings[0]
 
 
 # Protocol 0 cannot carry torch's tuple persistent ids (pickle writes str(tuple)): torch.load
@@ -134,3 +139,28 @@ def test_tar_header_declaring_a_huge_size(tmp_path):
     blob = header.tobuf(format=tarfile.USTAR_FORMAT) + b"\0" * 2048
     with pytest.raises(tensorloupe.TensorloupeError):
         tensorloupe.open(blob, name="huge.tar")
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, blob in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("root_key", ["huge", "deep"])
+def test_a_pickle_value_in_an_error_is_quoted_bounded(root_key):
+    # A storage view naming a root storage by a 5,000-digit int or a tuple nested 100,000 deep:
+    # the KeyError's str() raised ValueError, and hashing the tuple recurses in C. Keys are
+    # checked before they are hashed, and pickle values in messages are quoted bounded.
+    views = pickle.dumps([(1, 10 ** 5000, 0, 1)], protocol=2) if root_key == "huge" else \
+        b"\x80\x02](K\x01)" + b"\x85" * 100_000 + b"K\x00K\x01ta."
+    blob = _tar({"sys_info": pickle.dumps({}, protocol=2), "pickle": pickle.dumps({}, protocol=2),
+                 "tensors": pickle.dumps(0, protocol=2),
+                 "storages": pickle.dumps(0, protocol=2) + views})
+    with pytest.raises(FormatError, match="key is not a string or a 64-bit integer") as info:
+        tensorloupe.open(blob, name="views.pt")
+    assert len(str(info.value)) < 400

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import tensorloupe
+from tensorloupe.formats.pytorch import globals as torch_globals
 from tensorloupe.errors import UnsupportedError
 from tensorloupe.formats.pytorch import zip as torch_zip
 from tensorloupe.source import MemorySource
@@ -121,8 +122,9 @@ def test_pickled_module_names_tensors_like_its_state_dict(files):
     ckpt = check_against(files["module"], dict(model.state_dict()))
     assert ckpt.metadata["root"]["global"] == "torch.nn.modules.container.Sequential"
     verdicts = {g["name"]: g["verdict"] for g in ckpt.extras["safety"]["globals"]}
-    assert verdicts["torch.nn.modules.batchnorm.BatchNorm1d"] == "unknown"
-    assert any("does not know" in w for w in ckpt.warnings)
+    # torch.nn module classes are on the short list of names known not to run code
+    assert verdicts["torch.nn.modules.batchnorm.BatchNorm1d"] == "inert"
+    assert not ckpt.extras["safety"]["dangerous"]
 
 
 def test_big_endian_checkpoint(files):
@@ -343,8 +345,9 @@ def test_unknown_storage_class_and_dtype_open_with_a_problem(tmp_path):
     a, b = ckpt.tensors
     assert a.dtype == "torch.Float6Storage" and "no decoder" in a.problem
     assert b.dtype == "torch.float6_e3m2" and "no decoder" in b.problem
-    assert {g["verdict"] for g in ckpt.extras["safety"]["globals"]
-            if g["name"].startswith("torch.Float6")} == {"unknown"}
+    # not allow-listed, so (honestly) "may execute code": torch.load would look it up and call it
+    assert {(g["verdict"], g["reason"]) for g in ckpt.extras["safety"]["globals"]
+            if g["name"].startswith("torch.Float6")} == {("dangerous", torch_globals.MAY_EXECUTE)}
 
 
 def test_a_broken_local_header_is_found_when_the_storage_is_needed(tmp_path):

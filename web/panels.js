@@ -23,11 +23,12 @@
 
 import {$, el} from "./dom.js";
 import * as experts from "./experts.js";
+import * as health from "./health.js";
 import * as outline from "./outline.js";
 import * as summary from "./summary.js";
 import * as tensor from "./tensor.js";
 
-export const TABS = [summary, tensor, experts];
+export const TABS = [summary, tensor, experts, health];
 const VIEWS = [outline, ...TABS];
 
 let current = TABS[0].id;

@@ -28,7 +28,7 @@ export function io(io) {
   document.getElementById("io").dataset.batches = String(io.batches || 0);
 }
 
-const VERDICT_LABEL = {dangerous: "dangerous", unknown: "unknown", allowed: "allowed"};
+const VERDICT_LABEL = {dangerous: "dangerous", inert: "inert", allowed: "allowed"};
 
 function section(title, ...body) {
   return el("section", {class: "card"}, el("h3", {text: title}), ...body);
@@ -64,29 +64,41 @@ function table(rows, {keyClass = "key"} = {}) {
 }
 
 function safetyReport(safety) {
+  // verdicts: allowed (rebuilt as data), inert (known not to run code), dangerous (runs code, or
+  // not allow-listed and so may run code); each row says why
   const globals = safety.globals || [];
   const dangerous = globals.filter((g) => g.verdict === "dangerous");
-  const unknown = globals.filter((g) => g.verdict === "unknown");
+  const notes = safety.notes || [];
+  const calls = safety.calls || [];
   const verdict = dangerous.length
-    ? `${dangerous.length} dangerous global${dangerous.length > 1 ? "s" : ""}: loading this file with torch.load (weights_only=False) would run code. tensorloupe never executes it.`
-    : unknown.length
-      ? `${unknown.length} global${unknown.length > 1 ? "s" : ""} outside the allow-list, shown as inert markers.`
-      : "Only allow-listed globals: nothing in the pickle asks to run code.";
+    ? `${dangerous.length} dangerous global${dangerous.length > 1 ? "s" : ""}: loading this file with torch.load (weights_only=False) would run code (or may: names outside the allow-list are imported and called). tensorloupe never executes it.`
+    : notes.length
+      ? "The file's layout is deceptive: see the notes below."
+      : globals.some((g) => g.verdict === "inert")
+        ? "Only allow-listed or inert globals: nothing in the pickle asks to run code."
+        : "Only allow-listed globals: nothing in the pickle asks to run code.";
   const rows = globals.map((g) => el("tr", {class: `verdict-${g.verdict}`, dataset: {global: g.name}},
     el("td", {}, el("code", {text: g.name})),
     el("td", {}, el("span", {class: `badge ${g.verdict}`, text: VERDICT_LABEL[g.verdict] || g.verdict})),
+    el("td", {class: "reason", text: g.reason || ""}),
     el("td", {class: "num", text: grouped(g.count ?? 1)})));
   const opcodes = safety.opcodes && Object.keys(safety.opcodes).length
     ? el("details", {class: "opcodes"}, el("summary", {text: "Pickle opcodes"}),
          el("pre", {text: Object.entries(safety.opcodes).map(([k, v]) => `${k} ${v}`).join("\n")}))
     : null;
-  return el("section", {class: `card safety ${dangerous.length ? "danger" : unknown.length ? "caution" : "safe"}`,
+  return el("section", {class: `card safety ${dangerous.length ? "danger" : notes.length ? "caution" : "safe"}`,
                         id: "safety", dataset: {dangerous: String(dangerous.length)}},
     el("h3", {text: "Pickle safety report"}),
     el("p", {class: "verdict", text: verdict}),
+    notes.length ? el("ul", {class: "safety-notes"}, notes.map((n) => el("li", {text: n}))) : null,
     globals.length ? el("table", {class: "globals"},
-      el("thead", {}, el("tr", {}, el("th", {text: "global"}), el("th", {text: "verdict"}), el("th", {class: "num", text: "uses"}))),
+      el("thead", {}, el("tr", {}, el("th", {text: "global"}), el("th", {text: "verdict"}),
+                             el("th", {text: "why"}), el("th", {class: "num", text: "uses"}))),
       el("tbody", {}, rows)) : null,
+    calls.length ? el("div", {class: "safety-calls"},
+      el("h4", {text: "Calls the pickle asks for (never made)"}),
+      el("ul", {}, calls.map((c) => el("li", {},
+        el("code", {text: `${c.global}(${(c.args || []).map((a) => JSON.stringify(a)).join(", ")}${c.kwargs ? ", **" + JSON.stringify(c.kwargs) : ""})`}))))) : null,
     opcodes);
 }
 

@@ -5,36 +5,75 @@
     t = ckpt.tensor("model.embed_tokens.weight")
     s = tensorloupe.sample(t, 65536)                  # reads a few spread-out windows
     print(s.stats.mean, s.stats.std)
+    cmp = tensorloupe.compare("model.safetensors", "model-Q8_0.gguf")   # tensor by tensor
+    print(cmp.summary["headline"])
 """
 
 from __future__ import annotations
 
 
 from . import detect
+from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, Comparison, compare as _compare
 from .errors import TensorloupeError
+from .health import health, health_cost
 from .model import Checkpoint, Tensor
 from .sample import Grid, Histogram, Sample, Stats, exact_stats, grid, histogram, sample, values
 from .source import ByteSource, open_source
 
 __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histogram", "grid",
-           "exact_stats", "values", "Sample", "Stats", "Histogram", "Grid", "ByteSource"]
+           "exact_stats", "values", "health", "health_cost", "compare", "Comparison", "Sample",
+           "Stats", "Histogram", "Grid", "ByteSource"]
 
 
-def open(target, name: str | None = None) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
-    """Open a checkpoint from a path, bytes, a ByteSource, or a list of shard paths."""
+def open(target, name: str | None = None, *, follow_redirects: bool = False) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
+    """Open a checkpoint from a path, bytes, a ByteSource, or a list of shard paths. A URL is
+    read by Range requests; a redirect to another site is followed only with follow_redirects."""
     if isinstance(target, (list, tuple)):
         from . import shards
         from .parallel import MAX_WORKERS, map_parallel
         from .source import is_url
         # URLs: every part's first request (its header bytes) in flight at once.
         workers = MAX_WORKERS if any(is_url(t) for t in target) else 1
-        return shards.open_all(map_parallel(open_source, target, workers))
-    source = open_source(target, name)
+        sources = map_parallel(lambda t: open_source(t, follow_redirects=follow_redirects),
+                               target, workers)
+        return _say_redirects(shards.open_all(sources))
+    source = open_source(target, name, follow_redirects=follow_redirects)
     try:
-        return detect.read(source)
+        return _say_redirects(detect.read(source))
     except TensorloupeError as e:
         source.close()
         raise e.located(file=source.name)
     except Exception:
         source.close()
+        raise
+
+
+def _say_redirects(ckpt: Checkpoint) -> Checkpoint:
+    """A URL the server redirected: the checkpoint says where its bytes came from."""
+    for source in ckpt.sources:
+        root = source.root()
+        if getattr(root, "redirected_to", None):
+            ckpt.warnings.insert(0, f"{root.url} was redirected to {root.redirected_to}; the "
+                                 "file was read from there")
+    return ckpt
+
+
+def compare(a, b, samples: int = COMPARE_SAMPLES, exact: bool = False, tensors=None,
+            progress=None) -> Comparison:
+    """Compare two checkpoints (Checkpoints, or anything `open` takes) tensor by tensor; A is the
+    reference. Sampled (`samples` elements per tensor, the same positions of both) unless
+    `exact`; byte identity is always decided on the bytes. Checkpoints it opens stay open for
+    views of the pairs: close them with the result (`with tensorloupe.compare(...) as cmp:`)."""
+    opened = []
+    try:
+        if not isinstance(a, Checkpoint):
+            a = open(a)
+            opened.append(a)
+        if not isinstance(b, Checkpoint):
+            b = open(b)
+            opened.append(b)
+        return _compare(a, b, samples, exact, tensors, progress)
+    except BaseException:
+        for ckpt in opened:
+            ckpt.close()
         raise

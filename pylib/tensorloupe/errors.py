@@ -32,9 +32,9 @@ class TensorloupeError(Exception):
         if self.offset is not None:
             details.append(f"at byte {self.offset}")
         if self.expected is not None:
-            details.append(f"expected {self.expected}")
+            details.append(f"expected {shown(self.expected)}")
         if self.found is not None:
-            details.append(f"found {self.found}")
+            details.append(f"found {shown(self.found)}")
         return f"{text} ({'; '.join(details)})" if details else text
 
     def located(self, *, file: str | None = None, format: str | None = None) -> "TensorloupeError":
@@ -44,6 +44,14 @@ class TensorloupeError(Exception):
         if self.format is None:
             self.format = format
         return self
+
+
+def shown(value) -> str:
+    """A value for a message. str() refuses integers of more than 4,300 digits (ValueError), and
+    a header can make one: those are described by their size instead."""
+    if isinstance(value, int) and value.bit_length() > 14000:
+        return f"an integer of {value.bit_length():,} bits"
+    return str(value)
 
 
 # What a parser's own arithmetic and slicing can raise on hostile bytes. Readers catch this tuple

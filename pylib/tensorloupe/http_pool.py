@@ -1,4 +1,5 @@
-"""Range requests side by side over a few keep-alive connections (CPython's HttpSource).
+"""HTTP Range exchanges for CPython's HttpSource: one request on a connection, and a pool of
+keep-alive connections that makes a vectored read's requests side by side.
 
 A vectored read of a remote file is one request per range, each mostly a round trip: with
 POOL_SIZE connections in flight a lattice of 256 rows costs ~256 / POOL_SIZE round trips instead
@@ -6,31 +7,25 @@ of 256. Ranges that touch or overlap are merged into one request; ranges with a 
 concurrency never transfers a byte the planners did not ask for (they already merged near ranges,
 gather.GAP_BYTES).
 
-Stdlib only: http.client connections, one per worker thread, reused while the server keeps them
-open (a closed keep-alive connection is reopened once).
+Only the transport lives here. Every exchange, pooled or not, is made under its request's
+http_reply.Deadline, and HttpSource._range follows redirects (http_reply.redirect_target) and
+checks each reply (http_reply.check_reply) the same way whichever transport brought it.
 """
 
 from __future__ import annotations
 
 import http.client
 import threading
-from urllib.parse import urljoin, urlsplit
-
-from typing import NamedTuple
+from urllib.parse import urlsplit
 
 from .errors import UsageError
+from .http_reply import CONNECT_SECONDS, Deadline, too_slow
 
 POOL_SIZE = 6          # what browsers allow per host, and plenty for one server
-MAX_REDIRECTS = 5
-REDIRECTS = (301, 302, 303, 307, 308)
-
-
-class Reply(NamedTuple):
-    """What one Range request brought back, checked by the source (source.HttpSource)."""
-    status: int
-    reason: str
-    content_range: str | None
-    data: bytes
+# What a kept-alive connection the server has closed in the meantime raises on its next request:
+# worth one retry on a fresh connection (any other failure is the server's answer).
+STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+         http.client.CannotSendRequest, http.client.ResponseNotReady)
 
 
 def merge_touching(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
@@ -48,71 +43,102 @@ def merge_touching(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[i
     return merged
 
 
-class ConnectionPool:
-    """Keep-alive connections to one URL's server, one per worker thread."""
+def new_connection(url: str, deadline: Deadline) -> http.client.HTTPConnection:
+    parts = urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.netloc, timeout=receive_timeout(deadline))
 
-    def __init__(self, url: str, name: str, timeout: float, size: int = POOL_SIZE):
-        self.url, self.name, self.timeout, self.size = url, name, timeout, size
+
+def receive_timeout(deadline: Deadline) -> float:
+    return max(0.01, min(CONNECT_SECONDS, deadline.left()))
+
+
+def exchange(connection: http.client.HTTPConnection, url: str, offset: int, n: int,
+             deadline: Deadline):
+    """One Range request on `connection` and its reply: (status, reason, headers, at most n + 1
+    body bytes, whether the connection may carry another request). The deadline shuts the
+    socket down if the server takes longer, however it drips."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    with deadline.watch(connection):
+        if connection.sock is None:
+            connection.connect()
+        else:
+            connection.sock.settimeout(receive_timeout(deadline))
+        connection.request("GET", target, headers={
+            "Range": f"bytes={offset}-{offset + n - 1}", "Accept-Encoding": "identity"})
+        response = connection.getresponse()
+        # Never read a 200 (the whole file), and never more than one byte past the range.
+        body = response.read(n + 1) if response.status == 206 else b""
+    # Reusable only if the reply ended where it said and the server keeps the connection.
+    reusable = response.isclosed() and not response.will_close and not deadline.passed()
+    return response.status, response.reason, response.headers, body, reusable
+
+
+def failed(name: str, url: str, e: BaseException, deadline: Deadline) -> UsageError:
+    """The one-line error for an exchange that raised (socket, http.client, bad URL)."""
+    if deadline.passed():
+        return too_slow(name, url, deadline)
+    return UsageError(f"cannot fetch {url}: {getattr(e, 'strerror', None) or e!r}", file=name)
+
+
+class ConnectionPool:
+    """Keep-alive connections to a file's server(s), one per worker thread, and the threads."""
+
+    def __init__(self, name: str, size: int = POOL_SIZE):
+        self.name, self.size = name, size
         self._local = threading.local()
         self._connections: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self._executor = None
 
-    def fetch_all(self, requests: list[tuple[int, int]]) -> list["Reply"]:
-        """The reply to each (offset, length), fetched concurrently, in the order asked (a
-        failure to fetch raises the first failing request's error)."""
-        if len(requests) < 2:
-            return [self.fetch(*r) for r in requests]
+    def map(self, fn, items: list) -> list:
+        """fn(item) for each item, side by side, in the order asked; a failure raises the first
+        failing item's error (in that order), as the one-at-a-time loop would."""
+        if len(items) < 2:
+            return [fn(item) for item in items]
         if self._executor is None:
             # Long-lived workers, so that their connections stay open between vectored reads.
             from concurrent.futures import ThreadPoolExecutor
             self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="tensorloupe-http")
-        return list(self._executor.map(lambda r: self.fetch(*r), requests))
+        return list(self._executor.map(fn, items))
 
-    def fetch(self, offset: int, n: int) -> "Reply":
-        url = self.url
-        for _ in range(MAX_REDIRECTS + 1):
-            status, reason, headers, body = self._request(url, offset, n)
-            if status in REDIRECTS and headers.get("Location"):
-                url = urljoin(url, headers["Location"])
-                continue
-            return Reply(status, reason, headers.get("Content-Range"), body)
-        raise UsageError(f"more than {MAX_REDIRECTS} redirects", file=self.name)
-
-    def _request(self, url: str, offset: int, n: int):
-        parts = urlsplit(url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        headers = {"Range": f"bytes={offset}-{offset + n - 1}", "Accept-Encoding": "identity"}
-        for attempt in (0, 1):
-            connection = self._connection(parts)
+    def exchange(self, url: str, offset: int, n: int, deadline: Deadline):
+        """http_pool.exchange on this thread's kept connection to url's server: (status, reason,
+        headers, body). A kept connection the server has closed is replaced once."""
+        key = urlsplit(url)[:2]
+        while True:  # at most twice: the second connection is a fresh one
+            connection, fresh = self._connection(key, url, deadline)
             try:
-                connection.request("GET", target, headers=headers)
-                response = connection.getresponse()
-                # Never read a 200 (the whole file) past what was asked for.
-                body = response.read(n if response.status != 206 else None)
-                if response.status != 206:
-                    connection.close()
-                return response.status, response.reason, response.headers, body
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                    http.client.CannotSendRequest, http.client.ResponseNotReady) as e:
-                connection.close()  # a keep-alive connection the server closed: reopen once
-                if attempt:
-                    raise UsageError(f"cannot fetch {url}: {e}", file=self.name) from e
-            except (OSError, http.client.HTTPException) as e:
-                connection.close()
-                raise UsageError(f"cannot fetch {url}: {e}", file=self.name) from e
+                status, reason, headers, body, reusable = exchange(connection, url, offset, n,
+                                                                   deadline)
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                self._drop(key)
+                if isinstance(e, STALE) and not fresh and not deadline.passed():
+                    continue
+                raise failed(self.name, url, e, deadline) from e
+            if not reusable:
+                self._drop(key)
+            if deadline.passed():
+                raise too_slow(self.name, url, deadline)
+            return status, reason, headers, body
 
-    def _connection(self, parts) -> http.client.HTTPConnection:
-        key = (parts.scheme, parts.netloc)
-        cached = getattr(self._local, "connections", None)
-        if cached is None:
-            cached = self._local.connections = {}
-        if key not in cached:
-            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            cached[key] = cls(parts.netloc, timeout=self.timeout)
+    def _connection(self, key, url: str, deadline: Deadline):
+        kept = self._local.__dict__.setdefault("connections", {})
+        if key in kept:
+            return kept[key], False
+        kept[key] = new_connection(url, deadline)
+        with self._lock:
+            self._connections.append(kept[key])
+        return kept[key], True
+
+    def _drop(self, key) -> None:
+        connection = self._local.__dict__.get("connections", {}).pop(key, None)
+        if connection is not None:
+            connection.close()
             with self._lock:
-                self._connections.append(cached[key])
-        return cached[key]
+                if connection in self._connections:
+                    self._connections.remove(connection)
 
     def close(self) -> None:
         if self._executor is not None:

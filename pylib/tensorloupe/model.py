@@ -9,15 +9,38 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 from .dtypes import DType, lookup
 from .errors import TensorloupeError, UsageError
 from .source import ByteSource
 
 
-@dataclass
+# The info of a tensor that has none: one shared, read-only mapping instead of an empty dict per
+# tensor (a 1M-tensor header would otherwise hold a million of them). A reader that has details
+# passes its own dict.
+class _NoInfo(Mapping):
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    __hash__ = object.__hash__  # immutable, so it may be a dataclass default
+
+
+NO_INFO: Mapping[str, Any] = _NoInfo()
+
+
+@dataclass(slots=True)
 class Tensor:
+    """One tensor's descriptor. Slots, no per-instance dict: headers with a million tensors exist
+    (bench/header_memory.py states the cost per tensor)."""
     name: str
     dtype: str                       # a dtypes table name ("F32", "BF16", "Q4_K"), or the file's own unknown code
     shape: tuple[int, ...]           # row-major, outermost first
@@ -27,7 +50,8 @@ class Tensor:
     strides: tuple[int, ...] | None = None   # element strides when not contiguous row-major (torch views)
     big_endian: bool = False
     problem: str | None = None       # why values cannot be read (unknown dtype, ...); the file still opens
-    info: dict[str, Any] = field(default_factory=dict)  # format details: ggml dims order, storage key, ...
+    info: Mapping[str, Any] = NO_INFO  # format details: ggml dims order, storage key, ... (a
+                                       # reader's own dict, possibly shared by equal tensors)
 
     @property
     def numel(self) -> int:
@@ -64,7 +88,7 @@ class Tensor:
         if self.problem:
             out["problem"] = self.problem
         if self.info:
-            out["info"] = self.info
+            out["info"] = dict(self.info)
         return out
 
 
@@ -126,7 +150,13 @@ class Checkpoint:
                     self.warnings.append(f"tensor {t.name!r}: {t.problem}")
 
     def bytes_read(self) -> int:
+        """Bytes read from the file(s) (what a read costs)."""
         return sum(s.root().bytes_read for s in self.sources)
+
+    def bytes_asked(self) -> int:
+        """Bytes asked of the checkpoint's sources: bytes_read plus those its block caches
+        served (a plan's exact byte count; bytes_read may be less)."""
+        return sum(s.bytes_read for s in self.sources)
 
     def reads(self) -> int:
         return sum(s.root().reads for s in self.sources)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 
 from .model import Checkpoint, Tensor
 from .jsonable import FULL, Limits, bounded, json_number
@@ -26,18 +29,41 @@ def inspect_json(ckpt: Checkpoint) -> dict:
 
 
 def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+    # Integer comparisons and division: a header can make a count no float can hold (1e1233).
+    for power, unit in enumerate(("B", "KiB", "MiB", "GiB", "TiB")):
+        if n < 1024 ** (power + 1) or unit == "TiB":
+            if n >= 1024 ** 5 * 1000:
+                return f"{scientific(n)} B"
+            return f"{n} B" if unit == "B" else f"{n / 1024 ** power:.1f} {unit}"
     return str(n)
 
 
 def human_count(n: int) -> str:
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+    if n >= 10**15:
+        return scientific(n)
+    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
         if n >= scale:
             return f"{n / scale:.2f}{unit}"
     return str(n)
+
+
+def exact_count(n: int) -> str:
+    """1,234,567; beyond what str() may print (4,300 digits), the scientific form."""
+    return f"{n:,}" if n.bit_length() < 14000 else scientific(n)
+
+
+def scientific(n: int) -> str:
+    """A non-negative integer of any size as 1.23e45, by integer arithmetic only (no float
+    conversion to overflow, no str() of more than 4,300 digits)."""
+    if n < 1000:
+        return str(n)
+    exponent = int((n.bit_length() - 1) * 0.30102999566398120)
+    while 10 ** (exponent + 1) <= n:
+        exponent += 1
+    while 10 ** exponent > n:
+        exponent -= 1
+    mantissa = n * 100 // 10 ** exponent  # three significant digits, truncated
+    return f"{mantissa // 100}.{mantissa % 100:02d}e{exponent}"
 
 
 def short(value, width: int = 100) -> str:
@@ -53,7 +79,7 @@ def print_inspect(ckpt: Checkpoint) -> None:
     print(f"  format      {ckpt.format}")
     print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)")
     print(f"  tensors     {len(ckpt.tensors)}")
-    print(f"  parameters  {ckpt.parameter_count:,} ({by_dtype})")
+    print(f"  parameters  {exact_count(ckpt.parameter_count)} ({by_dtype})")
     card = ckpt.extras.get("model_card")
     if card:
         print("\nModel card")
@@ -87,12 +113,20 @@ def _bits(t: Tensor) -> str:
 
 def print_safety(safety: dict) -> None:
     print("\nPickle safety report (nothing was executed)")
+    for note in safety.get("notes", []):
+        print(f"  NOTE: {note}")
     for g in safety.get("globals", []):
-        mark = {"dangerous": "DANGEROUS", "unknown": "unknown", "allowed": "allowed"}.get(g["verdict"], g["verdict"])
-        print(f"  {mark:<10} {g['name']}  ×{g.get('count', 1)}")
+        mark = "DANGEROUS" if g["verdict"] == "dangerous" else g["verdict"]
+        reason = f"  ({g['reason']})" if g.get("reason") else ""
+        print(f"  {mark:<10} {g['name']}  ×{g.get('count', 1)}{reason}")
+    for call in safety.get("calls", []):
+        args = ", ".join(json.dumps(a, ensure_ascii=False) for a in call.get("args", []))
+        kwargs = f", **{json.dumps(call['kwargs'], ensure_ascii=False)}" if call.get("kwargs") else ""
+        print(f"  call never made: {call['global']}({args}{kwargs})")
     if safety.get("dangerous"):
         print(f"  This file names {len(safety['dangerous'])} dangerous global(s): "
-              f"{', '.join(safety['dangerous'])}. torch.load(weights_only=False) would run them.")
+              f"{', '.join(safety['dangerous'])}. torch.load(weights_only=False) would run them "
+              "(names outside the allow-list: may run them).")
 
 
 def _fmt(v) -> str:
@@ -162,3 +196,44 @@ def print_moe(analysis) -> None:
             print(f"  -> {r.text}")
         if not measured.recommendations:
             print("  no expert is redundant at this threshold")
+
+
+def _db(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return "inf" if value == math.inf else f"{value:.1f}"
+
+
+def print_diff(result, top: int = 15) -> None:
+    """The comparison as text: headline, counts, the ranking, per-role SNR by layer, layers."""
+    s = result.summary
+    mode = "exact (every element)" if result.exact else f"sampled ({result.samples} elements per tensor)"
+    print(f"A: {result.a.name} ({result.a.format}, {len(result.a.tensors)} tensors)")
+    print(f"B: {result.b.name} ({result.b.format}, {len(result.b.tensors)} tensors)")
+    print(f"matched {s['matched']} pairs" + (f" through the {result.name_map} name map" if result.name_map else "")
+          + f"; values {mode}; byte identity decided on bytes")
+    print(f"bytes read: A {result.bytes_read['a']:,}, B {result.bytes_read['b']:,}")
+    print(s["headline"])
+    print("  " + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in s["counts"].items()))
+    differ = {r.name: r for r in result.rows}
+    if s["ranked"] and top:
+        print(f"\nmost changed (relative error ‖a−b‖/‖a‖), top {min(top, len(s['ranked']))}:")
+        print(f"  {'tensor':48} {'rel err':>10} {'SNR dB':>7} {'cosine':>9} {'max|a-b|':>10}")
+        for name in s["ranked"][:top]:
+            d = differ[name].diff
+            print(f"  {name[:48]:48} {d.rel_error:10.3e} {_db(d.snr_db):>7} {d.cosine:9.6f} {d.max_abs:10.3e}")
+    if s["roles"]:
+        print("\nSNR dB per role by layer:")
+        for role, points in s["roles"].items():
+            print(f"  {role[:48]:48} " + " ".join(_db(p["snr_db"]) for p in points))
+    changed = [e for e in s["layers"] if e["changed"]]
+    if changed:
+        print("\nlayers changed most:")
+        for e in changed[:top]:
+            print(f"  layer {e['layer']:>4}: {e['changed']}/{e['tensors']} tensors changed, "
+                  f"pooled rel err {e['rel_error']:.3e}, SNR {_db(e['snr_db'])} dB")
+    others = [r for r in result.rows if r.category in ("only_in_a", "only_in_b", "shape_changed", "unreadable")]
+    for r in others[:top]:
+        print(f"  {r.category.replace('_', ' ')}: {r.name}" + (f" ({r.message})" if r.message else ""))
+    if len(others) > top:
+        print(f"  … and {len(others) - top} more (see --json)")

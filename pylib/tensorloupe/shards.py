@@ -11,22 +11,27 @@ names are.
 
 Parts may be given in any order. The result keeps the base format ("gguf", "safetensors"), so every
 view works unchanged, and each Tensor keeps its own part's source. `extras["shards"]` lists the
-parts ({"count", "parts": [{"no", "name", "size", "tensors"}], "missing": [file names]}). A missing
-part is a warning that names it ("part 2 of 3 (model-00002-of-00003.gguf) is missing ..."), not an
-error: the parts at hand can still be inspected. Files that cannot belong together (mixed formats,
-disagreeing part counts, the same part twice, one tensor in two parts) are errors.
+parts ({"count", "parts": [{"no", "name", "size", "tensors"}], "missing": [file names],
+"missing_count": N}; at most MAX_LISTED names are listed). A missing part is a warning that names
+it ("part 2 of 3 (model-00002-of-00003.gguf) is missing ..."), not an error: the parts at hand can
+still be inspected; code that needs to know reads extras["shards"], never the warning's text.
+Files that cannot belong together (mixed formats, disagreeing part counts, the same part twice,
+one tensor in two parts) are errors, and so is a part count no real split writes (llama.cpp's
+split.count is a uint16): missing parts are counted by arithmetic, never by walking the count.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Callable, NamedTuple
 
 from . import detect
 from .errors import ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
 from .model import Checkpoint, Tensor
 from .parallel import MAX_WORKERS, map_parallel
 from .source import ByteSource
+from .formats import safetensors
 from .formats.gguf import reader as gguf
 from .formats.gguf.card import model_card
 
@@ -34,6 +39,11 @@ PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ex
 INDEX_SUFFIX = ".json"
 # transformers writes indexes of a few hundred KB; refuse to parse anything absurd.
 MAX_INDEX_BYTES = 100_000_000
+# llama.cpp writes split.count as a uint16 (LLM_KV_SPLIT_COUNT); the -NNNNN-of-NNNNN names allow
+# at most 99999 safetensors shards.
+MAX_SPLIT_COUNT = 65535
+# Missing parts named one by one (in warnings and extras["shards"]["missing"]); the rest are counted.
+MAX_LISTED = 20
 
 
 def open_all(sources: list[ByteSource]) -> Checkpoint:
@@ -51,22 +61,17 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
         # Remote parts are opened side by side: each header is a round trip or two of waiting.
         workers = MAX_WORKERS if any(s.root().waits for s in files) else 1
         parts = map_parallel(_read_part, files, workers)
-        if len(parts) == 1 and not indexes and not _is_part(parts[0]):
-            return parts[0]
         formats = sorted({p.format for p in parts})
         if len(formats) > 1:
             raise FormatError("the files are not shards of one checkpoint: they are of different "
                               "formats", found=", ".join(f"{p.name} ({p.format})" for p in parts))
-        if formats[0] == "gguf":
-            if indexes:
-                raise UsageError("an index file only goes with sharded safetensors",
-                                 file=indexes[0].name)
-            return _merge_gguf(parts)
-        if formats[0] == "safetensors":
-            index = _read_index(indexes[0]) if indexes else None
-            return _merge_safetensors(parts, index, indexes[0].name if indexes else None)
-        raise UnsupportedError(f"{formats[0]} files cannot be opened as shards of one checkpoint",
-                               format=formats[0])
+        merger = MERGERS.get(formats[0])
+        if len(parts) == 1 and not indexes and not (merger and merger.is_part(parts[0])):
+            return parts[0]
+        if merger is None:
+            raise UnsupportedError(f"{formats[0]} files cannot be opened as shards of one "
+                                   "checkpoint", format=formats[0])
+        return merger.merge(parts, indexes)
     except BaseException:
         for source in sources:
             source.close()
@@ -82,7 +87,9 @@ def _read_part(source: ByteSource) -> Checkpoint:
 
 # --- split GGUF -------------------------------------------------------------------------------
 
-def _merge_gguf(parts: list[Checkpoint]) -> Checkpoint:
+def _merge_gguf(parts: list[Checkpoint], indexes: list[ByteSource]) -> Checkpoint:
+    if indexes:
+        raise UsageError("an index file only goes with sharded safetensors", file=indexes[0].name)
     numbered = []
     for p in parts:
         count, no = p.metadata.get("split.count"), p.metadata.get("split.no")
@@ -91,6 +98,10 @@ def _merge_gguf(parts: list[Checkpoint]) -> Checkpoint:
                 return p
             raise FormatError("this file is not part of a split GGUF model (it has no split.count "
                               "and split.no)", file=p.name, format="gguf")
+        if count > MAX_SPLIT_COUNT:
+            raise LimitError(f"split.count {count} is more parts than any split model has",
+                             file=p.name, format="gguf", expected=f"at most {MAX_SPLIT_COUNT}",
+                             found=count)
         if not 0 <= no < count:
             raise FormatError(f"split.no {no} is outside the {count} parts of the model",
                               file=p.name, format="gguf", expected=f"0..{count - 1}", found=no)
@@ -108,9 +119,9 @@ def _merge_gguf(parts: list[Checkpoint]) -> Checkpoint:
                              format="gguf", found=f"{by_no[no].name} and {p.name}")
         by_no[no] = p
     ordered = [by_no[no] for no in sorted(by_no)]
-    missing = [_part_name(ordered, no, count, "gguf") for no in range(count) if no not in by_no]
-    warnings = [f"part {no + 1} of {count} ({name}) is missing: its tensors are not shown"
-                for no, name in zip((n for n in range(count) if n not in by_no), missing)]
+    warnings: list[str] = []
+    missing = _missing(count, set(by_no), lambda no: _part_name(ordered, no, count, "gguf"),
+                       warnings)
     tensors = _merge_tensors(ordered, "gguf")
     head = by_no.get(0, ordered[0])
     expected = head.metadata.get("split.tensors.count")
@@ -122,11 +133,14 @@ def _merge_gguf(parts: list[Checkpoint]) -> Checkpoint:
     arrays = {key: dict(record, source=head_source)
               for key, record in head.extras.get("gguf_arrays", {}).items()}
     for p in ordered:
-        warnings += [f"{p.name}: {w}" for w in p.warnings if not w.startswith(gguf.SPLIT_PART_NOTE)]
+        # The note each part makes about being one of several is said by the set as a whole.
+        note = gguf.split_note(p.extras["split"]) if "split" in p.extras else None
+        warnings += [f"{p.name}: {w}" for w in p.warnings if w != note]
     size = sum(p.size for p in ordered)
     extras = {"gguf": head.extras["gguf"], "gguf_arrays": arrays,
               "model_card": model_card(head.metadata, tensors, size),
-              "shards": _shards_report(ordered, [no for no in sorted(by_no)], count, missing)}
+              "shards": _shards_report(ordered, [no for no in sorted(by_no)], count, missing,
+                                       count - len(by_no))}
     return Checkpoint("gguf", head.name, size, tensors, metadata=dict(head.metadata),
                       warnings=warnings, extras=extras, sources=sources)
 
@@ -143,7 +157,8 @@ def _read_index(source: ByteSource) -> dict:
         index = json.loads(source.read(0, source.size).decode("utf-8"))
     except UnicodeDecodeError as e:
         raise error(FormatError, "the index is not valid UTF-8", offset=e.start) from e
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:
+        # JSONDecodeError is a ValueError; so is an integer of more than 4,300 digits.
         raise error(FormatError, f"the index is not valid JSON: {getattr(e, 'msg', e)}",
                     offset=getattr(e, "pos", None)) from e
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -155,7 +170,9 @@ def _read_index(source: ByteSource) -> dict:
             "metadata": metadata if isinstance(metadata, dict) else {}}
 
 
-def _merge_safetensors(parts: list[Checkpoint], index: dict | None, index_name: str | None) -> Checkpoint:
+def _merge_safetensors(parts: list[Checkpoint], indexes: list[ByteSource]) -> Checkpoint:
+    index = _read_index(indexes[0]) if indexes else None
+    index_name = indexes[0].name if indexes else None
     warnings: list[str] = []
     names = {p.name: p for p in parts}
     if len(names) < len(parts):
@@ -165,11 +182,8 @@ def _merge_safetensors(parts: list[Checkpoint], index: dict | None, index_name: 
         expected = sorted(set(index["weight_map"].values()))
         count = len(expected)
         ordered = [names[n] for n in expected if n in names]
-        missing = [n for n in expected if n not in names]
-        for no, name in enumerate(expected):
-            if name not in names:
-                warnings.append(f"part {no + 1} of {count} ({name}) is missing: its tensors are "
-                                "not shown")
+        given = {no for no, name in enumerate(expected) if name in names}
+        missing = _missing(count, given, expected.__getitem__, warnings)
         for p in parts:
             if p.name not in expected:
                 warnings.append(f"{p.name} is not named by {index_name}; its tensors are shown "
@@ -180,11 +194,12 @@ def _merge_safetensors(parts: list[Checkpoint], index: dict | None, index_name: 
         ordered, numbers, count, missing = _by_part_name(parts, warnings)
     tensors = _merge_tensors(ordered, "safetensors")
     if index is not None:
-        _check_weight_map(index, tensors, set(missing), warnings)
+        _check_weight_map(index, tensors, set(expected) - set(names), warnings)
     for p in ordered:
         warnings += [f"{p.name}: {w}" for w in p.warnings]
     size = sum(p.size for p in ordered)
-    extras = {"shards": _shards_report(ordered, numbers, count, missing)}
+    extras = {"shards": _shards_report(ordered, numbers, count, missing,
+                                       count - sum(no is not None for no in numbers))}
     if index is not None:
         extras["index"] = {"name": index_name, "metadata": index["metadata"]}
     return Checkpoint("safetensors", ordered[0].name, size, tensors,
@@ -209,13 +224,8 @@ def _by_part_name(parts: list[Checkpoint], warnings: list[str]):
     for p, m in zip(parts, matches):
         by_no[int(m["no"]) - 1] = p
     ordered = [by_no[no] for no in sorted(by_no)]
-    missing = []
-    for no in range(count):
-        if no not in by_no:
-            name = f"{stem}-{no + 1:05d}-of-{count:05d}.safetensors"
-            missing.append(name)
-            warnings.append(f"part {no + 1} of {count} ({name}) is missing: its tensors are not "
-                            "shown")
+    missing = _missing(count, set(by_no), lambda no: f"{stem}-{no + 1:05d}-of-{count:05d}.safetensors",
+                       warnings)
     return ordered, sorted(by_no), count, missing
 
 
@@ -252,17 +262,39 @@ def _merge_tensors(parts: list[Checkpoint], fmt: str) -> list[Tensor]:
     return tensors
 
 
-def _shards_report(ordered, numbers, count, missing) -> dict:
-    return {"count": count, "missing": missing,
+def _missing(count: int, given: set[int], name, warnings: list[str]) -> list[str]:
+    """Names of the first MAX_LISTED parts (0-based numbers) not given, with a warning for each
+    and one for the rest. Walks only as far as it lists: a count is never iterated."""
+    listed: list[str] = []
+    no = 0
+    while len(listed) < MAX_LISTED and no < count:
+        if no not in given:
+            listed.append(name(no))
+            warnings.append(f"part {no + 1} of {count} ({listed[-1]}) is missing: its tensors "
+                            "are not shown")
+        no += 1
+    rest = count - len(given) - len(listed)
+    if rest > 0:
+        warnings.append(f"{rest} more of the {count} parts are missing")
+    return listed
+
+
+def _shards_report(ordered, numbers, count, missing, missing_count) -> dict:
+    return {"count": count, "missing": missing, "missing_count": missing_count,
             "parts": [{"no": None if no is None else no + 1, "name": p.name, "size": p.size,
                        "tensors": len(p.tensors)} for p, no in zip(ordered, numbers)]}
 
 
-def _is_part(checkpoint: Checkpoint) -> bool:
-    """Whether a lone file says it is one of several."""
-    count = checkpoint.metadata.get("split.count")
-    return (checkpoint.format == "gguf" and _is_int(count) and count > 1) or (
-        checkpoint.format == "safetensors" and PART_NAME.match(checkpoint.name) is not None)
+class Merger(NamedTuple):
+    is_part: Callable[[Checkpoint], bool]   # whether a lone file says it is one of several
+    merge: Callable[[list[Checkpoint], list[ByteSource]], Checkpoint]
+
+
+# Keyed by each reader's FORMAT: the formats that can be split, and how.
+MERGERS = {
+    gguf.FORMAT: Merger(lambda c: "split" in c.extras and c.extras["split"]["count"] > 1, _merge_gguf),
+    safetensors.FORMAT: Merger(lambda c: PART_NAME.match(c.name) is not None, _merge_safetensors),
+}
 
 
 def _part_name(parts: list[Checkpoint], no: int, count: int, ext: str) -> str:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from collections import OrderedDict
 
 from .errors import FormatError, TruncatedError, UsageError
+# The HTTP checks and the wording of HTTP failures (range_refused, http_failed) are shared with
+# the browser's source (web.remote), so the CLI and the page say the same thing.
+from .http_reply import (CONNECT_SECONDS, MAX_REDIRECTS, REDIRECTS, Deadline, check_reply,  # noqa: F401
+                         http_failed, range_refused, redirect_target, too_slow)
 
 
 class ByteSource:
@@ -172,10 +175,43 @@ class CachedSource(ByteSource):
         return self.inner.known_file_offset(offset)
 
     def read_data(self, offset: int, n: int) -> bytes:
-        return self._count(self.inner.read_data(offset, n))
+        if n <= 0 or offset + n > self.size:
+            return self.read(offset, n)  # the single read's answer or error
+        return self._count(self._planned([(offset, n)])[0])
 
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        return self._count_each(self.inner.read_many(ranges))
+        return self._count_each(self._planned(ranges))
+
+    def _planned(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Planned data reads: bytes in cached blocks come from the cache, and only the missing
+        parts are fetched, all in one vectored read, exactly as asked (never rounded up to blocks,
+        and never cached: the sampler's ranges would evict the header's blocks)."""
+        bs, blocks = self.block_size, self._blocks
+        plans: list[list] = []      # per range: bytes from the cache, or [start, end) to fetch
+        missing: list[tuple[int, int]] = []
+        for offset, n in ranges:
+            plan: list = []
+            position, end = offset, offset + n
+            while blocks and position < end:
+                index = position // bs
+                stop = min(end, (index + 1) * bs)
+                block = blocks.get(index)
+                if block is not None:
+                    blocks.move_to_end(index)
+                    self.hits += 1
+                    plan.append(block[position - index * bs:stop - index * bs])
+                elif plan and isinstance(plan[-1], list):
+                    plan[-1][1] = stop
+                else:
+                    plan.append([position, stop])
+                position = stop
+            if not blocks and n:
+                plan = [[offset, end]]
+            plans.append(plan)
+            missing += [(p[0], p[1] - p[0]) for p in plan if isinstance(p, list)]
+        fetched = iter(self.inner.read_many(missing))
+        return [b"".join(next(fetched) if isinstance(p, list) else p for p in plan)
+                for plan in plans]
 
     def _read(self, offset: int, n: int) -> bytes:
         bs = self.block_size
@@ -291,20 +327,27 @@ HEAD_BYTES = 1 << 16
 
 
 class HttpSource(ByteSource):
-    """A file on a web server, read by HTTP Range requests (CPython: urllib).
+    """A file on a web server, read by HTTP Range requests (CPython: http.client).
 
     Only the header and the sampled ranges travel; a server that ignores Range (answering 200
-    with the whole body) is refused rather than downloaded. In the browser the worker supplies
-    its own source built on synchronous XMLHttpRequest, with the same interface.
+    with the whole body) is refused rather than downloaded, and so is a reply that is not exactly
+    the range asked for (http_reply.check_reply). Each request has a total deadline (`timeout`
+    seconds plus one per MB asked for), redirects are followed within the same site only unless
+    `follow_redirects`, and `redirected_to` says where the file really came from. In the browser
+    the worker supplies its own source built on synchronous XMLHttpRequest, with the same
+    interface.
     """
 
     waits = True
 
-    def __init__(self, url: str, name: str | None = None, timeout: float = 30.0):
+    def __init__(self, url: str, name: str | None = None, timeout: float = 10.0,
+                 follow_redirects: bool = False):
         super().__init__()
         self.url = url
         self.name = name or url_name(url)
         self.timeout = timeout
+        self.follow_redirects = follow_redirects
+        self.redirected_to: str | None = None
         self._pool = None
         # The first request brings the header bytes (what every reader reads first), not 1 byte.
         first, total = self._range(0, HEAD_BYTES, probing=True)
@@ -312,24 +355,46 @@ class HttpSource(ByteSource):
         self._first = first
         self._head = self._count(first[:HEAD_BYTES]) if first else b""
 
-    def _range(self, offset: int, n: int, probing: bool = False) -> tuple[bytes, int]:
-        import urllib.error
-        import urllib.request
-        request = urllib.request.Request(self.url, headers={
-            "Range": f"bytes={offset}-{offset + n - 1}", "Accept-Encoding": "identity"})
+    def _range(self, offset: int, n: int, probing: bool = False,
+               exchange=None) -> tuple[bytes, int]:
+        """Range request(s) for bytes offset..offset+n-1 under one deadline, redirects followed
+        as allowed, the reply checked; `exchange` is the transport (default: a fresh connection;
+        a vectored read passes its pool's kept connections)."""
+        deadline = Deadline(self.timeout, n)
+        exchange = exchange or self._exchange
+        url = self.url
+        for _ in range(MAX_REDIRECTS + 1):
+            status, reason, headers, body = exchange(url, offset, n, deadline)
+            if status in REDIRECTS and headers.get("Location"):
+                url = redirect_target(self.name, url, headers["Location"], self.follow_redirects)
+                self.redirected_to = url
+                continue
+            data, total = check_reply(self.name, offset, n, status, reason,
+                                      headers.get("Content-Range"), body, probing)
+            if not probing and total is not None and total != self.size:
+                raise FormatError("the file changed on the server while it was read",
+                                  file=self.name, expected=f"{self.size} bytes",
+                                  found=f"{total} bytes")
+            return data, total
+        raise UsageError(f"the server redirects {self.url} more than {MAX_REDIRECTS} times",
+                         file=self.name)
+
+    def _exchange(self, url: str, offset: int, n: int, deadline: Deadline):
+        """One request on a connection of its own: (status, reason, headers, body)."""
+        import http.client
+        from .http_pool import exchange, failed, new_connection
+        connection = None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                if response.status != 206:
-                    raise range_refused(self.name, response.status)
-                content_range = response.headers.get("Content-Range", "")
-                total = int(content_range.rsplit("/", 1)[-1]) if "/" in content_range else -1
-                return response.read(n + 1), total
-        except urllib.error.HTTPError as e:
-            if e.code == 416 and probing:
-                return b"", 0  # an empty file
-            raise http_failed(self.name, e.code, e.reason) from e
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise UsageError(f"cannot fetch {self.url}: {getattr(e, 'reason', e)}", file=self.name) from e
+            connection = new_connection(url, deadline)
+            status, reason, headers, body, _ = exchange(connection, url, offset, n, deadline)
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            raise failed(self.name, url, e, deadline) from e
+        finally:
+            if connection is not None:
+                connection.close()
+        if deadline.passed():
+            raise too_slow(self.name, url, deadline)
+        return status, reason, headers, body
 
     def _read(self, offset: int, n: int) -> bytes:
         known = self._head[offset:offset + n]  # fetched (and counted) by the first request
@@ -339,60 +404,27 @@ class HttpSource(ByteSource):
         return known + self._count(data[:n - len(known)])
 
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        """Concurrent Range requests over a few keep-alive connections (http_pool); ranges that
-        touch are one request, each request is one counted read."""
+        """Concurrent Range requests over a few keep-alive connections (http_pool), each checked,
+        redirected and timed as a single read's; ranges that touch are one request, each request
+        is one counted read."""
         from .http_pool import ConnectionPool, merge_touching
         out = [self._head[o:o + n] if o + n <= len(self._head) else b"" for o, n in ranges]
         wanted = [i for i, (o, n) in enumerate(ranges) if n and o + n > len(self._head)]
         requests = merge_touching([ranges[i] for i in wanted])
         if self._pool is None:
-            self._pool = ConnectionPool(self.url, self.name, self.timeout)
-        replies = self._pool.fetch_all([(offset, n) for offset, n, _ in requests])
-        for (offset, length, members), reply in zip(requests, replies):
-            body = self._count(self._checked(offset, length, reply))
+            self._pool = ConnectionPool(self.name)
+        pool = self._pool
+        bodies = pool.map(lambda r: self._range(r[0], r[1], exchange=pool.exchange)[0], requests)
+        for (offset, length, members), body in zip(requests, bodies):
+            self._count(body)
             for k in members:
                 o, n = ranges[wanted[k]]
                 out[wanted[k]] = body[o - offset:o - offset + n]
         return out
 
-    def _checked(self, offset: int, n: int, reply) -> bytes:
-        """The body of a pooled Range reply, refused unless it is exactly the range asked for."""
-        if reply.status != 206:
-            if 200 <= reply.status < 300:
-                raise range_refused(self.name, reply.status)
-            raise http_failed(self.name, reply.status, reply.reason)
-        m = re.match(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", reply.content_range or "")
-        if m is None or int(m[1]) != offset or len(reply.data) != n:
-            raise FormatError("the server sent another range than the one asked for",
-                              file=self.name, offset=offset,
-                              expected=f"bytes {offset}-{offset + n - 1}",
-                              found=reply.content_range or f"{len(reply.data)} bytes")
-        return reply.data
-
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
-
-
-# The wording of HTTP failures, shared with the browser's source (tensorloupe.web.remote), so the
-# CLI and the page say the same thing about the same server.
-
-def range_refused(name: str, status: int) -> UsageError:
-    """A server that answered a Range request with anything but 206 (usually 200, the whole file)."""
-    return UsageError("the server does not answer HTTP Range requests, so the file cannot be read "
-                      "in pieces", file=name, expected="206 Partial Content", found=status)
-
-
-def http_failed(name: str, status: int, reason: str = "") -> UsageError:
-    """An HTTP error status (404, 403, ...); `reason` defaults to the standard phrase (HTTP/2
-    responses carry none)."""
-    import http
-    if not reason:
-        try:
-            reason = http.HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-    return UsageError(f"the server answered {status} {reason}".rstrip(), file=name)
 
 
 def url_name(url: str) -> str:
@@ -406,12 +438,12 @@ def is_url(target) -> bool:
     return isinstance(target, str) and target.startswith(("http://", "https://"))
 
 
-def open_source(target, name: str | None = None) -> ByteSource:
+def open_source(target, name: str | None = None, follow_redirects: bool = False) -> ByteSource:
     """A cached source for a path, URL, bytes-like object or existing source."""
     if isinstance(target, ByteSource):
         return target
     if isinstance(target, (bytes, bytearray, memoryview)):
         return MemorySource(target, name or "<memory>")
     if is_url(target):
-        return CachedSource(HttpSource(target, name))
+        return CachedSource(HttpSource(target, name, follow_redirects=follow_redirects))
     return CachedSource(FileSource(target, name))

@@ -59,9 +59,11 @@ def compute(raw_values, percentiles: bool = True) -> Stats:
     stats.finite = n = len(finite)
     if n:
         stats.min, stats.max = min(finite), max(finite)
-        stats.mean = math.fsum(finite) / n
-        mean = stats.mean
-        stats.m2 = math.fsum((v - mean) * (v - mean) for v in finite)
+        stats.mean = mean = _mean(finite)
+        try:
+            stats.m2 = math.fsum((v - mean) * (v - mean) for v in finite)
+        except OverflowError:  # the spread of values near the float64 limit exceeds it
+            stats.m2 = math.inf
         stats.std = math.sqrt(stats.m2 / n)
         stats.exact_zeros = finite.count(0.0)
         stats.zeros = sum(1 for v in finite if -NEAR_ZERO < v < NEAR_ZERO) / len(values)
@@ -69,6 +71,18 @@ def compute(raw_values, percentiles: bool = True) -> Stats:
             ordered = sorted(finite)
             stats.percentiles = {f"p{p}": _percentile(ordered, p) for p in PERCENTILES}
     return stats
+
+
+def _mean(finite: list[float]) -> float:
+    """fsum raises OverflowError when a partial sum passes the float64 limit (two values of 1e308);
+    the mean itself never does, so it is then taken of the values scaled by 2**-64."""
+    try:
+        return math.fsum(finite) / len(finite)
+    except OverflowError:
+        return math.fsum(v * SCALE_DOWN for v in finite) / len(finite) / SCALE_DOWN
+
+
+SCALE_DOWN = 2.0 ** -64
 
 
 def merge(a: Stats, b: Stats) -> Stats:

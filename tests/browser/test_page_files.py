@@ -209,7 +209,10 @@ def test_hostile_pickle_is_reported_and_never_run(app, files):
     assert page.get_attribute("#safety", "data-dangerous") == "1"
     row = page.locator("#safety tr.verdict-dangerous")
     assert row.count() == 1 and "system" in row.inner_text()
+    assert "runs a shell command" in row.locator("td.reason").inner_text()  # the verdict's reason
     assert "would run code" in page.inner_text("#safety .verdict")
+    # what the call carried, never made
+    assert page.inner_text("#safety .safety-calls li") == 'posix.system("echo this must never run")'
     assert "dangerous globals" in page.inner_text("#warnings")
     app.screenshot("summary-hostile-pickle")
     app.select("weight")                       # the tensors are still there to look at

@@ -389,7 +389,9 @@ def test_cancel_mid_way_then_run_to_the_end(app, wide):
     # The worker stopped: a request made now reports no byte read beyond the cancelled steps.
     page.evaluate("() => window.tensorloupe.request('moe_plan', {}, {quiet: true}).then(() => null)")
     app.wait_idle()
-    assert app.bytes_read() - start == int(card["bytesRead"]) == done * plan
+    # (less what the header's cached 64 KiB block already held)
+    assert app.bytes_read() - start == int(card["bytesRead"])
+    assert done * plan - 65536 <= int(card["bytesRead"]) <= done * plan
 
     run_analysis(app)
     want = redundancy.analyse(tensorloupe.open(wide))

@@ -169,7 +169,7 @@ def test_hello_sends_the_palette():
     result, (palette,) = call(Session(), "hello")
     assert palette == colormap.palette_rgba()
     assert result["palette_levels"] == colormap.GRADIENT_LEVELS
-    assert result["jobs"] == ["exact", "moe"]      # the worker steps these (jobs.py)
+    assert result["jobs"] == ["exact", "health", "moe"]      # the worker steps these (jobs.py)
 
 
 # --- the Experts tab: the redundancy analysis as a job, the threshold, experts side by side -------

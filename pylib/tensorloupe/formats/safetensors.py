@@ -24,6 +24,11 @@ HEADER_LENGTH = struct.Struct("<Q")
 # The reference implementation refuses headers above 100 MB (MAX_HEADER_SIZE in tensor.rs).
 MAX_HEADER_BYTES = 100_000_000
 METADATA_KEY = "__metadata__"
+# Every dim and offset is a usize in the reference reader; torch tensors have at most 64 dims. Both
+# are checked before any arithmetic, so a shape's product is at most (2**64)**64 (1,233 digits:
+# printable, and math.prod of a million dims, quadratic, never runs).
+MAX_DIMS = 64
+MAX_COUNT = 2**64 - 1
 
 
 def sniff(head: bytes, size: int, name: str) -> bool:
@@ -42,11 +47,13 @@ class _DuplicateKeys:
         self.duplicates: list[str] = []
 
     def __call__(self, pairs):
-        out = {}
-        for key, value in pairs:
-            if key in out:
-                self.duplicates.append(key)
-            out[key] = value  # last one wins, as in serde_json (the reference reader)
+        out = dict(pairs)  # last one wins, as in serde_json (the reference reader)
+        if len(out) != len(pairs):  # rare: only then walk the pairs in Python
+            seen: set = set()
+            for key, _ in pairs:
+                if key in seen:
+                    self.duplicates.append(key)
+                seen.add(key)
         return out
 
 
@@ -81,7 +88,8 @@ def read(source: ByteSource) -> Checkpoint:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=hook)
     except UnicodeDecodeError as e:
         raise error(FormatError, "the header is not valid UTF-8", offset=8 + e.start) from e
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:
+        # JSONDecodeError is a ValueError; so is an integer of more than 4,300 digits.
         where = getattr(e, "pos", None)
         raise error(FormatError, f"the header is not valid JSON: {getattr(e, 'msg', e)}",
                     offset=None if where is None else 8 + where) from e
@@ -96,11 +104,14 @@ def read(source: ByteSource) -> Checkpoint:
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise error(FormatError, "__metadata__ must map strings to strings", offset=8,
-                    found=json.dumps(metadata)[:80])
+                    found=_excerpt(metadata))
 
-    tensors = [_tensor(source, key, entry, data_start, error) for key, entry in header.items()]
-    tensors.sort(key=lambda t: (t.info["data_offsets"][0], t.info["data_offsets"][1]))
-    _check_layout(tensors, data_len, error)
+    # Each entry is dropped as soon as its descriptor exists, so the parsed JSON and the
+    # descriptors are not both held whole (bench/header_memory.py).
+    tensors = [_tensor(source, key, header.pop(key), data_start, error) for key in list(header)]
+    del header
+    tensors.sort(key=lambda t: (t.offset, t.nbytes))
+    _check_layout(tensors, data_start, data_len, error)
     for t in tensors:
         if t.problem:
             warnings.append(f"tensor {t.name!r}: {t.problem}")
@@ -111,19 +122,22 @@ def read(source: ByteSource) -> Checkpoint:
 def _tensor(source, key, entry, data_start, error) -> Tensor:
     where = f"tensor {key!r}"
     if not isinstance(entry, dict):
-        raise error(FormatError, f"{where} is not an object", found=json.dumps(entry)[:80])
+        raise error(FormatError, f"{where} is not an object", found=_excerpt(entry))
     missing = [k for k in ("dtype", "shape", "data_offsets") if k not in entry]
     if missing:
         raise error(FormatError, f"{where} has no {', '.join(missing)}")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str):
-        raise error(FormatError, f"{where} has a dtype that is not a string", found=repr(dtype))
+        raise error(FormatError, f"{where} has a dtype that is not a string", found=_excerpt(dtype))
+    if isinstance(shape, list) and len(shape) > MAX_DIMS:
+        raise error(LimitError, f"{where} has {len(shape)} dimensions",
+                    expected=f"at most {MAX_DIMS}", found=len(shape))
     if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
-        raise error(FormatError, f"{where} has an invalid shape", expected="a list of integers >= 0",
-                    found=json.dumps(shape)[:80])
+        raise error(FormatError, f"{where} has an invalid shape",
+                    expected=f"a list of integers from 0 to {MAX_COUNT}", found=_excerpt(shape))
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
         raise error(FormatError, f"{where} has invalid data_offsets",
-                    expected="[begin, end] integers >= 0", found=json.dumps(offsets)[:80])
+                    expected=f"[begin, end] integers from 0 to {MAX_COUNT}", found=_excerpt(offsets))
     begin, end = offsets
     if begin > end:
         raise error(FormatError, f"{where} ends before it begins", found=f"data_offsets {offsets}")
@@ -141,20 +155,31 @@ def _tensor(source, key, entry, data_start, error) -> Tensor:
             raise error(FormatError, f"{where}: shape {shape} of {dtype} needs {bits // 8} bytes "
                         f"but data_offsets {offsets} hold {end - begin}",
                         expected=bits // 8, found=end - begin)
+    # data_offsets are not kept: they are offset - data_start and offset + nbytes - data_start.
     return Tensor(key, dtype, tuple(shape), data_start + begin, end - begin, source=source,
-                  problem=problem, info={"data_offsets": [begin, end]})
+                  problem=problem)
 
 
 def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
-def _check_layout(tensors: list[Tensor], data_len: int, error) -> None:
+def _excerpt(value) -> str:
+    """The start of a JSON value for a message (its integers are below 4,300 digits: JSON parsed
+    them; nesting as deep as the parser allowed may still be too deep to write back)."""
+    try:
+        return json.dumps(value)[:80]
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} nested too deep to show"
+
+
+
+def _check_layout(tensors: list[Tensor], data_start: int, data_len: int, error) -> None:
     """Tensors must tile the data section exactly: sorted, contiguous, no holes, no overlaps."""
     position = 0
     previous = None
     for t in tensors:
-        begin, end = t.info["data_offsets"]
+        begin, end = t.offset - data_start, t.offset - data_start + t.nbytes
         if begin != position:
             kind = "overlaps" if begin < position else "leaves a hole before"
             after = f"the end of {previous!r}" if previous else "the data section start"

@@ -11,7 +11,7 @@ import codecs
 import struct
 from typing import Callable
 
-from ..errors import LimitError, TruncatedError
+from ..errors import FormatError, LimitError, TruncatedError
 from .values import LIMITS
 
 
@@ -72,7 +72,7 @@ def _decimal_long(text):
 
 def _quoted(text):
     if len(text) < 2 or text[0] != text[-1] or text[:1] not in (b"'", b'"'):
-        raise ValueError("the STRING argument is not quoted")
+        raise FormatError("the STRING argument is not quoted")
     return _py2_string(codecs.escape_decode(text[1:-1])[0])
 
 

@@ -24,9 +24,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import FormatError, LimitError, TensorloupeError, TruncatedError
+from ..errors import LOW_LEVEL_ERRORS, FormatError, LimitError, TensorloupeError, TruncatedError
 from .args import READERS
-from .values import LIMITS, Limits, Marker, StandIn, Stateful, check_key
+from .values import LIMITS, Limits, Marker, StandIn, Stateful, safe_key, shown
 
 HIGHEST_PROTOCOL = 5
 
@@ -39,6 +39,14 @@ class Unpickled:
     global_counts: dict[str, int]
     opcodes: dict[str, int]
     protocol: int
+    # calls of globals that are not allow-listed, (name, args, kwargs), in order, at most
+    # MAX_CALLS: what the pickle would have run (e.g. the command given to os.system)
+    calls: list = None
+    # globals a BUILD was applied to (setting attributes of a function, class or module)
+    built: dict = None
+
+
+MAX_CALLS = 50
 
 
 def unpickle(data: bytes, resolve: Callable[[str, str], StandIn],
@@ -58,7 +66,9 @@ class _Machine:
         self.stack: list = []
         self.metastack: list[list] = []
         self.memo: dict = {}
-        self.checked_keys: set[int] = set()
+        self.key_cost = 0
+        self.calls: list = []
+        self.built: dict[str, str] = {}
         self.globals: dict[str, StandIn] = {}
         self.global_counts: dict[str, int] = {}
         self.protocol = 0
@@ -67,6 +77,7 @@ class _Machine:
     def run(self, pos: int) -> Unpickled:
         data, table, size = self.data, _TABLE, len(self.data)
         counts = [0] * 256
+        weights, made, budget = _WEIGHTS, 0, self.limits.max_objects
         start = pos
         try:
             while True:
@@ -74,6 +85,10 @@ class _Machine:
                 code = data[pos]
                 _, reader, handler = table[code]
                 counts[code] += 1
+                made += weights[code]
+                if made > budget:
+                    raise LimitError(f"the pickle makes more than {budget} objects (a memory bomb?)",
+                                     expected=f"at most {budget}")
                 if reader is None:
                     pos += 1
                     handler(self)
@@ -86,20 +101,22 @@ class _Machine:
             error = e
             if e.offset is None:
                 e.offset = start
-        except (IndexError, KeyError, TypeError, ValueError, AttributeError, struct.error,
-                OverflowError, UnicodeError, RecursionError, MemoryError) as e:
+        except (*LOW_LEVEL_ERRORS, AttributeError, MemoryError) as e:
             if start >= size:
                 error = TruncatedError("the pickle ends without a STOP opcode", offset=start)
             elif table[data[start]] is None:
                 error = FormatError(f"unknown pickle opcode {data[start]:#04x}", offset=start)
             else:
+                # never str(e): a KeyError holds a pickle value (a 5,000-digit int, a tuple
+                # nested 100,000 deep) whose str() raises or recurses; quote it bounded
+                detail = shown(e.args[0]) if len(e.args) == 1 else ""
                 error = FormatError(f"malformed pickle at opcode {table[data[start]][0]}: "
-                                    f"{type(e).__name__}: {e}", offset=start)
+                                    f"{type(e).__name__} {detail}".rstrip(), offset=start)
             error.__cause__ = e
         else:
             opcodes = {table[c][0]: n for c, n in enumerate(counts) if n}
             return Unpickled(self.value, pos, self.globals, self.global_counts, opcodes,
-                             self.protocol)
+                             self.protocol, self.calls, self.built)
         # A broken pickle can still be a hostile one: say what it named before it broke.
         dangerous = [name for name, standin in self.globals.items() if standin.verdict == "dangerous"]
         if dangerous:
@@ -120,10 +137,15 @@ class _Machine:
                              expected=f"at most {self.limits.max_items}", found=len(container) + extra)
 
     def key(self, key):
-        if type(key) not in (tuple, frozenset) or id(key) in self.checked_keys:
-            return key
-        self.checked_keys.add(id(key))  # objects live as long as the run: ids stay unique
-        return check_key(key, self.limits)
+        """A dict key or set item, wrapped if its hash could be chosen (values.SafeKey), with the
+        cost of all keys of the pickle bounded."""
+        key, cost = safe_key(key, self.limits)
+        if cost > 1:
+            self.key_cost += cost
+            if self.key_cost > self.limits.max_key_cost:
+                raise LimitError(f"the pickle's tuple and frozenset keys hold more than "
+                                 f"{self.limits.max_key_cost} elements in all")
+        return key
 
     def resolve(self, module, name) -> StandIn:
         if not isinstance(module, str) or not isinstance(name, str):
@@ -139,11 +161,28 @@ class _Machine:
             raise FormatError("a call's arguments are not a tuple (and keywords a dict)",
                               found=f"{type(args).__name__}")
         if isinstance(callee, StandIn):
+            if callee.builder is None and len(self.calls) < MAX_CALLS:
+                self.calls.append((callee.name, args, kwargs))
             return callee.apply(args, kwargs)
         what = callee.name + "()" if isinstance(callee, Marker) else type(callee).__name__
+        if len(self.calls) < MAX_CALLS:
+            self.calls.append((f"<the result of {what}>", args, kwargs))  # getattr(os, "system")(...)
         return Marker(f"<call of {what}>", args, kwargs)
 
+    def new(self, cls, args, kwargs=None):
+        # NEWOBJ is cls.__new__(cls, *args): on a function (a tensor rebuild function) it fails in
+        # torch and in pickle, so it is no tensor here either
+        if isinstance(cls, StandIn) and cls.function:
+            raise FormatError(f"NEWOBJ applied to the function {cls.name}: torch refuses this "
+                              "(only a class can be created with NEWOBJ)")
+        return self.call(cls, args, kwargs)
+
     def op_PUT(self, index):
+        if not 0 <= index < self.limits.max_memo_index:
+            # the C unpickler's memo is an array as long as the largest index; an index this
+            # large would also be a hash-flooding key (k*(2**61-1) all hash alike)
+            raise LimitError("a memo index is negative or larger than any pickle needs",
+                             expected=f"0..{self.limits.max_memo_index - 1}")
         memo = self.memo
         if len(memo) >= self.max_memo and index not in memo:
             raise LimitError(f"the pickle memo grows past {self.max_memo} entries",
@@ -277,7 +316,12 @@ class _Machine:
         else:
             raise FormatError(f"ADDITEMS on a {type(target).__name__}")
 
-    def op_GET(self, index): self.stack.append(self.memo[index])
+    def op_GET(self, index):
+        value = self.memo.get(index, _MISSING) if type(index) is int else _MISSING
+        if value is _MISSING:
+            raise FormatError("a memo GET (GET, BINGET, LONG_BINGET) names an index no PUT stored",
+                              found=index if type(index) is int and -SMALL < index < SMALL else None)
+        self.stack.append(value)
     op_BINGET = op_LONG_BINGET = op_GET
 
     op_BINPUT = op_LONG_BINPUT = op_PUT
@@ -305,7 +349,20 @@ class _Machine:
     def op_BUILD(self):
         state = self.stack.pop()
         target = self.stack[-1]
+        if isinstance(target, StandIn):
+            # BUILD on a global itself (not an instance) sets attributes of a function, class or
+            # module: e.g. an allow-listed function's __code__, or a module's functions
+            self.built.setdefault(target.name, "a BUILD sets its attributes (it could replace "
+                                  "its code or a module's functions)")
+            return
         if isinstance(target, Stateful):
+            before = getattr(target, "state", None)
+            setter = before.get("__setstate__") if type(before) is dict else None
+            if setter is not None and len(self.calls) < MAX_CALLS:
+                # an earlier BUILD put a __setstate__ in the instance dict: a real unpickler
+                # calls it with this state (os.system("touch ...") in a known gadget)
+                name = setter.name if isinstance(setter, (StandIn, Marker)) else type(setter).__name__
+                self.calls.append((name, (state,), None))
             target.build(state)
         # BUILD on plain data (e.g. OrderedDict's `_metadata` on a state_dict) sets attributes a
         # builtin cannot hold; there is nothing to show, so the state is dropped.
@@ -320,11 +377,11 @@ class _Machine:
 
     def op_NEWOBJ(self):
         args = self.stack.pop()
-        self.stack[-1] = self.call(self.stack[-1], args)
+        self.stack[-1] = self.new(self.stack[-1], args)
 
     def op_NEWOBJ_EX(self):
         kwargs, args = self.stack.pop(), self.stack.pop()
-        self.stack[-1] = self.call(self.stack[-1], args, kwargs)
+        self.stack[-1] = self.new(self.stack[-1], args, kwargs)
 
     def op_PERSID(self, pid): self.stack.append(self.load_persistent(pid))
     def op_BINPERSID(self): self.stack.append(self.load_persistent(self.stack.pop()))
@@ -352,4 +409,16 @@ def _build_table():
 
 
 _TABLE = _build_table()
+_MISSING = object()
+SMALL = 1 << 63
+# What each opcode adds to the objects budget: every push of a value or reference counts 1
+# (a GET pushes a reference that a container may keep), a MARK opens a list, an empty set is
+# ~4 times the size of an empty list.
+_NO_PUSH = {"PROTO", "FRAME", "STOP", "POP", "POP_MARK", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE",
+            "APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD", "REDUCE", "NEWOBJ",
+            "NEWOBJ_EX", "TUPLE1", "TUPLE2", "TUPLE3", "STACK_GLOBAL", "READONLY_BUFFER"}
+_WEIGHTS = [0] * 256
+for _op in pickletools.opcodes:
+    _WEIGHTS[_op.code.encode("latin-1")[0]] = (
+        0 if _op.name in _NO_PUSH else 4 if _op.name in ("EMPTY_SET", "FROZENSET") else 1)
 _STOP = next(ord(op.code) for op in pickletools.opcodes if op.name == "STOP")

@@ -24,6 +24,7 @@ from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
 from . import blobs, files, remote
 from .jobs import Job, Jobs
+from .health_ops import HealthOps
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice
 
@@ -38,7 +39,7 @@ def exact_job(tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Job:
                result=lambda stats: {"stats": stats.to_json()})
 
 
-class Session(MoEOps):
+class Session(MoEOps, HealthOps):
     """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs."""
 
     def __init__(self) -> None:

@@ -51,7 +51,8 @@ ALIGNMENT_KEY = "general.alignment"
 GGML_MAX_DIMS = 4          # ggml.h: a tensor has at most 4 dims
 INT64_MAX = (1 << 63) - 1  # ggml counts elements and bytes in int64
 UINT32 = 4                 # value type id of uint32 (what general.alignment should be)
-SPLIT_PART_NOTE = "this is part "  # starts the warning shards.py drops once all parts are merged
+# Metadata keys whose value type and position are kept (read after the metadata is parsed).
+TYPED_KEYS = frozenset({"general.alignment", "split.no", "split.count", "split.tensors.count"})
 
 # Spec "File Structure", gguf_header_t. Keyed by big_endian. Version 1 had uint32 counts.
 VERSION = {False: struct.Struct("<I"), True: struct.Struct(">I")}
@@ -117,12 +118,9 @@ def read(source: ByteSource) -> Checkpoint:
                     found=f"file size {size}")
     tensors = _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
 
-    split_count = metadata.get("split.count")
-    if isinstance(split_count, int) and split_count > 1:
-        part = metadata.get("split.no", 0)
-        warnings.append(f"{SPLIT_PART_NOTE}{part + 1 if isinstance(part, int) else '?'} of "
-                        f"{split_count} of a split model: open all parts together to see every "
-                        "tensor")
+    split = _split(metadata, types)
+    if split is not None and split["count"] > 1:
+        warnings.append(split_note(split))
     for record in records.values():
         record["source"] = 0  # index into Checkpoint.sources (shards.py renumbers it)
     extras = {
@@ -132,8 +130,26 @@ def read(source: ByteSource) -> Checkpoint:
         "gguf_arrays": records,
         "model_card": model_card(metadata, tensors, size),
     }
+    if split is not None:
+        extras["split"] = split
     return Checkpoint(FORMAT, name, size, tensors, metadata=metadata, warnings=warnings,
                       extras=extras, sources=[source])
+
+
+def _split(metadata: dict, types: dict) -> dict | None:
+    """{"no", "count"} of a part of a split model (split.no is None if absent or not an integer),
+    the structured form shards.py and the page use; None if split.count is not an integer."""
+    count, no = metadata.get("split.count"), metadata.get("split.no")
+    if types.get("split.count") not in INTEGER_TYPES:
+        return None
+    return {"no": no if types.get("split.no") in INTEGER_TYPES else None, "count": count}
+
+
+def split_note(split: dict) -> str:
+    """The warning a lone part carries (shards.py drops it from parts it merges)."""
+    no = "?" if split["no"] is None else split["no"] + 1
+    return (f"this is part {no} of {split['count']} of a split model: open all parts together to "
+            "see every tensor")
 
 
 def _check_count(cursor: Cursor, count: int, least: int, what: str, at: int) -> None:
@@ -145,6 +161,9 @@ def _check_count(cursor: Cursor, count: int, least: int, what: str, at: int) -> 
 
 
 def _read_metadata(cursor: Cursor, kv_count: int, error):
+    """The metadata dict, and the value type and record offset of the few keys read later
+    (general.alignment, split.*): a per-key type and position table costs more than the values
+    for a file of millions of keys. Lazy arrays and strings get a record each."""
     metadata: dict = {}
     types: dict[str, int] = {}
     positions: dict[str, int] = {}
@@ -154,13 +173,29 @@ def _read_metadata(cursor: Cursor, kv_count: int, error):
         key = cursor.name(f"the key of metadata entry {i}")
         if key in metadata:
             raise error(FormatError, f"metadata key {key!r} appears twice", offset=at,
-                        found=f"its first entry at byte {positions[key]}")
+                        found=f"its first entry at byte {_position_of(cursor, key, at)}")
         vtype = cursor.value_type(f"the value type of metadata {key!r}")
         value, record = top_level(cursor, key, vtype)
-        metadata[key], types[key], positions[key] = value, vtype, at
+        metadata[key] = value
+        if key in TYPED_KEYS:
+            types[key], positions[key] = vtype, at
         if record is not None:
             records[key] = record
     return metadata, types, positions, records
+
+
+def _position_of(cursor: Cursor, key: str, before: int) -> int | None:
+    """Where metadata `key` first appeared: found again by walking the entries from the start
+    (only for the error message of a duplicated key, so nothing is kept per key meanwhile)."""
+    walk = Cursor(cursor.source, HEADER_START, cursor.layout)
+    counts = HEADER_COUNTS_V1 if cursor.layout.version == 1 else HEADER_COUNTS
+    walk.unpack(counts[cursor.layout.big_endian], "the counts")
+    while walk.pos < before:
+        at = walk.pos
+        if walk.name("a key") == key:
+            return at
+        top_level(walk, key, walk.value_type("a value type"))
+    return None
 
 
 def _read_tensor_infos(cursor: Cursor, tensor_count: int, error) -> list[TensorInfo]:
@@ -211,6 +246,7 @@ def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
     size = source.size
     starts = sorted(data_offset + info.offset for info in infos)
     tensors = []
+    shared: dict[tuple, dict] = {}
     for info in infos:
         begin = data_offset + info.offset
         where = f"tensor {info.name!r}"
@@ -246,9 +282,14 @@ def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
         if info.offset % alignment:
             warnings.append(f"{where} starts at data offset {info.offset}, not a multiple of the "
                             f"alignment {alignment} (llama.cpp refuses the file)")
+        # Tensors of one type and shape share one info dict (never written to after this):
+        # a model repeats a few dozen shapes over thousands of tensors.
+        details = (info.ggml_type, info.ne, bool(extra))
+        if details not in shared:
+            shared[details] = {"ggml_type": info.ggml_type, "ne": list(info.ne), **extra}
         tensors.append(Tensor(info.name, label, tuple(reversed(info.ne)), begin, nbytes,
                               source=source, big_endian=big_endian, problem=problem,
-                              info={"ggml_type": info.ggml_type, "ne": list(info.ne), **extra}))
+                              info=shared[details]))
     _warn_overlaps(tensors, warnings)
     return tensors
 

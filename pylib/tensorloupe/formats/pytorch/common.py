@@ -17,14 +17,16 @@ from ...errors import FormatError, LimitError, TensorloupeError
 from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
 from . import globals as torch_globals
-from ...unpickling.values import LIMITS, Limits, Marker, StandIn
+from ...unpickling.values import LIMITS, Limits, Marker, StandIn, shown
 from .globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
 from ...unpickling.machine import Unpickled, unpickle
 
 MAX_DEPTH = 200            # nesting of the checkpoint's containers
-MAX_NAMES = 1 << 22        # (path, tensor) pairs built while naming (memo sharing multiplies them)
+MAX_NAMES = 1 << 20        # tensor names (memo sharing multiplies them), counted before any is built
+MAX_PAIRS = 1 << 22        # (path, tensor) pairs kept while naming, over every container
 MAX_DIMS = 64
+INT64 = 1 << 63            # torch's sizes, strides, offsets and element counts are int64
 MAX_PROBLEM_WARNINGS = 20
 
 MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
@@ -51,7 +53,7 @@ def storage_loader(legacy: bool = False):
                               found=f"a {type(pid).__name__}" if not isinstance(pid, tuple)
                               else f"a tuple of {len(pid)}")
         storage_class, key, location, numel = pid[1:5]
-        if type(numel) is not int or numel < 0 or not isinstance(key, (str, int)):
+        if type(numel) is not int or not 0 <= numel < INT64 or not isinstance(key, (str, int)):
             raise FormatError("a storage reference has an invalid key or element count",
                               found=f"key {type(key).__name__}, numel {type(numel).__name__}")
         key = segment(key)
@@ -98,17 +100,46 @@ def _children(obj):
 def find_tensors(root) -> list[tuple[str, TensorRef]]:
     """Every tensor reachable from root with its dotted path, in pickle order.
 
-    A container shared through the pickle memo is walked once: later visits reuse its list of
-    (path, tensor), so the work is bounded by the names produced, which are limited (a memo
-    "billion laughs" of nested shared lists fails fast). Cycles are skipped. Recursion is bounded
-    by MAX_DEPTH, well inside Python's default limit.
+    A container shared through the pickle memo is walked once. Names are counted first (an int
+    per container, shared ones counted once but with their multiplicity), and only built if
+    their number and the pairs every container would keep are within the limits: a memo
+    "billion laughs" of 923 bytes (10**9 names) fails before a single name exists. Cycles are
+    skipped. Recursion is bounded by MAX_DEPTH, well inside Python's default limit.
     """
-    done: dict[int, list] = {}
+    counts: dict[int, int] = {}
     on_path: set[int] = set()
-    produced = 0
+    pairs = 0
 
-    def collect(obj, depth: int) -> list:
-        nonlocal produced
+    def count(obj, depth: int) -> int:
+        nonlocal pairs
+        if type(obj) is TensorRef:
+            return 1
+        known = counts.get(id(obj))
+        if known is not None:
+            return known
+        children = _children(obj)
+        if not children or id(obj) in on_path:
+            return 0
+        if depth >= MAX_DEPTH:
+            raise LimitError(f"the checkpoint's containers nest deeper than {MAX_DEPTH} levels",
+                             expected=f"at most {MAX_DEPTH} levels")
+        on_path.add(id(obj))
+        total = sum(count(child, depth + 1) for _, child in children)
+        on_path.discard(id(obj))
+        if total > MAX_NAMES:
+            raise LimitError(f"the checkpoint names more than {MAX_NAMES} tensors (a memo-sharing "
+                             "bomb?)", expected=f"at most {MAX_NAMES}")
+        pairs += total
+        if pairs > MAX_PAIRS:
+            raise LimitError(f"naming the checkpoint's tensors needs more than {MAX_PAIRS} paths "
+                             "(containers shared or nested too much)", expected=f"at most {MAX_PAIRS}")
+        counts[id(obj)] = total
+        return total
+
+    count(root, 0)
+    done: dict[int, list] = {}
+
+    def collect(obj) -> list:
         if type(obj) is TensorRef:
             return [((), obj)]
         known = done.get(id(obj))
@@ -117,22 +148,14 @@ def find_tensors(root) -> list[tuple[str, TensorRef]]:
         children = _children(obj)
         if not children or id(obj) in on_path:
             return []
-        if depth >= MAX_DEPTH:
-            raise LimitError(f"the checkpoint's containers nest deeper than {MAX_DEPTH} levels",
-                             expected=f"at most {MAX_DEPTH} levels")
         on_path.add(id(obj))
-        parts = [(name, collect(child, depth + 1)) for name, child in children]
-        on_path.discard(id(obj))
-        produced += sum(len(found) for _, found in parts)
-        if produced > MAX_NAMES:
-            raise LimitError(f"the checkpoint names more than {MAX_NAMES} tensors (a memo-sharing "
-                             "bomb?)", expected=f"at most {MAX_NAMES}")
         out = [(path if name is None else (name,) + path, ref)
-               for name, found in parts for path, ref in found]
+               for name, child in children for path, ref in collect(child)]
+        on_path.discard(id(obj))
         done[id(obj)] = out
         return out
 
-    return [(".".join(path) or "tensor", ref) for path, ref in collect(root, 0)]
+    return [(".".join(path) or "tensor", ref) for path, ref in collect(root)]
 
 
 def detect_prefix(root, names: list[str]) -> str:
@@ -155,16 +178,18 @@ def detect_prefix(root, names: list[str]) -> str:
 
 def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: bool) -> Tensor:
     table, itemsize = TORCH_DTYPES.get(ref.dtype, (None, 1))
-    info = {"torch_dtype": ref.dtype, "storage_offset": ref.offset}
+    # a pickle int may have more digits than str() allows: keep only what an int64 holds
+    offset_ok = type(ref.offset) is int and 0 <= ref.offset < INT64
+    info = {"torch_dtype": ref.dtype, "storage_offset": ref.offset if offset_ok else shown(ref.offset)}
     if ref.kind != "tensor":
         info["kind"] = ref.kind
     info.update(ref.info)
     problem = None if table else f"torch dtype {ref.dtype} has no decoder in tensorloupe"
     shape, strides, start = ref.size, ref.stride, ref.offset
     if len(shape) > MAX_DIMS or len(strides) != len(shape) or \
-            not all(type(v) is int and v >= 0 for v in (*shape, *strides, start)):
+            not all(type(v) is int and 0 <= v < INT64 for v in (*shape, *strides, start)):
         problem = (f"its size ({len(shape)} dims), stride ({len(strides)}) or storage offset are "
-                   "not non-negative integers")
+                   "not integers in 0..2**63-1")
         shape, strides, start = (), (), 0
     numel = math.prod(shape)
     span = 0 if numel == 0 else 1 + sum((n - 1) * s for n, s in zip(shape, strides))
@@ -194,8 +219,10 @@ def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: b
 
 def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate, *,
                big_endian: bool = False, warnings: list[str] | None = None,
-               extras: dict | None = None) -> Checkpoint:
-    """The Checkpoint for an unpickled torch object: descriptors, metadata, safety report."""
+               extras: dict | None = None, notes: list[str] | None = None) -> Checkpoint:
+    """The Checkpoint for an unpickled torch object: descriptors, metadata, safety report.
+    `notes` are what makes the file's layout deceptive (several data.pkl, bytes before the
+    archive, a failed CRC): they go into the safety report and lead the warnings."""
     try:
         found = find_tensors(root)
     except TensorloupeError as e:
@@ -221,7 +248,7 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
         main = main.get(part, main) if type(main) is dict else main
     rendered = render(root, names, main if prefix else None,
                       sum(t.name.startswith(prefix) for t in tensors), prefix)
-    safety = safety_report(pickles)
+    safety = safety_report(pickles, notes or [])
     warnings = safety_warnings(safety) + list(warnings or [])
     problems = [t for t in tensors if t.problem]
     warnings += [f"tensor {t.name!r}: {t.problem}" for t in problems[:MAX_PROBLEM_WARNINGS]]

@@ -4,8 +4,8 @@ A torch checkpoint's pickle names a few dozen globals (rebuild functions, storag
 OrderedDict). Each allowed name is one row below with a pure builder that turns the call's
 arguments into data (a TensorRef, a dict, a tuple, a number); nothing is imported and no attribute
 of a real module is looked up. Every other name resolves to a stand-in without a builder, so any
-call to it becomes an inert unpickle.Marker. The verdict table says which names would be
-dangerous if a real unpickler ran the file.
+call to it becomes an inert unpickle.Marker. verdicts.py says what every other name would do
+if a real unpickler ran the file.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import _compat_pickle
 import struct
 
-from ...unpickling.values import Marker, StandIn, Stateful, check_key
+from ...unpickling.values import Marker, StandIn, Stateful, safe_keys
+from .verdicts import MAY_EXECUTE, judge_other  # noqa: F401 (MAY_EXECUTE: the reason tests name)
 
 # torch dtype name -> (tensorloupe dtype table name or None if we cannot decode it, bytes per element)
 TORCH_DTYPES: dict[str, tuple[str | None, int]] = {
@@ -119,7 +120,10 @@ def _rebuild_parameter(args, kwargs):
 
 
 def _number(value):
-    return value if type(value) in (int, float) else None
+    # an int beyond int64 is no torch scale or zero point (and str() may refuse its digits)
+    if type(value) is int:
+        return value if -(1 << 63) <= value < 1 << 63 else None
+    return value if type(value) is float else None
 
 
 def _rebuild_qtensor(args, kwargs):
@@ -152,15 +156,17 @@ def _rebuild_meta(args, kwargs):
 
 
 def _ordered_dict(args, kwargs):
-    out: dict = {}
-    for key, value in (args[0] if args and type(args[0]) in (list, tuple) else ()):
-        out[check_key(key)] = value
-    return out
+    pairs = list(args[0]) if args and type(args[0]) in (list, tuple) else []
+    if not all(type(pair) in (list, tuple) and len(pair) == 2 for pair in pairs):
+        raise TypeError("OrderedDict is given items that are not (key, value) pairs")
+    return dict(zip(safe_keys(key for key, _ in pairs), (value for _, value in pairs)))
 
 
 def _device(args, kwargs):
-    # torch.device("cuda", 0) -> "cuda:0"
-    return ":".join(str(a) for a in args if type(a) in (str, int) and len(str(a)) < 40)
+    # torch.device("cuda", 0) -> "cuda:0" (no str() of a pickle int over 64 bits: it may have
+    # more digits than str() allows)
+    return ":".join(a if type(a) is str else str(a) for a in args
+                    if (type(a) is str and len(a) < 40) or (type(a) is int and a.bit_length() < 64))
 
 
 def _codecs_encode(args, kwargs):
@@ -214,8 +220,8 @@ _DATA_BUILDERS = {
     "torch.Size": _sized(tuple, (list, tuple)),
     "torch.device": _device,
     "_codecs.encode": _codecs_encode,
-    "builtins.set": _sized(lambda items=(): set(map(check_key, items)), (list, tuple)),
-    "builtins.frozenset": _sized(lambda items=(): frozenset(map(check_key, items)), (list, tuple)),
+    "builtins.set": _sized(lambda items=(): set(safe_keys(items)), (list, tuple)),
+    "builtins.frozenset": _sized(lambda items=(): frozenset(safe_keys(items)), (list, tuple)),
     "builtins.complex": _sized(complex, (int, float)),
     "builtins.bytearray": _sized(bytearray, (bytes, bytearray)),
     "builtins.bytes": _sized(bytes, (bytes,)),
@@ -234,54 +240,23 @@ _ALLOWED_VALUES = {"numpy.ndarray", "torch.Tensor", "torch.nn.parameter.Paramete
     f"{module}.{name.removesuffix('Storage')}Tensor" for module in ("torch", "torch.cuda")
     for name in STORAGE_CLASSES}
 
-DANGEROUS_MODULES = frozenset({
-    "os", "posix", "nt", "subprocess", "sys", "runpy", "importlib", "pickle", "_pickle", "shutil",
-    "socket", "webbrowser", "ctypes", "code", "codeop", "pty", "commands", "multiprocessing",
-    "asyncio", "urllib", "http", "requests", "marshal", "pdb", "bdb", "timeit", "signal",
-    "_thread", "threading", "tempfile", "pathlib", "io", "_io", "posixpath", "ntpath",
-    "zipimport", "imp", "types", "cProfile", "profile", "trace", "pip", "setuptools",
-    "distutils", "ftplib", "smtplib", "telnetlib", "xmlrpc", "dill", "joblib", "cloudpickle",
-    "_posixsubprocess", "_winapi", "msvcrt", "gc", "inspect", "sysconfig", "site",
-})
-DANGEROUS_NAMES = frozenset({
-    "builtins.eval", "builtins.exec", "builtins.compile", "builtins.getattr", "builtins.setattr",
-    "builtins.delattr", "builtins.__import__", "builtins.open", "builtins.globals",
-    "builtins.locals", "builtins.vars", "builtins.input", "builtins.breakpoint", "builtins.help",
-    "builtins.exit", "builtins.quit", "builtins.type", "operator.attrgetter",
-    "operator.methodcaller", "functools.partial", "functools.reduce", "torch.load", "torch.save",
-    "torch.hub.load", "torch.jit.load", "torch.serialization.load",
-    "torch.storage._load_from_bytes", "numpy.load", "numpy.fromfile",
-    "numpy.testing._private.utils.runstring",
-})
-
-
-_DANGEROUS_ATTRS = frozenset(name.rpartition(".")[2] for name in DANGEROUS_NAMES) | {
-    "system", "popen", "spawnv", "execv", "run", "call", "check_output", "Popen", "rmtree"}
-
-
 def normalize(module: str, name: str) -> tuple[str, str]:
     """The module and name a real unpickler would import, after Python 2 renames (fix_imports)."""
     module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
     return _compat_pickle.IMPORT_MAPPING.get(module, module), name
 
 
-def verdict(module: str, name: str) -> str:
+def judge(module: str, name: str) -> tuple[str, str]:
+    """(verdict, reason): "allowed", "inert" or "dangerous", and why."""
     full = f"{module}.{name}"
     if full in _TENSOR_BUILDERS or full in _DATA_BUILDERS or full in _ALLOWED_VALUES or \
             _torch_value(full) is not None:
-        return "allowed"
-    parts = module.split(".")
-    if full in DANGEROUS_NAMES or any(".".join(parts[:i]) in DANGEROUS_MODULES
-                                      for i in range(1, len(parts) + 1)):
-        return "dangerous"
-    # A dotted name is an attribute walk from the module (protocol 4): through `os`, `eval` or a
-    # dunder (`__globals__`, `__builtins__`) it reaches anything.
-    for part in name.split(".") if "." in name or "__" in name else ():
-        dunder = part.startswith("__") and part.endswith("__")
-        if part in DANGEROUS_MODULES or part in _DANGEROUS_ATTRS or \
-                (dunder and full not in ("copyreg.__newobj__", "copyreg.__newobj_ex__")):
-            return "dangerous"
-    return "unknown"
+        return "allowed", "read as data by tensorloupe (torch's own allow-list has it)"
+    return judge_other(module, name)
+
+
+def verdict(module: str, name: str) -> str:
+    return judge(module, name)[0]
 
 
 def _torch_value(full_name: str):
@@ -294,8 +269,17 @@ def _torch_value(full_name: str):
     return None
 
 
+# Allow-listed builders that are functions, not classes: NEWOBJ (cls.__new__(cls, ...)) on them
+# fails in torch (weights_only or not), so it is refused here too instead of read as a call.
+_FUNCTIONS = frozenset(_TENSOR_BUILDERS) | {
+    "_codecs.encode", "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
+
+
 def resolve(module: str, name: str) -> StandIn:
     module, name = normalize(module, name)
     full = f"{module}.{name}"
     builder = _TENSOR_BUILDERS.get(full) or _DATA_BUILDERS.get(full)
-    return StandIn(full, verdict(module, name), builder, _torch_value(full))
+    verdict, reason = judge(module, name)
+    return StandIn(full, verdict, builder, _torch_value(full), reason=reason,
+                   function=full in _FUNCTIONS)

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import struct
 
-from ...errors import FormatError, LimitError, TensorloupeError, TruncatedError
+from ...errors import ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError
 from ...model import Checkpoint
 from ...source import ByteSource
 from .common import checkpoint, load_pickle, storage_loader
 from .globals import TORCH_DTYPES
-from ...unpickling.values import LIMITS
+from ...unpickling.values import LIMITS, shown
 
 FORMAT = "pytorch-legacy"
-EXTENSIONS = ()  # shares .pt/.pth/... with the ZIP format: found by content only
+PICKLE_FORMAT = "pickle"  # a file torch.load would unpickle that is no torch checkpoint
+# .pt/.pth/... are shared with the ZIP format (found by content); plain pickles are read for
+# their safety report
+EXTENSIONS = (".pkl", ".pickle")
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
 # The magic number as the first opcodes of a protocol >= 2 pickle (LONG1 of 10 bytes), and as
@@ -40,43 +43,62 @@ FIRST_READ = 64 << 10   # the pickles are read in a window that grows 4x until t
 
 
 def sniff(head: bytes, size: int, name: str) -> bool:
-    # protocol 4 puts a FRAME (9 bytes) before the number
-    return MAGIC_BINARY in head[:32] or MAGIC_TEXT in head[:40]
+    # protocol 4 puts a FRAME (9 bytes) before the number; any other binary pickle (PROTO 2-5)
+    # is what torch.load's legacy path would unpickle too
+    return MAGIC_BINARY in head[:32] or MAGIC_TEXT in head[:40] or \
+        (len(head) > 2 and head[0] == PROTO and 2 <= head[1] <= 5)
+
+
+PROTO = 0x80
+
+
+def _growing(source: ByteSource, parse):
+    """parse(prefix of the file), with a prefix that grows 4x until the pickles fit."""
+    window = min(source.size, FIRST_READ)
+    while True:
+        data = source.read(0, window)
+        try:
+            return parse(data)
+        except TruncatedError:
+            if window >= source.size:
+                raise
+            if window >= LIMITS.max_bytes:
+                raise ErrorFactory(source.name, FORMAT)(
+                    LimitError, "the pickles before the storages are larger than the limit",
+                    expected=f"at most {LIMITS.max_bytes} bytes") from None
+            window = min(source.size, window * 4)
+
+
+class NotLegacy(Exception):
+    """The first pickle is not torch's magic number: what torch would run is that pickle."""
+
+    def __init__(self, first):
+        super().__init__("no magic number")
+        self.first = first
 
 
 class _Pickles:
     """The five leading pickles, parsed from a prefix of the file that grows until they fit."""
 
     def __init__(self, source: ByteSource):
-        window = min(source.size, FIRST_READ)
-        while True:
-            data = source.read(0, window)
-            try:
-                self._parse(data)
-                return
-            except TruncatedError:
-                if window >= source.size:
-                    raise
-                if window >= LIMITS.max_bytes:
-                    raise LimitError("the pickles before the storages are larger than the limit",
-                                     expected=f"at most {LIMITS.max_bytes} bytes") from None
-                window = min(source.size, window * 4)
+        self.error = ErrorFactory(source.name, FORMAT)
+        _growing(source, self._parse)
 
     def _parse(self, data: bytes) -> None:
         magic = load_pickle(data, None)
-        if magic.value != MAGIC_NUMBER:
-            raise FormatError("the file does not start with torch's legacy magic number", offset=0,
-                              expected=hex(MAGIC_NUMBER), found=str(magic.value)[:40])
+        if type(magic.value) is not int or magic.value != MAGIC_NUMBER:
+            raise NotLegacy(magic)
         version = load_pickle(data, None, start=magic.end)
         if version.value != PROTOCOL_VERSION:
-            raise FormatError("unknown legacy serialization version", offset=magic.end,
-                              expected=PROTOCOL_VERSION, found=str(version.value)[:40])
+            raise self.error(FormatError, "unknown legacy serialization version", offset=magic.end,
+                              expected=PROTOCOL_VERSION, found=shown(version.value))
         sys_info = load_pickle(data, None, start=version.end)
         self.loader = storage_loader(legacy=True)
         self.main = load_pickle(data, self.loader, start=sys_info.end)
         keys = load_pickle(data, None, start=self.main.end)
         if not isinstance(keys.value, list) or not all(isinstance(k, str) for k in keys.value):
-            raise FormatError("the storage key list is not a list of strings", offset=self.main.end)
+            raise self.error(FormatError, "the storage key list is not a list of strings",
+                             offset=self.main.end)
         self.pickles = [magic, version, sys_info, self.main, keys]
         self.sys_info = sys_info.value if isinstance(sys_info.value, dict) else {}
         self.keys, self.storage_start = keys.value, keys.end
@@ -84,15 +106,17 @@ class _Pickles:
 
 def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list[str]]:
     """Data offset of every storage, from the persistent ids; count prefixes only if needed."""
+    error = ErrorFactory(source.name, FORMAT)
     storages = pickles.loader.storages
     missing = [k for k in pickles.keys if k not in storages]
     if missing:
-        raise FormatError(f"the storage list names {len(missing)} storages no tensor uses",
-                          offset=pickles.main.end, found=", ".join(missing[:5]))
+        raise error(FormatError, f"the storage list names {len(missing)} storages no tensor uses",
+                    offset=pickles.main.end, found=shown(missing[:5]))
     unknown = [k for k in pickles.keys if storages[k].dtype not in TORCH_DTYPES]
     if unknown:
-        raise FormatError(f"storage {unknown[0]!r} has an unknown type {storages[unknown[0]].dtype}: "
-                          "the storages after it cannot be located", offset=pickles.storage_start)
+        raise error(FormatError, f"storage {shown(unknown[0])} has an unknown type "
+                    f"{shown(storages[unknown[0]].dtype)}: the storages after it cannot be located",
+                    offset=pickles.storage_start)
     offsets, cursor = {}, pickles.storage_start
     for key in pickles.keys:
         offsets[key] = cursor + COUNT.size
@@ -107,13 +131,13 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
         ref = storages[key]
         (count,) = COUNT.unpack(source.read(cursor, COUNT.size))
         if count != ref.numel:
-            raise FormatError(f"storage {key!r} is declared with {ref.numel} elements in the "
-                              f"pickle but {count} in the file", offset=cursor,
-                              expected=ref.numel, found=count)
+            raise error(FormatError, f"storage {shown(key)} is declared with {ref.numel} "
+                        f"elements in the pickle but {count} in the file", offset=cursor,
+                        expected=ref.numel, found=count)
         offsets[key] = cursor + COUNT.size
         cursor += COUNT.size + ref.nbytes
     if cursor > source.size:
-        raise TruncatedError("the file ends inside its storages (truncated download?)",
+        raise error(TruncatedError, "the file ends inside its storages (truncated download?)",
                              offset=source.size, expected=f"{cursor} bytes", found=source.size)
     warnings.append(f"{source.size - cursor} bytes follow the last storage")
     return offsets, warnings
@@ -123,6 +147,8 @@ def read(source: ByteSource) -> Checkpoint:
     try:
         pickles = _Pickles(source)
         offsets, warnings = _layout(source, pickles)
+    except NotLegacy as e:
+        return _plain_pickle(source, e.first, "does not start with torch's legacy magic number")
     except TensorloupeError as e:
         raise e.located(file=source.name, format=FORMAT)
 
@@ -139,3 +165,36 @@ def read(source: ByteSource) -> Checkpoint:
         if isinstance(sizes, dict) else {}}}
     return checkpoint(FORMAT, source, pickles.main.value, pickles.pickles, locate,
                       warnings=warnings, extras=extras)
+
+
+def read_leading_pickle(source: ByteSource, why: str) -> Checkpoint:
+    """What torch.load runs on a file that is no ZIP at byte 0: its legacy path unpickles the
+    first pickle of the file (with every global it names) before checking the magic number."""
+    try:
+        pickles = _Pickles(source)
+    except NotLegacy as e:
+        return _plain_pickle(source, e.first, why)
+    except TensorloupeError as e:
+        error = ErrorFactory(source.name, FORMAT)
+        raise error(type(e), f"the file {why}, so torch.load unpickles its first bytes, and they "
+                    f"are no pickle tensorloupe can read: {e.message}", offset=e.offset) from e
+    offsets, warnings = _layout(source, pickles)
+    return checkpoint(FORMAT, source, pickles.main.value, pickles.pickles,
+                      lambda ref: (None, offsets[ref.key], ref.nbytes, None)
+                      if ref.key in offsets else (None, 0, 0, "its storage is not in the file"),
+                      warnings=warnings)
+
+
+def _plain_pickle(source: ByteSource, first, why: str) -> Checkpoint:
+    """A file torch.load would only unpickle (and then refuse): its safety report, no tensors."""
+    note = (f"the file {why}: torch.load(weights_only=False) unpickles its first "
+            f"{first.end} bytes as a pickle, running every global it names, before it refuses "
+            "the file; that pickle is what this report analyses")
+    trailing = source.size - first.end
+    if trailing:
+        note += f" ({trailing} more bytes follow it and are not read by torch)"
+
+    def locate(ref):
+        return None, 0, 0, "a plain pickle holds no storage bytes"
+    return checkpoint(PICKLE_FORMAT, source, first.value, [first], locate, notes=[note],
+                      extras={"pickle_bytes": first.end})

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from ...errors import ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError, UnsupportedError
 from ...source import ByteSource, SourceFile
+from .lookup import Lookup
 
 # APPNOTE 4.3.7 local file header: signature, version, flags, method, time, date, crc,
 # compressed size, size, name length, extra length.
@@ -86,9 +87,27 @@ class Archive:
                 struct.error, OverflowError, UnicodeDecodeError, NotImplementedError,
                 RuntimeError, KeyError, IndexError) as e:
             raise FormatError(f"not a readable ZIP archive: {e}", file=source.name, format=fmt) from e
-        self.members: dict[str, zipfile.ZipInfo] = {info.filename: info for info in infos}
+        # Lookups answer as torch's reader does (lookup.py): a name that several entries share
+        # (exactly, or but for case) maps to the one entry torch opens; the others are `shadowed`.
+        self.infos = infos
+        self.lookup = Lookup(infos)
+        chosen = {self.lookup.find_lowered(low) for low in self.lookup.lowered}
+        self.members: dict[str, zipfile.ZipInfo] = {
+            info.filename: info for i, info in enumerate(infos) if i in chosen}
+        self.shadowed = [info for i, info in enumerate(infos) if i not in chosen]
+        # zipfile tolerates bytes before the archive (it shifts every offset); torch does not.
+        self.leading = min((info.header_offset for info in infos), default=0)
         self._data_offsets: dict[str, int] = {}
         self._member_sources: dict[str, MemberSource] = {}
+
+    def find(self, name: str) -> str | None:
+        """The member torch opens for `name` (ASCII case ignored), or None."""
+        index = self.lookup.find(name)
+        return None if index is None else self.infos[index].filename
+
+    def variants(self, name: str) -> list[zipfile.ZipInfo]:
+        """Every entry torch could mean by `name`: exact duplicates and case variants."""
+        return [self.infos[i] for i in self.lookup.variants(name)]
 
     def member_source(self, name: str) -> "MemberSource":
         """A stored member as a byte source of its own, positioned on first use."""
@@ -134,8 +153,9 @@ class Archive:
                 self._data_offsets[name] = self._parse_local(name, window, first)
         return {n: self._data_offsets[n] for n in names}
 
-    def _parse_local(self, name: str, window: bytes, window_start: int) -> int:
-        info = self.members[name]
+    def _parse_local(self, name: str, window: bytes, window_start: int,
+                     info: zipfile.ZipInfo | None = None) -> int:
+        info = info or self.members[name]
         at = info.header_offset - window_start
         if at + LOCAL_HEADER.size > len(window):
             raise self.error(TruncatedError, f"the local header of {name!r} runs past the end of "
@@ -154,16 +174,18 @@ class Archive:
                              found=f"{max(0, self.source.size - data_offset)}")
         return data_offset
 
-    def read(self, name: str, cap: int) -> bytes:
-        """A whole (small) member, inflated if deflated, at most `cap` bytes."""
-        info = self.members[name]
+    def read(self, name: str, cap: int, *, verify: bool = True,
+             info: zipfile.ZipInfo | None = None) -> bytes:
+        """A whole (small) member, inflated if deflated, at most `cap` bytes. With verify=False a
+        CRC-32 mismatch is left to the caller (`crc_problem`): torch does not check CRCs."""
+        info = info or self.members[name]
         size = max(info.file_size, info.compress_size)
         if size > cap:
             raise self.error(LimitError, f"member {name!r} is larger than the limit",
                              expected=f"at most {cap} bytes", found=size)
         if info.flag_bits & ENCRYPTED:
             raise self.error(UnsupportedError, f"member {name!r} is encrypted")
-        start = self.data_offsets([name])[name]
+        start = self._data_offset(name, info)
         raw = self.source.read(start, info.compress_size)
         if info.compress_type == DEFLATED:
             try:
@@ -174,17 +196,38 @@ class Archive:
                                  offset=start) from e
         elif info.compress_type == STORED:
             data = raw
+            if info.compress_size != info.file_size:
+                raise self.error(FormatError, f"stored member {name!r} declares {info.file_size} "
+                                 f"bytes but holds {info.compress_size}", offset=start,
+                                 expected="equal sizes for a stored member",
+                                 found=f"{info.compress_size} and {info.file_size}")
         else:
             raise self.error(UnsupportedError, f"member {name!r} uses ZIP compression method "
                              f"{info.compress_type}; tensorloupe reads stored and deflated members")
         if len(data) != info.file_size:
             raise self.error(FormatError, f"member {name!r} holds {len(data)} bytes, not the "
                              f"{info.file_size} its directory entry says", offset=start)
-        # torch may write a zero CRC when CRC computation is switched off; check the others.
-        if info.CRC and zlib.crc32(data) != info.CRC:
-            raise self.error(FormatError, f"member {name!r} fails its CRC-32 check", offset=start,
-                             expected=f"{info.CRC:#010x}", found=f"{zlib.crc32(data):#010x}")
+        problem = self.crc_problem(info, data) if verify else None
+        if problem:
+            raise self.error(FormatError, problem, offset=start)
         return data
+
+    @staticmethod
+    def crc_problem(info: zipfile.ZipInfo, data: bytes) -> str | None:
+        # torch may write a zero CRC when CRC computation is switched off; check the others.
+        crc = zlib.crc32(data)
+        if info.CRC and crc != info.CRC:
+            return (f"member {info.filename!r} fails its CRC-32 check (the directory says "
+                    f"{info.CRC:#010x}, its bytes give {crc:#010x})")
+        return None
+
+    def _data_offset(self, name: str, info: zipfile.ZipInfo) -> int:
+        if info is self.members.get(name):
+            return self.data_offsets([name])[name]
+        # a shadowed entry (same name as the one torch opens): read its local header directly
+        window = _read_data(self.source, info.header_offset,
+                            min(LOCAL_HEADER.size, max(0, self.source.size - info.header_offset)))
+        return self._parse_local(info.filename, window, info.header_offset, info)
 
 
 class MemberSource(ByteSource):

@@ -8,17 +8,20 @@ metadata large. `safety_report` is the shape the CLI and the web UI render as ex
 
 from __future__ import annotations
 
-from ...jsonable import NOT_MINE, PICKLED, bounded, key_text
-from ...unpickling.values import Marker, StandIn
+from ...jsonable import NOT_MINE, PICKLED, Limits, bounded, key_text
+from ...unpickling.values import Marker, SafeKey, StandIn
 from .globals import NumpyData, StorageRef, TensorRef
 from ...unpickling.machine import Unpickled
 
-MAX_LISTED = 10            # unknown globals named in the warning
+MAX_LISTED = 10            # globals named in a warning
+# What a call carried (os.system's command): enough to read it, never the whole pickle.
+CALL_ARGS = Limits(depth=6, items=8, text=300, nodes=60)
+MAX_SHOWN_CALLS = 20
 
 
 def segment(key) -> str:
     """A dict key as a path segment, without repr() of arbitrary data."""
-    return key_text(key)
+    return key_text(key.value if type(key) is SafeKey else key)
 
 
 def render(root, names: dict[int, str], main=None, main_count: int = 0, prefix: str = ""):
@@ -42,9 +45,40 @@ def render(root, names: dict[int, str], main=None, main_count: int = 0, prefix: 
             return out
         if isinstance(obj, NumpyData):
             return _numpy(obj, child)
-        return NOT_MINE
+        return _unwrapped(obj, child)
 
     return bounded(root, PICKLED, torch_values)
+
+
+def _unwrapped(obj, child):
+    """Containers holding SafeKeys (keys whose hash a pickle could choose) shown with the keys'
+    values; everything else is left to the generic renderer."""
+    if type(obj) is SafeKey:
+        return child(obj.value)
+    if type(obj) is dict:
+        head = [k for _, k in zip(range(PICKLED.items), obj)]
+        if any(type(k) is SafeKey for k in head):
+            # one entry fewer than the renderer shows, so that the count of the rest is ours
+            keep = PICKLED.items - 1 if len(obj) > PICKLED.items else PICKLED.items
+            shown = {segment(k): obj[k] for k in head[:keep]}
+            if len(obj) > keep:
+                shown["…"] = f"{len(obj) - keep:,} more entries"
+            return child(shown)
+    return NOT_MINE
+
+
+def _call_args(args, kwargs):
+    def torch_values(obj, child):
+        if isinstance(obj, (StandIn, Marker)):
+            return {"global": obj.name} if isinstance(obj, StandIn) else \
+                {"global": obj.name, "args": child(list(obj.args))}
+        if isinstance(obj, (TensorRef, StorageRef)):
+            return f"<{type(obj).__name__}>"
+        return _unwrapped(obj, child)
+    out = {"args": bounded(list(args), CALL_ARGS, torch_values)}
+    if kwargs:
+        out["kwargs"] = bounded(kwargs, CALL_ARGS, torch_values)
+    return out
 
 
 def _numpy(obj: NumpyData, child):
@@ -61,32 +95,41 @@ def _numpy(obj: NumpyData, child):
     return {"numpy": obj.what, "args": child(list(obj.args))}
 
 
-def safety_report(pickles: list[Unpickled]) -> dict:
-    """{"globals": [{name, verdict, count}], "dangerous": [names], "opcodes": {name: count}}"""
+def safety_report(pickles: list[Unpickled], notes: list[str] = ()) -> dict:
+    """What the pickles would run under torch.load(weights_only=False), as the CLI and the page
+    show it: {"globals": [{name, verdict, reason, count}], "dangerous": [names],
+    "calls": [{global, args[, kwargs]}] (what calls of not allow-listed globals carried),
+    "notes": [the file's deceptive layout, if any], "opcodes": {name: count}}"""
     counts: dict[str, int] = {}
-    verdicts: dict[str, str] = {}
+    judged: dict[str, tuple[str, str]] = {}
     opcodes: dict[str, int] = {}
+    calls = []
     for result in pickles:
         for name, standin in result.globals.items():
-            verdicts[name] = standin.verdict
+            judged.setdefault(name, (standin.verdict, standin.reason))
             counts[name] = counts.get(name, 0) + result.global_counts[name]
+        for name, reason in (result.built or {}).items():
+            judged[name] = ("dangerous", reason)
         for op, n in result.opcodes.items():
             opcodes[op] = opcodes.get(op, 0) + n
-    return {"globals": [{"name": n, "verdict": verdicts[n], "count": counts[n]} for n in counts],
-            "dangerous": [n for n in counts if verdicts[n] == "dangerous"],
+        for name, args, kwargs in result.calls or ():
+            # calls of dangerous globals, and of what calls returned (never of allowed or inert)
+            if len(calls) < MAX_SHOWN_CALLS and judged.get(name, ("dangerous",))[0] == "dangerous":
+                calls.append({"global": name, **_call_args(args, kwargs)})
+    return {"globals": [{"name": n, "verdict": judged[n][0], "reason": judged[n][1],
+                         "count": counts[n]} for n in counts],
+            "dangerous": [n for n in counts if judged[n][0] == "dangerous"],
+            "calls": calls, "notes": list(notes),
             "opcodes": dict(sorted(opcodes.items()))}
-
-
 
 
 def safety_warnings(safety: dict) -> list[str]:
     warnings = []
-    if safety["dangerous"]:
-        warnings.append("the pickle names dangerous globals: " + ", ".join(safety["dangerous"])
+    dangerous = safety["dangerous"]
+    if dangerous:
+        more = " …" if len(dangerous) > MAX_LISTED else ""
+        warnings.append(f"the pickle names {len(dangerous)} dangerous globals (they run or may run "
+                        "code): " + ", ".join(dangerous[:MAX_LISTED]) + more
                         + " (torch.load(weights_only=False) would run them; tensorloupe never does)")
-    unknown = [g["name"] for g in safety["globals"] if g["verdict"] == "unknown"]
-    if unknown:
-        more = " …" if len(unknown) > MAX_LISTED else ""
-        warnings.append(f"the pickle names {len(unknown)} globals tensorloupe does not know, shown "
-                        "as inert markers: " + ", ".join(unknown[:MAX_LISTED]) + more)
+    warnings += [f"SAFETY: {note}" for note in safety.get("notes", ())]
     return warnings

@@ -17,10 +17,10 @@ from __future__ import annotations
 import struct
 import tarfile
 
-from ...errors import FormatError, LimitError, TensorloupeError, TruncatedError
+from ...errors import LOW_LEVEL_ERRORS, ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError
 from ...model import Checkpoint
 from ...source import ByteSource
-from ...unpickling.values import LIMITS
+from ...unpickling.values import LIMITS, shown
 from .common import checkpoint, load_pickle
 from .safety import segment
 from .members import CappedFile
@@ -42,9 +42,19 @@ def sniff(head: bytes, size: int, name: str) -> bool:
         first.decode("latin-1") in MEMBERS + ("././@PaxHeader",)
 
 
+def _key(value):
+    """A storage or tensor key of the archive: torch writes ints and strings. Anything else (a
+    tuple nested millions deep, whose hash recurses in C) is refused before it is hashed."""
+    if type(value) is str or (type(value) is int and value.bit_length() < 64):
+        return value
+    raise FormatError("a storage or tensor key is not a string or a 64-bit integer",
+                      found=type(value).__name__)
+
+
 class _Reader:
     def __init__(self, source: ByteSource):
         self.source = source
+        self.error = error = ErrorFactory(source.name, FORMAT)
         self.pickles = []
         try:
             with tarfile.open(fileobj=CappedFile(source), mode="r:") as tar:
@@ -53,16 +63,16 @@ class _Reader:
             raise
         except (tarfile.TarError, EOFError, OSError, ValueError, UnicodeError, struct.error,
                 OverflowError, KeyError, IndexError) as e:
-            raise FormatError(f"not a readable tar archive: {e}") from e
+            raise error(FormatError, f"not a readable tar archive: {e}") from e
         missing = [m for m in MEMBERS if m not in self.members]
         if missing:
-            raise FormatError("the tar archive is not a torch checkpoint: it has no "
+            raise error(FormatError, "the tar archive is not a torch checkpoint: it has no "
                               + ", ".join(missing), expected=", ".join(MEMBERS))
 
     def member(self, name: str) -> tuple[int, int]:
         info = self.members[name]
         if info.offset_data + info.size > self.source.size:
-            raise TruncatedError(f"the tar member {name!r} runs past the end of the file",
+            raise self.error(TruncatedError, f"the tar member {name!r} runs past the end of the file",
                                  offset=info.offset_data, expected=f"{info.size} bytes")
         return info.offset_data, info.offset_data + info.size
 
@@ -77,7 +87,8 @@ class _Reader:
                 if window >= end - position:
                     raise
                 if window >= LIMITS.max_bytes:
-                    raise LimitError("a pickle in the tar archive is larger than the limit") from None
+                    raise self.error(LimitError, "a pickle in the tar archive is larger than the "
+                                     "limit") from None
                 window = min(end - position, window * 4)
                 continue
             self.pickles.append(result)
@@ -86,8 +97,8 @@ class _Reader:
     def count(self, position: int, end: int, unit: int) -> tuple[int, int]:
         value, position = self.pickle_at(position, end)
         if not isinstance(value, int) or not 0 <= value <= (end - position) // unit:
-            raise FormatError("a count in the tar archive does not fit its member", offset=position,
-                              found=str(value)[:20])
+            raise self.error(FormatError, "a count in the tar archive does not fit its member",
+                             offset=position, found=shown(value))
         return value, position
 
     def storages(self) -> tuple[dict, dict]:
@@ -97,23 +108,26 @@ class _Reader:
         count, position = self.count(position, end, COUNT.size + 1)
         for _ in range(count):
             (key, location, storage_class), position = self.pickle_at(position, end)
+            key = _key(key)
             dtype = dtype_of(storage_class)
             (numel,) = COUNT.unpack(self.source.read(position, COUNT.size))
             if dtype not in TORCH_DTYPES:
-                raise FormatError(f"storage {segment(key)!r} has an unknown type {dtype}: the "
-                                  "storages after it cannot be located", offset=position)
+                raise self.error(FormatError, f"storage {shown(key)} has an unknown type "
+                                 f"{shown(dtype)}: the storages after it cannot be located",
+                                 offset=position)
             nbytes = numel * TORCH_DTYPES[dtype][1]
             if numel < 0 or position + COUNT.size + nbytes > end:
-                raise FormatError(f"storage {key!r} runs past its tar member", offset=position,
-                                  found=f"{numel} elements")
+                raise self.error(FormatError, f"storage {shown(key)} runs past its tar member",
+                                 offset=position, found=f"{numel} elements")
             refs[key] = StorageRef(segment(key), dtype, numel, segment(location), storage_class.name)
             offsets[segment(key)] = position + COUNT.size
             position += COUNT.size + nbytes
         views, _ = self.pickle_at(position, end)
         for view_key, root_key, offset, numel in views:
-            root = refs[root_key]
+            view_key, root = _key(view_key), refs[_key(root_key)]
             if type(offset) is not int or type(numel) is not int:
-                raise FormatError(f"storage view {segment(view_key)!r} has a non-integer offset or size")
+                raise self.error(FormatError, f"storage view {shown(view_key)} has a non-integer "
+                                 "offset or size")
             refs[view_key] = StorageRef(segment(view_key), root.dtype, numel, root.location, root.kind)
             offsets[segment(view_key)] = offsets[root.key] + offset * TORCH_DTYPES[root.dtype][1]
         return refs, offsets
@@ -123,7 +137,7 @@ class _Reader:
         data = self.source.read(position, end - position) if end - position <= LIMITS.max_bytes \
             else None
         if data is None:
-            raise LimitError("the tensors member is larger than the limit")
+            raise self.error(LimitError, "the tensors member is larger than the limit")
         tensors = {}
         count, at = self.count(position, end, TENSOR_HEAD.size + 8)
         at -= position
@@ -131,9 +145,11 @@ class _Reader:
             result = load_pickle(data, None, start=at)
             self.pickles.append(result)
             key, storage_key, _tensor_class = result.value
+            key, storage_key = _key(key), _key(storage_key)
             (ndim,) = TENSOR_HEAD.unpack_from(data, result.end)
             if not 0 <= ndim <= 64:
-                raise FormatError(f"tensor {key!r} has {ndim} dimensions", offset=position + result.end)
+                raise self.error(FormatError, f"tensor {shown(key)} has {ndim} dimensions",
+                                 offset=position + result.end)
             layout = struct.Struct(f"<{ndim}q{ndim}qq")
             values = layout.unpack_from(data, result.end + TENSOR_HEAD.size)
             storage = storages[storage_key]
@@ -158,9 +174,11 @@ def read(source: ByteSource) -> Checkpoint:
         main, _ = reader.pickle_at(position, end, persistent_load)
     except TensorloupeError as e:
         raise e.located(file=source.name, format=FORMAT)
-    except (KeyError, TypeError, ValueError, struct.error) as e:
-        raise FormatError(f"malformed tar checkpoint: {type(e).__name__}: {e}", file=source.name,
-                          format=FORMAT) from e
+    except LOW_LEVEL_ERRORS as e:
+        # never str(e): a KeyError holds a pickle value (a 5,000-digit int, a deep tuple)
+        detail = shown(e.args[0]) if len(e.args) == 1 else ""
+        raise ErrorFactory(source.name, FORMAT)(
+            FormatError, f"malformed tar checkpoint: {type(e).__name__} {detail}".rstrip()) from e
 
     def locate(ref):
         return None, offsets[ref.key], ref.nbytes, None

@@ -1,0 +1,274 @@
+"""Fuzz tensorloupe's readers with format-aware mutations, in one worker process under limits.
+
+    python bench/fuzz.py --format safetensors --seconds 3600 [--inputs 1000000]
+    python bench/fuzz.py --format all --inputs 2000          # a short pass over every format
+    python bench/fuzz.py --format gguf --replay 12345 --save /tmp/in   # write one input back out
+
+Formats: safetensors, gguf, split (split GGUF pairs and safetensors shards with an index),
+pytorch-zip, pytorch-legacy (legacy pickles and tars). Seeds and formats: bench/fuzz_inputs.py,
+mutators: bench/fuzz_mutators.py. Torch seeds
+are the small files fixtures/make.py writes to fixtures/out/ (or --seeds-dir).
+
+Each input goes through what the CLI does with a file: open (detect or shards), the JSON and text
+reports, a small sample and a few values of the first tensors, a page of a lazy GGUF array. Any
+exception but a TensorloupeError is a finding, reported by class and place (the innermost
+tensorloupe file:line); so is MemoryError under the address-space limit (RLIMIT_AS), an input
+after which the worker's peak RSS passed --rss-limit-mb (the worker is then restarted, so each
+such finding is one input), and a hang: an input still running after --timeout seconds (the
+parent kills the worker, records the input and starts a new worker on the next one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import multiprocessing
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "pylib"))
+
+from fuzz_inputs import FORMATS, Corpus  # noqa: E402
+
+PROGRESS_EVERY = 200
+PACKAGE = os.sep + "tensorloupe" + os.sep
+
+
+def exercise(files: list[tuple[str, bytes]]) -> None:
+    """What `tensorloupe inspect` and the page do with a file, on in-memory bytes."""
+    from tensorloupe import detect, report, shards
+    from tensorloupe.sample import sample, values
+    from tensorloupe.formats.gguf import reader as gguf
+    from tensorloupe.source import MemorySource
+
+    sources = [MemorySource(data, name) for name, data in files]
+    ckpt = detect.read(sources[0]) if len(sources) == 1 else shards.open_all(sources)
+    json.dumps(report.inspect_json(ckpt))
+    with contextlib.redirect_stdout(io.StringIO()):
+        report.print_inspect(ckpt)
+    for t in [t for t in ckpt.tensors if t.problem is None][:3]:
+        sample(t, 64)
+        values(t, 0, 4)
+    for key in list(ckpt.extras.get("gguf_arrays", {}))[:1]:
+        record = ckpt.extras["gguf_arrays"][key]
+        if record["kind"] == "array":
+            gguf.read_array(ckpt, key, 1000, 5)
+        else:
+            gguf.read_string(ckpt, key, 0, 16)
+
+
+def place(exc: BaseException) -> str:
+    """The innermost frame in tensorloupe (else the innermost frame) as file:line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if PACKAGE in f.filename] or frames
+    if not ours:
+        return "?"
+    f = ours[-1]
+    short = f.filename.split(PACKAGE, 1)[-1] if PACKAGE in f.filename else os.path.basename(f.filename)
+    return f"{short}:{f.lineno}"
+
+
+def peak_rss_kb() -> int:
+    """The process's peak RSS since the last reset_peak(): VmHWM on Linux. (ru_maxrss would do
+    but for exec: a worker spawned by a 300 MB parent such as pytest starts with its peak.)"""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def reset_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (proc(5), clear_refs)
+    except OSError:
+        pass
+
+
+def worker(fmt, seeds_dir, run_seed, start, stop, deadline, limits, conn, current, started) -> None:
+    as_bytes, rss_kb = limits
+    resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+    sys.setrecursionlimit(3000)
+    from tensorloupe.errors import TensorloupeError
+    corpus = Corpus(fmt, seeds_dir)
+    with contextlib.suppress(Exception):
+        exercise(corpus.input(run_seed, 0))  # warm the imports; input 0 is run again below
+    reset_peak()
+    index = start
+    last_sent = start
+    opened = 0
+    while index < stop and time.monotonic() < deadline:
+        files = corpus.input(run_seed, index)
+        current.value = index
+        started.value = time.monotonic()
+        try:
+            exercise(files)
+            opened += 1
+        except TensorloupeError:
+            pass
+        except MemoryError as e:
+            conn.send(("finding", index, "MemoryError", place(e), "over the address-space limit"))
+        except RecursionError as e:
+            conn.send(("finding", index, "RecursionError", place(e), str(e)[:200]))
+        except Exception as e:  # noqa: BLE001 - the point: every non-library exception is a finding
+            conn.send(("finding", index, type(e).__name__, place(e), str(e)[:200]))
+        started.value = 0.0
+        index += 1
+        peak = peak_rss_kb()
+        if peak > rss_kb:
+            conn.send(("rss", index - 1, peak))
+            break  # a fresh worker starts with a fresh peak
+        if index - last_sent >= PROGRESS_EVERY:
+            conn.send(("progress", index, peak, opened))
+            last_sent, opened = index, 0
+    conn.send(("progress", index, peak_rss_kb(), opened))
+    conn.send(("done", index, 0))
+
+
+def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rss_mb: int,
+        as_mb: int, seeds_dir: Path, save: Path | None, log=print) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    begin = time.monotonic()
+    deadline = begin + seconds
+    index, stop = 0, inputs
+    findings: dict[tuple, list] = collections.defaultdict(list)
+    hangs: list[int] = []
+    peak_kb = 0
+    restarts = opened = 0
+    last_log = begin
+    while index < stop and time.monotonic() < deadline:
+        parent, child = ctx.Pipe(duplex=False)
+        current, started = ctx.Value("q", index, lock=False), ctx.Value("d", 0.0, lock=False)
+        proc = ctx.Process(target=worker, args=(fmt, str(seeds_dir), run_seed, index, stop, deadline,
+                                                (as_mb << 20, rss_mb << 10), child, current, started))
+        proc.start()
+        child.close()
+        done = hung = False
+        while not done:
+            if parent.poll(0.2):
+                try:
+                    kind, at, *rest = parent.recv()
+                except EOFError:
+                    break
+                if kind == "finding":
+                    findings[(rest[0], rest[1])].append((at, rest[2]))
+                elif kind == "rss":
+                    findings[("RSS", f"over {rss_mb} MB")].append((at, f"peak {rest[0] >> 10} MB"))
+                    peak_kb = max(peak_kb, rest[0])
+                    index = at + 1
+                elif kind == "progress":
+                    index, peak_kb = at, max(peak_kb, rest[0])
+                    opened += rest[1]
+                elif kind == "done":
+                    index, done = at, True
+            elif not proc.is_alive():
+                break
+            t0 = started.value
+            if t0 and time.monotonic() - t0 > timeout:
+                hangs.append(current.value)
+                hung = True
+                proc.kill()
+                index = current.value + 1
+                break
+            if time.monotonic() - last_log > 60:
+                last_log = time.monotonic()
+                log(f"  {fmt}: {index:,} inputs, {time.monotonic() - begin:.0f} s, "
+                    f"{sum(map(len, findings.values()))} findings, {len(hangs)} hangs, "
+                    f"peak {peak_kb >> 10} MB")
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        if not done and not hung and proc.exitcode != 0:
+            # The worker died without a word (killed by the kernel?): count the input it was on.
+            findings[("crash", f"exit code {proc.exitcode}")].append((current.value, ""))
+            index = current.value + 1
+        restarts += 1
+    elapsed = time.monotonic() - begin
+    result = {"format": fmt, "inputs": index, "seconds": round(elapsed, 1),
+              "rate": round(index / elapsed, 1) if elapsed else 0.0,
+              "non_library": sum(len(v) for k, v in findings.items() if k[0] not in ("RSS",)),
+              "opened": opened, "hangs": len(hangs),
+              "over_rss": len(findings.get(("RSS", f"over {rss_mb} MB"), ())),
+              "peak_rss_mb": peak_kb >> 10, "workers": restarts,
+              "findings": {f"{cls} at {where}": {"count": len(v), "first": v[0][0], "message": v[0][1]}
+                           for (cls, where), v in sorted(findings.items(), key=lambda kv: -len(kv[1]))},
+              "hang_inputs": hangs[:20]}
+    if save is not None:
+        corpus = Corpus(fmt, seeds_dir)
+        wanted = [v[0][0] for v in findings.values()] + hangs[:20]
+        for at in wanted:
+            write_input(corpus, run_seed, at, save / fmt)
+    return result
+
+
+def write_input(corpus: Corpus, run_seed: int, index: int, folder: Path) -> list[Path]:
+    folder = folder / str(index)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, data in corpus.input(run_seed, index):
+        (folder / name).write_bytes(data)
+        out.append(folder / name)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--format", default="all", help=f"one of {', '.join(FORMATS)}, or all")
+    p.add_argument("--seconds", type=float, default=60.0, help="time budget per format")
+    p.add_argument("--inputs", type=int, default=10**9, help="stop after this many inputs per format")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds one input may take")
+    p.add_argument("--rss-limit-mb", type=int, default=200)
+    p.add_argument("--as-limit-mb", type=int, default=1024, help="RLIMIT_AS of the worker")
+    p.add_argument("--seeds-dir", type=Path, default=HERE.parent / "fixtures" / "out")
+    p.add_argument("--save", type=Path, help="write each finding's first input under this folder")
+    p.add_argument("--replay", type=int, help="write input number REPLAY to --save and exit")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = p.parse_args(argv)
+    formats = FORMATS if args.format == "all" else (args.format,)
+    if args.replay is not None:
+        for fmt in formats:
+            for path in write_input(Corpus(fmt, args.seeds_dir), args.seed, args.replay,
+                                    args.save or Path(".")):
+                print(path)
+        return 0
+    results = []
+    for fmt in formats:
+        r = run(fmt, args.seconds, args.inputs, args.seed, args.timeout, args.rss_limit_mb,
+                args.as_limit_mb, args.seeds_dir, args.save, log=lambda s: print(s, flush=True))
+        results.append(r)
+        if not args.json:
+            print(f"{fmt}: {r['inputs']:,} inputs in {r['seconds']} s ({r['rate']}/s), "
+                  f"{r['opened']:,} opened, {r['non_library']} non-library exceptions, {r['hangs']} hangs, "
+                  f"peak RSS {r['peak_rss_mb']} MB", flush=True)
+            for what, f in r["findings"].items():
+                print(f"    {f['count']:>6}  {what}  (first: input {f['first']}: {f['message'][:120]})")
+            if r["hang_inputs"]:
+                print(f"    hangs at inputs {r['hang_inputs']}")
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        print(f"\n{'format':<16}{'inputs':>10}{'time s':>9}{'rate/s':>9}{'non-lib':>9}{'hangs':>7}"
+              f"{'>RSS':>6}{'peak MB':>9}")
+        for r in results:
+            print(f"{r['format']:<16}{r['inputs']:>10,}{r['seconds']:>9}{r['rate']:>9}"
+                  f"{r['non_library']:>9}{r['hangs']:>7}{r['over_rss']:>6}{r['peak_rss_mb']:>9}")
+    return 1 if any(r["non_library"] or r["hangs"] or r["over_rss"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

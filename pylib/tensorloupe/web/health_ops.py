@@ -1,0 +1,39 @@
+"""The Health tab's requests: what the scan will read (said before it runs) and the scan itself as
+a job (web/jobs.py) of one tensor, or one piece of a confirmation, per step.
+
+Mixed into handlers.Session, whose `current()` and `jobs` it uses. (`tensorloupe.health` is the
+function of the public API, so the names are imported from the subpackage.) The report sent is
+`tensorloupe health --json`'s, computed by the same function with the same defaults.
+"""
+
+from __future__ import annotations
+
+from ..health import DEFAULT_BUDGET, health_cost, health_steps
+from ..errors import UsageError
+from .jobs import Job
+
+
+def _budget(args) -> int | None:
+    if args.get("exact"):
+        return None
+    value = int(args.get("budget", DEFAULT_BUDGET))
+    if value < 1:
+        raise UsageError(f"the byte budget per tensor must be at least 1, not {value}")
+    return value
+
+
+class HealthOps:
+    def op_health_plan(self, args):
+        ckpt = self.current()
+        cost = health_cost(ckpt, _budget(args))
+        return {**cost.to_json(), "file_size": ckpt.size}, []
+
+    def op_health_start(self, args):
+        ckpt = self.current()
+        steps = health_steps(ckpt, _budget(args))
+        return self.jobs.start(Job(
+            "health scan", steps, len(ckpt.tensors),
+            progress=lambda report: {"bytes_read": report.bytes_read if report else 0,
+                                     "phase": report.phase if report else "scan"},
+            finished=lambda done, total, report: report.complete,
+            result=lambda report: {"report": report.to_json()})), []
