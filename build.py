@@ -330,11 +330,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("files", nargs="*", type=Path, metavar="FILE",
                         help="serve: checkpoint files to serve and open (shards open as one)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default dist/)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--host", default="127.0.0.1", help="serve: address to listen on "
+                        "(default %(default)s)")
+    parser.add_argument("--port", type=int, default=8000,
+                        help="serve: port (default %(default)s; 0 picks a free port)")
     parser.add_argument("--no-build", action="store_true", help="serve the existing dist/")
     parser.add_argument("--open", action="store_true", help="serve: open the app in a browser")
-    args = parser.parse_args(argv)
+    # Intermixed: options may come anywhere (`serve --port 8001 model.safetensors`).
+    args = parser.parse_intermixed_args(argv)
     if args.files and args.command != "serve":
         parser.error("files are only for `serve`")
     files = served_files(args.files)

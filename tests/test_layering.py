@@ -16,10 +16,11 @@ LAYERS = [
     ["source", "dtypes", "unpickling", "parallel", "http_pool"],
     ["model"],
     ["formats"],
-    ["detect", "shards"],
+    ["detect", "shards", "targets"],
     ["gather", "stats", "sample", "colormap", "gram"],
-    ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health",
-     "compare", "namemap", "roles"],
+    ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health", "npy",
+     "compare", "namemap", "roles", "beside", "components", "arch_report", "vocab",
+     "tokenizer_json", "inferred"],
     ["cli", "web", "tensorloupe"],  # "tensorloupe" is the package's own __init__ (the public API)
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -51,7 +51,9 @@ def split(tmp_path_factory):
 def test_all_parts_in_shuffled_order_make_one_checkpoint(split):
     paths, _ = split
     ckpt = tensorloupe.open([str(paths[2]), str(paths[0]), str(paths[1])])
-    assert ckpt.format == "gguf" and ckpt.name == paths[0].name and not ckpt.warnings
+    stem = paths[0].name.split("-00001-of-")[0]
+    assert ckpt.format == "gguf" and ckpt.name == f"{stem}-{{00001..00003}}-of-00003.gguf"
+    assert ckpt.files == [p.name for p in paths] and not ckpt.warnings
     readers = [gguf.GGUFReader(p) for p in paths]
     expected = [(path, t) for path, r in zip(paths, readers) for t in r.tensors]
     assert [t.name for t in ckpt.tensors] == [t.name for _, t in expected]

@@ -5,15 +5,17 @@
 import {busy} from "./busy.js";
 import {$, clear, el} from "./dom.js";
 import {bytes} from "./format.js";
+import {compareWith} from "./compare.js";
 import {listenForFiles} from "./input.js";
+import {readLink, writeLink} from "./link.js";
 import {decodeModel, firstTensor} from "./model.js";
 import {registerServiceWorker} from "./offline.js";
-import {mountAll, selectTensor, showModel, showTab, updateIo} from "./panels.js";
+import {currentTab, mountAll, onTab, selectTensor, showModel, showTab, updateIo} from "./panels.js";
 import {startWorker} from "./worker-client.js";
 
 const DEMO = {name: "demo-moe.safetensors", size: null, path: null, demo: true};
 
-const state = {model: null, files: [DEMO], current: null};
+const state = {model: null, files: [DEMO], current: null, tensor: null, linked: readLink()};
 
 const {request, cancel} = startWorker({
   busy,
@@ -46,13 +48,64 @@ const {request, cancel} = startWorker({
 // What every view gets (the contract is at the top of panels.js).
 const ctx = {
   request, cancel, palette: null, io: null,
-  selectTensor(name, {expert = null, switchTab = true} = {}) {
+  // B candidates for the Compare tab: opened (not failed) files, not the demo, not the current one.
+  entries: () => state.files.filter((e) => !e.demo && !e.failed && e !== state.current && !e.hub),
+  modelFile: () => state.model?.file ?? null,     // the checkpoint's name (a set's, for shards)
+  viewChanged(view) {                             // the heatmap's view, for the address
+    state.view = view;
+    link(false);
+  },
+  selectTensor(name, {expert = null, switchTab = true, history = "push", heatmap = null} = {}) {
     const record = state.model?.tensor(name);
     if (!record) return;
     if (switchTab) showTab("tensor");
-    selectTensor(record, {expert});
+    state.tensor = name;
+    state.view = null;
+    if (history) link(history === "push");
+    selectTensor(record, {expert, heatmap});
   },
 };
+
+// --- the address: what is shown (link.js) ----------------------------------------------------
+
+// The URLs that reopen the current entry: its URLs (and config.json), the Hub model as typed;
+// none for the demo and for files from the disk.
+function entryUrls(entry) {
+  if (!entry || entry.demo) return [];
+  if (entry.hub) return [entry.hub];
+  if (entry.remote) return [...entry.paths, ...(entry.config ? [entry.config] : [])];
+  return null;     // a local file: not linkable
+}
+
+function link(push) {
+  const urls = entryUrls(state.current);
+  writeLink({urls: urls || [], tensor: state.tensor, tab: currentTab(), view: state.view}, push);
+}
+
+onTab(() => link(false));
+
+// Back / forward: the selection (and tab) the address names, without a new history entry.
+window.addEventListener("popstate", () => {
+  const {tensor, tab, view} = readLink();
+  if (tensor && tensor !== state.tensor) ctx.selectTensor(tensor, {switchTab: false, history: null, heatmap: view});
+  if (tab && tab !== currentTab() && $(`tab-${tab}`) && !$(`tab-${tab}`).hidden) showTab(tab);
+});
+
+$("copy-link").addEventListener("click", async () => {
+  const note = $("copy-link-note");
+  if (entryUrls(state.current) === null) {
+    note.textContent = `${state.current.name} is a file on this computer: a link cannot open it (only URLs can be linked).`;
+    return;
+  }
+  link(false);
+  try {
+    await navigator.clipboard.writeText(location.href);
+    note.textContent = "Link copied.";
+  } catch {
+    note.textContent = `Copy this link: ${location.href}`;
+  }
+  note.dataset.href = location.href;
+});
 
 // --- errors ----------------------------------------------------------------------------------
 
@@ -79,14 +132,22 @@ function adopt(entry, payload, startedAt) {
   state.current = entry;
   entry.failed = false;
   hideError();
+  const parts = model.files && model.files.length > 1 ? ` · ${model.files.length} files` : "";
   clear($("current-file")).append(el("strong", {text: model.file}),
-    el("span", {class: "muted", text: ` · ${model.format} · ${bytes(model.size)}`}));
+    el("span", {class: "muted", text: ` · ${model.format}${parts} · ${bytes(model.size)}`}));
   document.body.dataset.openBytes = String(ctx.io ? ctx.io.bytes_read : 0);
   showModel(model);
   renderFiles();
   // Every view works at once: the first matrix is shown in the Tensor tab.
-  const first = firstTensor(model);
-  if (first) ctx.selectTensor(first.name, {switchTab: false});
+  // A link names a tensor and a tab: the first open shows them.
+  const wanted = state.linked;
+  state.linked = null;
+  const first = (wanted?.tensor && model.tensor(wanted.tensor)) || firstTensor(model);
+  state.tensor = null;
+  const linkedView = wanted?.tensor && first?.name === wanted.tensor ? wanted.view : null;
+  if (first) ctx.selectTensor(first.name, {switchTab: false, history: null, heatmap: linkedView});
+  if (wanted?.tab && $(`tab-${wanted.tab}`) && !$(`tab-${wanted.tab}`).hidden) showTab(wanted.tab);
+  link(false);
   document.body.dataset.model = model.file;
   document.body.dataset.openMs = String(Math.round(performance.now() - startedAt));
   document.body.dataset.openedAt = String(performance.now());
@@ -101,16 +162,22 @@ async function openEntry(entry) {
   try {
     const {result} = entry.demo
       ? await request("open_demo", {}, {label: "Building the demo model…"})
+      : entry.hub
+        ? await request("open_hub", {text: entry.hub, hub: HUB}, {label: `Finding ${entry.name}'s files on the Hub…`})
       : entry.remote
         ? await request("open_url", {urls: entry.paths, config: entry.config}, {label: `Reading ${entry.name} from its server…`})
         : await request("open", {paths: entry.paths, config: entry.config}, {label: `Opening ${entry.name}…`});
     if (entry.remote && entry.size === null) entry.size = result.size;
+    if (entry.hub) entry.files = result.files;      // what the Hub model turned out to be
     adopt(entry, result, startedAt);
   } catch (error) {
     entry.failed = true;
     renderFiles();
     const kept = state.model ? `${state.model.file} is still open.` : "";
-    showError(`Could not open ${entry.name}.`, error.message, kept);
+    // The title names the file: the message need not start with it again.
+    const names = [entry.name, ...(entry.files || [])].map((n) => `${n}: `);
+    const prefix = names.find((n) => error.message.startsWith(n));
+    showError(`Could not open ${entry.name}.`, prefix ? error.message.slice(prefix.length) : error.message, kept);
     document.body.dataset.lastError = error.kind || "Error";
   }
 }
@@ -124,8 +191,10 @@ async function addEntries(entries, emptyMessage) {
   await openEntry(entries.find((e) => e.kind === "set") || entries[0]);
 }
 
-// `given`: File objects, or {file, rel, folder} for files found in a dropped folder.
-async function openFiles(given) {
+// `given`: File objects, or {file, rel, folder} for files found in a dropped folder. Two
+// checkpoints dropped at once are a comparison: the first opens (A), the Compare tab compares
+// it with the second (B).
+async function openFiles(given, {drop = false} = {}) {
   const files = [...given].map((item) => item instanceof File
     ? {file: item, rel: item.webkitRelativePath || item.name, folder: Boolean(item.webkitRelativePath)}
     : item);
@@ -133,16 +202,43 @@ async function openFiles(given) {
   document.body.dataset.selectedAt = String(performance.now());
   try {
     const {result} = await request("mount", {}, {files, label: "Reading the file list…"});
+    const pair = drop && result.entries.length === 2 && result.entries;
+    if (pair) return await openPair(pair);
     await addEntries(result.entries, "The folder holds no checkpoint files (.safetensors, .gguf, .pt, .pth, .bin, .ckpt).");
   } catch (error) {
     showError("Could not read the dropped files.", error.message);
   }
 }
 
-// URLs typed in the box (several, separated by spaces, for shards) or given as ?url= in the
+async function openPair([a, b]) {
+  state.files.splice(1, 0, a, b);
+  renderFiles();
+  await openEntry(a);
+  if (state.current !== a) return;           // A could not be opened: its error is on screen
+  showTab("compare");
+  await compareWith(b);
+}
+
+// URLs typed in the box (one per line; several lines for shards) or given as ?url= in the
 // page's address; relative ones are relative to the page. The page never fetches them itself:
 // the worker reads them by Range requests, and they are the only other server it contacts.
+// The Hub the `org/model` shortcut reads from: a mirror given as ?hub=, else (null) the
+// Hugging Face Hub, whose address lives in Python (web/hub.py): this file names no host.
+const HUB = new URLSearchParams(location.search).get("hub") || null;
+
 async function openUrls(texts) {
+  if (texts.length === 1) {
+    // `org/model[@rev]` or a Hub page, tree or blob URL: the worker finds the model's files.
+    const {result: plan} = await request("hub_plan", {text: texts[0], hub: HUB}, {quiet: true})
+      .catch(() => ({result: null}));
+    if (plan) {
+      const name = `${plan.repo}@${plan.revision}`;
+      const known = state.files.find((e) => e.hub && e.name === name);
+      if (known) return openEntry(known);
+      return addEntries([{kind: "set", name, hub: texts[0], remote: true, paths: [], files: [],
+                          size: null, config: null, host: new URL(plan.single || plan.index).host}], "");
+    }
+  }
   const urls = [];
   for (const text of texts) {
     let url;
@@ -170,18 +266,29 @@ async function openUrls(texts) {
   }
 }
 
+// One URL per line: a space belongs to the URL (it is percent-encoded), it separates nothing.
+const typedUrls = () => $("url-input").value.split(/\r?\n/).map((line) => line.trim()).filter(Boolean);
 $("url-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  openUrls($("url-input").value.trim().split(/\s+/).filter(Boolean));
+  openUrls(typedUrls());
+});
+$("url-input").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey) {   // Enter opens; Shift+Enter starts a new line
+    event.preventDefault();
+    $("url-form").requestSubmit();
+  }
 });
 
 // --- the list of opened files ----------------------------------------------------------------
 
 function renderFiles() {
   const list = clear($("file-list"));
-  for (const entry of state.files) {
+  // Entries of the same name are told apart by where they came from (entryWhere).
+  const seen = new Map();
+  for (const entry of state.files) seen.set(entry.name, (seen.get(entry.name) || 0) + 1);
+  const item = (entry) => {
     const current = entry === state.current;
-    list.append(el("li", {},
+    return el("li", {class: "entry"},
       el("button", {
         type: "button", class: `file${current ? " current" : ""}${entry.failed ? " failed" : ""}`,
         title: entry.demo ? "The built-in synthetic MoE model"
@@ -191,14 +298,46 @@ function renderFiles() {
         onclick: () => { if (!current) openEntry(entry); },
       },
       el("span", {class: "entry-name", text: entry.demo ? "Demo model" : entry.name}),
-      el("span", {class: "entry-size", text: entryNote(entry)}))));
+      seen.get(entry.name) > 1 && !entry.demo ? el("span", {class: "entry-where", text: entryWhere(entry)}) : null,
+      el("span", {class: "entry-size", text: entryNote(entry)})),
+      entry.demo ? null : el("button", {type: "button", class: "entry-close", title: `Close ${entry.name}`,
+                                        "aria-label": `Close ${entry.name}`, text: "×", onclick: () => closeEntry(entry)}));
+  };
+  const failed = state.files.filter((e) => e.failed && e !== state.current);
+  for (const entry of state.files) if (!failed.includes(entry)) list.append(item(entry));
+  if (failed.length) {
+    // Failed opens fold away (their error was shown when they failed; the title says it again).
+    list.append(el("li", {class: "failed-group"}, el("details", {id: "failed-files"},
+      el("summary", {text: `${failed.length} could not be opened`}),
+      el("ul", {}, failed.map(item)))));
   }
+}
+
+// Where an entry came from, for two of the same name: its URL's server, its folder in the drop,
+// or the drop it came with.
+function entryWhere(entry) {
+  if (entry.hub) return entry.host;
+  if (entry.remote && entry.paths.length) return new URL(entry.paths[0]).host;
+  const parts = (entry.paths[0] || "").split("/");          // /mnt/<drop>/<folder…>/<name>
+  const folder = parts.slice(3, -1).join("/");
+  return folder ? `in ${folder}/` : `drop ${parts[2] || "?"}`;
+}
+
+// Close an entry: it leaves the list; closing the open one shows the demo again.
+function closeEntry(entry) {
+  state.files.splice(state.files.indexOf(entry), 1);
+  if (entry === state.current) {
+    state.current = null;
+    openEntry(DEMO);
+  }
+  renderFiles();
 }
 
 function entryNote(entry) {
   if (entry.demo) return "synthetic MoE";
   const parts = [];
-  if (entry.remote) parts.push(new URL(entry.paths[0]).host);   // the same name on two servers
+  if (entry.hub) parts.push(entry.host);
+  else if (entry.remote) parts.push(new URL(entry.paths[0]).host);   // the same name on two servers
   if (entry.failed) return [...parts, "cannot open"].join(" · ");
   if (entry.files.length > 1) parts.push(`${entry.files.length} files`);
   if (entry.config) parts.push("+ config.json");
@@ -219,7 +358,7 @@ busy.render();
 // (`python3 build.py serve FILE` prints such an address).
 const startUrls = new URLSearchParams(location.search).getAll("url").filter(Boolean);
 if (startUrls.length) {
-  $("url-input").value = startUrls.join(" ");
+  $("url-input").value = startUrls.join("\n");
   openUrls(startUrls);
 } else {
   openEntry(DEMO);

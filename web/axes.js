@@ -6,16 +6,21 @@
 import {clear, el} from "./dom.js";
 import {product} from "./format.js";
 
-// The default view: for 3-D+ a slice of the last two axes (for a stacked expert tensor, that
-// expert's matrix), unless they are tiny (conv kernels), then rows x rest.
+// The default view: for 3-D+ a slice of the last two axes longer than 1 (for a stacked expert
+// tensor, that expert's matrix; size-1 axes would make a 1-pixel strip of a conv kernel
+// 1024x1x512x1), unless they are tiny (conv kernels), then rows x rest.
 export function defaultView(shape, expert = null) {
   const ndim = shape.length;
   let plane = null;
   const index = {};
-  if (ndim >= 3 && (expert !== null || shape[ndim - 2] * shape[ndim - 1] >= 64)) {
-    plane = [ndim - 2, ndim - 1];
-    for (let axis = 0; axis < ndim - 2; axis++) index[axis] = 0;
-    if (expert !== null) index[0] = Math.min(expert, shape[0] - 1);
+  const long = shape.map((_, axis) => axis).filter((axis) => shape[axis] > 1);
+  if (ndim >= 3 && long.length >= 2) {
+    const [rows, cols] = long.slice(-2);
+    if (expert !== null || shape[rows] * shape[cols] >= 64) {
+      plane = [rows, cols];
+      for (let axis = 0; axis < ndim; axis++) if (axis !== rows && axis !== cols) index[axis] = 0;
+      if (expert !== null && rows !== 0 && cols !== 0) index[0] = Math.min(expert, shape[0] - 1);
+    }
   }
   return {shape, plane, index};
 }
@@ -62,7 +67,13 @@ export function renderAxisPicker(box, view, {onView, onIndex}) {
   mode.addEventListener("change", () => {
     Object.assign(view, defaultView(shape));
     if (mode.value === "flat") Object.assign(view, {plane: null, index: {}});
-    else if (!view.plane) Object.assign(view, {plane: [shape.length - 2, shape.length - 1]});
+    else if (!view.plane) {
+      const long = shape.map((_, axis) => axis).filter((axis) => shape[axis] > 1);
+      const [rows, cols] = long.length >= 2 ? long.slice(-2) : [shape.length - 2, shape.length - 1];
+      const index = {};
+      for (let axis = 0; axis < shape.length; axis++) if (axis !== rows && axis !== cols) index[axis] = 0;
+      Object.assign(view, {plane: [rows, cols], index});
+    }
     redraw();
   });
   box.append(mode);
@@ -86,7 +97,7 @@ export function renderAxisPicker(box, view, {onView, onIndex}) {
   };
   box.append(axisSelect("rows", plane[0]), axisSelect("cols", plane[1]));
   for (let axis = 0; axis < shape.length; axis++) {
-    if (plane.includes(axis)) continue;
+    if (plane.includes(axis) || shape[axis] === 1) continue;   // nothing to slide along
     const value = index[axis] ?? 0;
     const limits = {min: "0", max: String(shape[axis] - 1), value: String(value), "aria-label": `index along axis ${axis}`};
     const range = el("input", {type: "range", id: `axis-index-${axis}`, ...limits});

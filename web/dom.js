@@ -1,5 +1,5 @@
-// DOM helpers shared by every module of the page: the one `$`, element building, and the fact
-// tiles of the Summary and Experts panels.
+// DOM helpers shared by every module of the page: the one `$`, element building, dotted names that
+// wrap, and the fact tiles of the Summary and Experts panels.
 
 export const $ = (id) => document.getElementById(id);
 
@@ -22,6 +22,12 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A dotted name that may wrap after its dots (and nowhere else) in a narrow column or caption.
+export function breakable(name) {
+  const parts = name.split(".");
+  return parts.flatMap((part, i) => (i < parts.length - 1 ? [`${part}.`, el("wbr")] : [part]));
+}
+
 export function clear(node) {
   while (node.firstChild) node.firstChild.remove();
   return node;
@@ -33,4 +39,13 @@ export function fact(key, label, value, detail) {
     el("div", {class: "fact-label", text: label}),
     el("div", {class: "fact-value", text: value}),
     detail ? el("div", {class: "fact-detail", text: detail}) : null);
+}
+
+// Offer `blob` as a file download named `name` (made in the page: nothing leaves the tab).
+export function download(blob, name) {
+  const a = el("a", {href: URL.createObjectURL(blob), download: name});
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
 }

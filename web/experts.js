@@ -6,6 +6,7 @@
 
 import {clear, el} from "./dom.js";
 import {bytes, fmt, grouped, percent} from "./format.js";
+import {JobRun} from "./jobrun.js";
 import {LayerView, braces, swatch} from "./layer.js";
 import {renderMoE} from "./moegrid.js";
 
@@ -40,7 +41,7 @@ export function relayout() {
 class ExpertAnalysis {
   constructor(app) {
     this.app = app;                  // the page's ctx (panels.js)
-    this.generation = 0;
+    this.job = new JobRun(app, "moe", {unit: "experts"});
     this.layerView = new LayerView(app);
   }
 
@@ -50,18 +51,13 @@ class ExpertAnalysis {
 
   // Start over for the open checkpoint's MoE structure `moe`: the section goes at the end of `panel`.
   render(panel, moe) {
-    this.generation += 1;
-    this.cancel();
+    this.job.reset();
     this.layerView.reset();
     Object.assign(this, {moe, measured: null, clustered: null, layer: 0, dom: null, wanted: undefined, thresholdBusy: false});
     if (!moe || !moe.detected) return;
     const d = this.dom = {
       run: el("button", {type: "button", class: "button primary", id: "moe-run", text: "Find redundant experts", onclick: () => this.run()}),
       cost: el("span", {class: "cost", id: "moe-cost", text: "Working out what it will read…"}),
-      progress: el("progress", {id: "moe-progress", max: "1", value: "0"}),
-      progressText: el("span", {id: "moe-progress-text", class: "small"}),
-      cancelButton: el("button", {type: "button", class: "button subtle", id: "moe-cancel", text: "Cancel", onclick: () => this.cancel()}),
-      outcome: el("p", {class: "small muted", id: "moe-outcome"}),
       range: el("input", {type: "range", id: "moe-threshold-range", min: "-1", max: "1", step: "0.001", value: String(DEFAULT_THRESHOLD), "aria-label": "threshold"}),
       number: el("input", {type: "number", id: "moe-threshold", min: "-1", max: "1", step: "0.001", value: String(DEFAULT_THRESHOLD), "aria-label": "threshold value"}),
       verdict: el("span", {id: "moe-verdict"}),
@@ -71,11 +67,11 @@ class ExpertAnalysis {
       layerSelect: el("select", {id: "moe-layer", "aria-label": "layer"}),
     };
     const [facts, ...rest] = this.layerView.elements();
-    d.progressRow = el("div", {class: "run-row", id: "moe-progress-row", hidden: true}, d.progress, d.progressText, d.cancelButton);
     d.results = el("div", {id: "moe-results", hidden: true},
       el("div", {class: "threshold-row"},
         el("label", {class: "threshold", for: "moe-threshold"}, "Near-duplicate threshold", el("span", {class: "muted small", text: "cosine ≥"})),
-        d.range, d.number, d.verdict),
+        d.range, d.number, d.verdict,
+        d.thresholdError = el("span", {class: "error-text small", id: "moe-threshold-error", role: "alert"})),
       el("table", {class: "moe-summary", id: "moe-summary"},
         el("thead", {}, el("tr", {}, el("th", {text: "layer"}), el("th", {text: "near-duplicate clusters"}),
           el("th", {text: "drop"}), el("th", {text: "keep"}))), d.summary),
@@ -91,7 +87,7 @@ class ExpertAnalysis {
       el("p", {class: "small muted", text: "From the weights alone, no data: every expert's matrices are sampled at the same positions, "
         + "experts are compared by the cosine similarity of those samples, and experts at least as similar as the threshold "
         + "form a cluster; all but one of each cluster could be dropped (the one most like the rest is kept)."}),
-      el("div", {class: "run-row"}, d.run, d.cost), d.progressRow, d.outcome, d.results);
+      el("div", {class: "run-row"}, d.run, d.cost), this.job.progressRow, this.job.outcome, d.results);
     panel.append(d.card);
     this.bind();
     this.plan();
@@ -102,18 +98,24 @@ class ExpertAnalysis {
     d.range.addEventListener("input", () => this.setThreshold(Number(d.range.value), d.number));
     d.number.addEventListener("input", () => {
       const v = Number(d.number.value);
-      if (d.number.value !== "" && Number.isFinite(v) && v >= -1 && v <= 1) this.setThreshold(v, d.range);
+      const ok = d.number.value !== "" && Number.isFinite(v) && v >= -1 && v <= 1;
+      // A cosine similarity is within -1..1: anything else is refused, and said so.
+      d.number.classList.toggle("invalid", !ok);
+      d.number.toggleAttribute("aria-invalid", !ok);
+      d.thresholdError.textContent = ok ? "" : "The threshold is a cosine similarity: a number from −1 to 1.";
+      d.run.disabled = !ok || this.job.running;
+      if (ok) this.setThreshold(v, d.range);
     });
     d.layerSelect.addEventListener("change", () => this.showLayer(Number(d.layerSelect.value)));
   }
 
-  // --- cost, run, progress, cancel --------------------------------------------------------------
+  // --- cost and run (the progress row and Cancel: jobrun.js) ---------------------------------------
 
   async plan() {
-    const generation = this.generation;
+    const generation = this.job.generation;
     try {
       const {result: c} = await this.app.request("moe_plan", {}, {quiet: true});
-      if (generation !== this.generation) return;
+      if (generation !== this.job.generation) return;
       const matrices = c.matrices.length;
       const all = c.elements_per_expert === c.samples_per_matrix * matrices;
       const share = c.file_size ? percent(c.total_bytes / c.file_size) : "";
@@ -122,68 +124,25 @@ class ExpertAnalysis {
         + `${bytes(c.total_bytes)} in all for ${grouped(c.experts)} experts in ${grouped(c.layers)} layers (${share} of the file).`;
       Object.assign(this.dom.cost.dataset, {bytesPerExpert: String(c.bytes_per_expert), totalBytes: String(c.total_bytes)});
     } catch (error) {
-      if (generation === this.generation) this.dom.cost.textContent = error.message;
+      if (generation === this.job.generation) this.dom.cost.textContent = error.message;
     }
   }
 
-  state(name) {
-    this.dom.card.dataset.state = name;
-  }
-
   async run() {
-    if (this.runId || !this.dom) return;
-    const generation = this.generation;
+    if (this.job.running || !this.dom) return;
     const d = this.dom;
-    const threshold = Number(d.number.value);
-    const started = performance.now();
-    d.run.disabled = true;
-    d.progressRow.hidden = false;
-    d.progress.value = 0;
-    d.outcome.textContent = "";
-    d.progressText.textContent = "starting…";
-    this.state("running");
-    try {
-      const {result} = await this.app.request("moe", {threshold}, {
-        quiet: true,
-        onId: (id) => { this.runId = id; },
-        onProgress: (p) => {
-          if (generation !== this.generation) return;
-          d.progress.value = p.total ? p.done / p.total : 0;
-          d.progressText.textContent = `${grouped(p.done)} of ${grouped(p.total)} experts · ${bytes(p.bytes_read)} read`;
-          Object.assign(d.card.dataset, {done: String(p.done), total: String(p.total), bytesRead: String(p.bytes_read)});
-        },
-      });
-      if (generation !== this.generation) return;
+    await this.job.run("moe", {threshold: Number(d.number.value)}, {card: d.card, button: d.run, finished: (result, seconds) => {
       const a = result.analysis;
       const experts = a.layers.reduce((n, layer) => n + layer.experts.length, 0);
-      const seconds = (performance.now() - started) / 1000;
-      d.outcome.textContent = `Measured ${grouped(experts)} experts in ${grouped(a.layers.length)} layers: `
-        + `read ${bytes(a.bytes_read)} (${bytes(a.bytes_read / Math.max(1, experts))} per expert) in ${fmt(seconds, 2)} s.`;
       Object.assign(d.card.dataset, {done: String(experts), total: String(experts), bytesRead: String(a.bytes_read),
                                      ms: String(Math.round(seconds * 1000))});
       this.measured = a;
       this.layerView.reset();
       this.showResults(a);
-      this.state("done");
       this.setThreshold(Number(d.number.value), d.range);   // moved while it ran
-    } catch (error) {
-      if (generation !== this.generation) return;
-      const p = d.card.dataset;
-      d.outcome.textContent = error.kind === "Cancelled"
-        ? `Cancelled after ${grouped(p.done || 0)} of ${grouped(p.total || 0)} experts (${bytes(p.bytesRead || 0)} read).`
-        : error.message;
-      this.state(error.kind === "Cancelled" ? "cancelled" : "failed");
-    } finally {
-      this.runId = null;
-      if (generation === this.generation) {
-        d.run.disabled = false;
-        d.progressRow.hidden = true;
-      }
-    }
-  }
-
-  cancel() {
-    if (this.runId) this.app.cancel(this.runId);
+      return `Measured ${grouped(experts)} experts in ${grouped(a.layers.length)} layers: `
+        + `read ${bytes(a.bytes_read)} (${bytes(a.bytes_read / Math.max(1, experts))} per expert) in ${fmt(seconds, 2)} s.`;
+    }});
   }
 
   // --- results ------------------------------------------------------------------------------------
@@ -205,18 +164,18 @@ class ExpertAnalysis {
 
   // One request at a time; a slider dragged meanwhile is caught up with when it returns.
   async sendThreshold() {
-    const generation = this.generation;
+    const generation = this.job.generation;
     this.thresholdBusy = true;
     try {
       while (this.wanted !== undefined && this.wanted !== this.clustered.threshold) {
         const {result} = await this.app.request("moe_threshold", {threshold: this.wanted}, {quiet: true});
-        if (generation !== this.generation) return;
+        if (generation !== this.job.generation) return;
         this.applyClusters(result);
       }
     } catch (error) {
-      if (generation === this.generation) this.dom.verdict.textContent = error.message;
+      if (generation === this.job.generation) this.dom.verdict.textContent = error.message;
     } finally {
-      if (generation === this.generation) this.thresholdBusy = false;
+      if (generation === this.job.generation) this.thresholdBusy = false;
     }
   }
 

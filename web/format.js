@@ -59,6 +59,11 @@ export function count(n) {
   return String(v);
 }
 
+// A size a person reads, with the exact count where the unit rounds: "48.0 KiB (49,152 bytes)".
+export function bytesExact(n) {
+  return Number(n) < 1024 ? bytes(n) : `${bytes(n)} (${grouped(n)} bytes)`;
+}
+
 export function grouped(n) {
   return Number(n).toLocaleString("en-US");
 }

@@ -7,37 +7,31 @@
 import {clear, el} from "./dom.js";
 import {bytes, fmt, grouped, percent} from "./format.js";
 import {FLAG_COLOUR, LEGEND, drawProfile, pointAt} from "./healthchart.js";
+import {JobRun} from "./jobrun.js";
 
 export const id = "health";
 export const title = "Health";
 let panel = null;
 let ctx = null;
 let dom = null;
-let generation = 0;
-let runId = null;
+let job = null;
 
 export function mount(container, context) {
   panel = container;
   ctx = context;
+  job = new JobRun(ctx, "health", {unit: "tensors",
+    what: (p, count) => (p.phase === "scan" ? count : "confirming on the bytes")});
 }
 
 export function show() {
-  generation += 1;
-  if (runId) ctx.cancel(runId);
-  runId = null;
+  job.reset();
   clear(panel);
   const d = dom = {
     run: el("button", {type: "button", class: "button primary", id: "health-run", text: "Check health", onclick: run}),
     cost: el("span", {class: "cost", id: "health-cost", text: "Working out what it will read…"}),
-    progress: el("progress", {id: "health-progress", max: "1", value: "0"}),
-    progressText: el("span", {id: "health-progress-text", class: "small"}),
-    cancel: el("button", {type: "button", class: "button subtle", id: "health-cancel", text: "Cancel",
-                          onclick: () => { if (runId) ctx.cancel(runId); }}),
-    outcome: el("p", {class: "small muted", id: "health-outcome"}),
     flags: el("tbody", {id: "health-flags"}),
     charts: el("div", {class: "health-charts", id: "health-profile"}),
   };
-  d.progressRow = el("div", {class: "run-row", hidden: true}, d.progress, d.progressText, d.cancel);
   d.results = el("div", {id: "health-results", hidden: true},
     el("table", {class: "health-flags"},
       el("thead", {}, el("tr", {}, ...["severity", "flag", "tensor", "evidence", "read"].map((t) => el("th", {text: t})))),
@@ -54,7 +48,7 @@ export function show() {
       + "with its siblings: the same role in the other layers. Flags: NaN or Inf values, dead (all zero) or constant tensors, "
       + "an rms off its role's layer trend, max|w| far above its siblings', exact copies (confirmed on the bytes), untrained "
       + "or collapsed norms."}),
-    el("div", {class: "run-row"}, d.run, d.cost), d.progressRow, d.outcome, d.results);
+    el("div", {class: "run-row"}, d.run, d.cost), job.progressRow, job.outcome, d.results);
   panel.append(d.card);
   plan();
 }
@@ -66,10 +60,10 @@ function coloured(node, colour) {
 }
 
 async function plan() {
-  const mine = generation;
+  const mine = job.generation;
   try {
     const {result: c} = await ctx.request("health_plan", {}, {quiet: true});
-    if (mine !== generation) return;
+    if (mine !== job.generation) return;
     const share = c.file_size ? ` (${percent(c.scan_bytes / c.file_size)} of the file)` : "";
     const skipped = c.skipped ? `; ${grouped(c.skipped)} without weight values skipped` : "";
     dom.cost.textContent = `${c.exact ? "Reads" : "Reads about"} ${bytes(c.scan_bytes)}${share}: at most `
@@ -77,56 +71,21 @@ async function plan() {
       + `are then confirmed on their bytes (at most ${bytes(c.confirm_bytes)} each).`;
     Object.assign(dom.cost.dataset, {scanBytes: String(c.scan_bytes), tensors: String(c.tensors)});
   } catch (error) {
-    if (mine === generation) dom.cost.textContent = error.message;
+    if (mine === job.generation) dom.cost.textContent = error.message;
   }
 }
 
 async function run() {
-  if (runId || !dom) return;
-  const mine = generation;
+  if (job.running || !dom) return;
   const d = dom;
-  const started = performance.now();
-  d.run.disabled = true;
-  d.progressRow.hidden = false;
-  d.progress.value = 0;
-  d.outcome.textContent = "";
-  d.progressText.textContent = "starting…";
-  d.card.dataset.state = "running";
-  try {
-    const {result} = await ctx.request("health", {}, {
-      quiet: true,
-      onId: (number) => { runId = number; },
-      onProgress: (p) => {
-        if (mine !== generation) return;
-        d.progress.value = p.total ? p.done / p.total : 0;
-        const what = p.phase === "scan" ? `${grouped(p.done)} of ${grouped(p.total)} tensors` : "confirming on the bytes";
-        d.progressText.textContent = `${what} · ${bytes(p.bytes_read)} read`;
-        Object.assign(d.card.dataset, {done: String(p.done), total: String(p.total), bytesRead: String(p.bytes_read)});
-      },
-    });
-    if (mine !== generation) return;
+  await job.run("health", {}, {card: d.card, button: d.run, finished: (result, seconds) => {
     const r = result.report;
-    const seconds = (performance.now() - started) / 1000;
     const c = r.counts;
-    d.outcome.textContent = `Checked ${grouped(r.tensors.length)} tensors: read ${bytes(r.bytes_read)} in ${fmt(seconds, 2)} s. `
-      + `${plural(c.error, "error")}, ${plural(c.warning, "warning")}, ${plural(c.info, "note")}.`;
     Object.assign(d.card.dataset, {bytesRead: String(r.bytes_read), errors: String(c.error), warnings: String(c.warning)});
     showReport(r);
-    d.card.dataset.state = "done";
-  } catch (error) {
-    if (mine !== generation) return;
-    const p = d.card.dataset;
-    d.outcome.textContent = error.kind === "Cancelled"
-      ? `Cancelled after ${grouped(p.done || 0)} of ${grouped(p.total || 0)} tensors (${bytes(p.bytesRead || 0)} read).`
-      : error.message;
-    d.card.dataset.state = error.kind === "Cancelled" ? "cancelled" : "failed";
-  } finally {
-    runId = null;
-    if (mine === generation) {
-      d.run.disabled = false;
-      d.progressRow.hidden = true;
-    }
-  }
+    return `Checked ${grouped(r.tensors.length)} tensors: read ${bytes(r.bytes_read)} in ${fmt(seconds, 2)} s. `
+      + `${plural(c.error, "error")}, ${plural(c.warning, "warning")}, ${plural(c.info, "note")}.`;
+  }});
 }
 
 function plural(n, word) {

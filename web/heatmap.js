@@ -95,12 +95,32 @@ export class Heatmap {
   }
 
   // Show `tensor` ({name, shape, ...}); `expert` picks a slice of a stacked expert tensor (axis 0).
-  show(tensor, expert = null) {
+  // `linked`: a view named by the page's address ({plane, index, region}), applied if it fits.
+  show(tensor, expert = null, linked = null) {
     this.generation += 1;
     this.tensor = tensor;
     this.robustScale = null;
     this.setupView(tensor.shape, expert);
+    if (linked) this.applyView(linked);
     this.requestHeatmap();
+  }
+
+  applyView({plane = null, index = {}, region = null}) {
+    const shape = this.tensor.shape;
+    const axis = (a) => Number.isInteger(a) && a >= 0 && a < shape.length;
+    if (plane && !(plane.length === 2 && plane.every(axis) && plane[0] !== plane[1])) return;
+    const kept = {};
+    for (const [a, i] of Object.entries(index || {})) {
+      if (axis(Number(a)) && Number.isInteger(i) && i >= 0 && i < shape[Number(a)]) kept[a] = i;
+    }
+    Object.assign(this.view, plane ? {plane, index: kept} : {plane: null, index: {}});
+    this.renderAxisPicker();
+    this.resetZoom({request: false});
+    const [height, width] = this.view.viewShape;
+    if (region && region.length === 4) {
+      const [r0, r1, c0, c1] = region.map(Number);
+      if (0 <= r0 && r0 < r1 && r1 <= height && 0 <= c0 && c0 < c1 && c1 <= width) this.view.region = [r0, r1, c0, c1];
+    }
   }
 
   clear() {
@@ -186,6 +206,7 @@ export class Heatmap {
     const [rows, cols] = this.view.lattice;
     const args = {name: this.tensor.name, rows, cols, region: this.integerRegion(),
                   plane: this.view.plane, index: this.view.index};
+    this.app.viewChanged?.({plane: args.plane, index: args.index, region: args.region});   // the address
     // Colour range: the largest |value| in view (default), or the sample's 1st/99th percentile
     // so that a few outliers do not wash out the rest.
     if (this.dom.scaleMode.value === "p99" && this.robustScale) args.scale = this.robustScale;

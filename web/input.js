@@ -1,7 +1,7 @@
 // How files reach the page: the two pickers (files, folder), drag and drop anywhere (a dropped
 // folder is walked for every file under it), and files opened with the installed app from the
 // desktop (manifest file_handlers). Each hands `open(files)` File objects, or {file, rel, folder}
-// for files found in a dropped folder.
+// for files found in a dropped folder, and {drop: true} when they were dropped.
 
 import {$} from "./dom.js";
 
@@ -43,7 +43,7 @@ export function listenForFiles({open, failed}) {
     if (entries.some((entry) => entry.isDirectory)) {
       droppedFiles(entries).then(open, (error) => failed("Could not read the dropped folder.", error.message));
     } else if (transfer.files.length) {
-      open(transfer.files);
+      open(transfer.files, {drop: true});
     }
   });
 

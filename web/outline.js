@@ -16,11 +16,16 @@ export function mount(container, ctx) {
   const regex = el("input", {type: "checkbox", id: "filter-regex"});
   const tree = el("div", {class: "tree", id: "tree", role: "tree", tabindex: "0", "aria-label": "Tensors"});
   const counter = el("div", {class: "tree-count", id: "tree-count"});
+  const order = el("select", {id: "tree-order", "aria-label": "Order of the tensors", title: "Order of the tensors"},
+    [["file", "file order"], ["name", "by name"], ["size", "by size"], ["dtype", "by dtype"]]
+      .map(([value, text]) => el("option", {value, text})));
   container.append(
     el("div", {class: "filter"}, filter,
-      el("label", {class: "regex-toggle", title: "Treat the filter as a regular expression"}, regex, el("span", {text: ".*"}))),
+      el("label", {class: "regex-toggle", title: "Treat the filter as a regular expression"}, regex, el("span", {text: ".*"})),
+      order),
     tree, counter);
   outline = new Outline({container: tree, filter, regex, counter, onSelect: (name) => ctx.selectTensor(name)});
+  order.addEventListener("change", () => outline.setOrder(order.value));
   // "/" jumps to the filter (as in many code browsers); Escape empties it and returns to the tree.
   document.addEventListener("keydown", (event) => {
     const typing = event.target.closest("input, select, textarea");

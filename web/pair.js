@@ -1,21 +1,15 @@
 // Two experts of one layer side by side: the same matrix of each (a picker chooses which) as
 // heatmaps on one colour scale, so that equal weights look equal, and their difference.
 // Pixels come from the worker (tensorloupe.redundancy.expert_tensor -> grid -> colormap); for
-// stacked experts the matrix is that expert's slice of the stacked tensor.
+// stacked experts the matrix is that expert's slice of the stacked tensor. The panes are drawn
+// as comparepair.js's (heatpair.js).
 
 import {LATTICE, drawColorbar} from "./canvas.js";
-import {clear, el} from "./dom.js";
+import {breakable, clear, el} from "./dom.js";
 import {exact, fmt, shapeText} from "./format.js";
-import {drawLattice, latticeSize} from "./moecharts.js";
+import {cellAt, pane, paneSize, scaleLabels, unpack} from "./heatpair.js";
 
-const GAP = 24;               // CSS pixels between the heatmaps
 const IDLE = "Point at any of the heatmaps to read both experts' values";
-
-// A dotted name that may wrap after its dots (and nowhere else) in a narrow caption.
-function breakable(name) {
-  const parts = name.split(".");
-  return parts.flatMap((part, i) => (i < parts.length - 1 ? [`${part}.`, el("wbr")] : [part]));
-}
 
 export class PairView {
   constructor(app) {
@@ -94,21 +88,12 @@ export class PairView {
 
   draw(pair, result, buffers, args) {
     const d = this.dom;
-    const width = d.box.clientWidth || 900;
-    const panes = result.panels.length + (result.difference ? 1 : 0);
-    const available = Math.max(160, Math.floor((width - GAP * (panes - 1)) / panes));
-    const unpack = (meta, k) => ({...meta, pixels: buffers[2 * k],
-      values: new Float64Array(buffers[2 * k + 1].buffer, buffers[2 * k + 1].byteOffset, meta.rows * meta.cols)});
-    const heat = result.panels.map(unpack);
-    const size = latticeSize(heat[0].rows, heat[0].cols, heat[0].view_shape, available);
+    const heat = result.panels.map((meta, k) => unpack(meta, buffers, k));
+    const size = paneSize(d.box, result.panels.length + (result.difference ? 1 : 0), heat[0]);
     const figure = (id, h, caption, label) => {
-      const canvas = el("canvas", {class: "pair-heatmap", id, "aria-label": label});
-      drawLattice(canvas, h, size);
-      Object.assign(canvas.dataset, {rows: String(h.rows), cols: String(h.cols), exact: String(h.exact), scale: String(result.scale)});
-      canvas.addEventListener("pointermove", (e) => this.hover(heat, canvas, e));
-      canvas.addEventListener("pointerleave", () => { d.readout.textContent = IDLE; });
-      const box = el("figure", {class: "pair-panel"}, el("figcaption", {}, ...caption), canvas);
-      box.style.width = `${Math.max(size[0], 160)}px`;
+      const [box, canvas] = pane({id, heat: h, size, label, caption, onMove: (c, e) => this.hover(heat, c, e),
+                                  onLeave: () => { d.readout.textContent = IDLE; }});
+      canvas.dataset.scale = String(result.scale);
       return [box, canvas];
     };
     const figures = heat.map((h, k) => {
@@ -125,24 +110,22 @@ export class PairView {
     });
     if (result.difference) {
       const [a, b] = pair.experts;
-      const [box] = figure("moe-pair-diff", unpack(result.difference, heat.length),
+      const [box] = figure("moe-pair-diff", unpack(result.difference, buffers, heat.length),
         [el("strong", {text: `expert ${b} − expert ${a}`}), el("span", {class: "muted small", text: " · cell by cell, same scale"})],
         `difference of expert ${b} and expert ${a}`);
       figures.push(box);
     }
     clear(d.panels).append(...figures);
-    d.lo.textContent = `−${fmt(result.scale, 3)}`;
-    d.hi.textContent = `+${fmt(result.scale, 3)}`;
+    scaleLabels(d.lo, d.hi, result.scale);
     d.readout.textContent = IDLE;
     d.box.dataset.seq = String(Number(d.box.dataset.seq || 0) + 1);
   }
 
   hover(heat, canvas, event) {
-    const rect = canvas.getBoundingClientRect();
     const {rows, cols, row_index: rowIndex, col_index: colIndex, exact: isExact} = heat[0];
-    const i = Math.floor(((event.clientY - rect.top) / rect.height) * rows);
-    const j = Math.floor(((event.clientX - rect.left) / rect.width) * cols);
-    if (i < 0 || j < 0 || i >= rows || j >= cols) return;
+    const cell = cellAt(canvas, event, rows, cols);
+    if (!cell) return;
+    const [i, j] = cell;
     const show = (v) => (isExact ? exact(v) : fmt(v));
     const [a, b] = heat.map((h) => h.values[i * cols + j]);
     this.dom.readout.textContent = `row ${rowIndex[i]}, col ${colIndex[j]}: expert ${heat[0].expert} = ${show(a)}, `

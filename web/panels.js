@@ -12,6 +12,9 @@
 //                         ctx.palette   {rgba: Uint8Array, levels}: the colormap, once Python is ready
 //                                       (always before the first show)
 //                         ctx.io        the bytes read so far ({bytes_read, reads, size}) or null
+//                         ctx.modelFile()  the open checkpoint's name (a shard set's own name)
+//                         ctx.entries() the opened files other than the current one (app.js's list
+//                                       entries: {name, paths, remote, ...}), e.g. to compare with
 //   show(model)         a checkpoint was opened (model.js: the decoded payload): start over for it
 // and may export:
 //   available(model)    false hides the tab for this model (Experts: only for MoE checkpoints)
@@ -21,17 +24,26 @@
 //
 // Views talk to each other only through ctx (selectTensor), never directly.
 
+import * as compare from "./compare.js";
 import {$, el} from "./dom.js";
 import * as experts from "./experts.js";
 import * as health from "./health.js";
 import * as outline from "./outline.js";
 import * as summary from "./summary.js";
 import * as tensor from "./tensor.js";
+import * as tokens from "./tokens.js";
 
-export const TABS = [summary, tensor, experts, health];
+export const TABS = [summary, tensor, experts, health, compare, tokens];
 const VIEWS = [outline, ...TABS];
 
 let current = TABS[0].id;
+let tabListener = null;
+
+export const currentTab = () => current;
+// Called after every tab change (the page's address records the tab).
+export function onTab(listener) {
+  tabListener = listener;
+}
 
 export function mountAll(ctx) {
   outline.mount($("outline"), ctx);
@@ -58,6 +70,7 @@ export function showTab(id) {
     $(`panel-${view.id}`).hidden = !selected;
   }
   TABS.find((view) => view.id === id)?.relayout?.();
+  tabListener?.(id);
 }
 
 export function showModel(model) {

@@ -1,7 +1,9 @@
-// The Summary tab: file facts (and the bytes read so far), parameters by dtype, warnings, the
-// pickle safety report, model card, metadata, format extras. A view module (panels.js).
+// The Summary tab: file facts (and the bytes read so far), warnings, the pickle safety report,
+// what model it is and whether it fits (architecture.js), parameters by dtype, model card,
+// metadata, format extras. A view module (panels.js).
 
-import {clear, el, fact} from "./dom.js";
+import {architectureCards} from "./architecture.js";
+import {clear, download, el, fact} from "./dom.js";
 import {bytes, count, grouped} from "./format.js";
 
 export const id = "summary";
@@ -102,6 +104,34 @@ function safetyReport(safety) {
     opcodes);
 }
 
+const LARGEST = 10;
+
+// The tensors that hold the most bytes, each a link to the Tensor tab.
+function largestTensors(summary) {
+  const largest = [...summary.tensors].sort((a, b) => b.nbytes - a.nbytes).slice(0, LARGEST);
+  return el("section", {class: "card", id: "largest"},
+    el("h3", {text: `Largest tensors (${largest.length} of ${grouped(summary.tensors.length)})`}),
+    el("table", {class: "kv compact largest"}, el("tbody", {}, largest.map((t) =>
+      el("tr", {dataset: {name: t.name}},
+        el("th", {}, el("button", {type: "button", class: "link mono", text: t.name,
+                                  onclick: () => ctx.selectTensor(t.name)})),
+        el("td", {class: "mono", text: `${t.dtype} ${t.shape.join("×") || "scalar"}`}),
+        el("td", {class: "num", text: bytes(t.nbytes)}))))));
+}
+
+// The tensor table as a file (tensorloupe.report.tensor_table: the CLI's records), downloaded.
+function exportTable(summary) {
+  const save = async (format) => {
+    const {result} = await ctx.request("export_table", {format}, {label: "Writing the table…"});
+    download(new Blob([result.text], {type: format === "csv" ? "text/csv" : "application/json"}), result.file);
+  };
+  return el("section", {class: "card", id: "export-table"},
+    el("h3", {text: "Export"}),
+    el("div", {class: "button-row"},
+      el("button", {type: "button", class: "button", id: "export-csv", text: "Tensor table as CSV", onclick: () => save("csv")}),
+      el("button", {type: "button", class: "button", id: "export-json", text: "Tensor table as JSON", onclick: () => save("json")})));
+}
+
 // `summary`: the model (model.js), whose fields are `tensorloupe inspect --json`'s.
 function render(container, summary, io) {
   clear(container);
@@ -129,6 +159,7 @@ function render(container, summary, io) {
     container.append(safetyReport(extras.safety));
     delete extras.safety;
   }
+  container.append(...architectureCards(summary, ctx.request));
   container.append(section("Parameters by dtype", el("table", {class: "dtypes"},
     el("thead", {}, el("tr", {}, el("th", {text: "dtype"}), el("th", {class: "num", text: "parameters"}),
       el("th", {class: "num", text: "share"}), el("th", {class: "num", text: "bytes"}), el("th", {text: ""}))),
@@ -143,6 +174,7 @@ function render(container, summary, io) {
         el("td", {class: "num", text: bytes(size)}),
         el("td", {class: "bar-cell"}, bar));
     })))));
+  container.append(largestTensors(summary), exportTable(summary));
   if (extras.model_card && Object.keys(extras.model_card).length) {
     container.append(section("Model card", table(Object.entries(extras.model_card))));
     delete extras.model_card;

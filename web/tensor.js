@@ -2,8 +2,8 @@
 // numbers: the same `sample` call), exact statistics streamed with progress and cancel, the
 // histogram (histogram.js) and the heatmap (heatmap.js).
 
-import {clear, el} from "./dom.js";
-import {bytes, fmt, grouped, num, percent, product, shapeText} from "./format.js";
+import {clear, download, el} from "./dom.js";
+import {bytes, bytesExact, fmt, grouped, num, percent, product, shapeText} from "./format.js";
 import {Heatmap} from "./heatmap.js";
 import {Histogram} from "./histogram.js";
 
@@ -24,13 +24,18 @@ export function mount(container, context) {
 }
 
 // A new checkpoint: nothing is selected until select() (the page selects its first matrix).
-export function show() {
+export function show(model) {
   view.setPalette(ctx.palette.rgba, ctx.palette.levels);
   view.clearAll();
+  // A file without tensors (a vocab-only GGUF: tokenizer and metadata) says so here.
+  const gguf = model?.format === "gguf";
+  view.dom.empty.textContent = model && !model.tensors.length
+    ? `${model.file} holds no tensors${gguf ? ": a vocab-only GGUF (tokenizer and metadata only; see Summary)" : " (see Summary for what it holds)"}.`
+    : "Select a tensor in the outline.";
 }
 
-export function select(tensor, {expert = null} = {}) {
-  view.show(tensor, {expert});
+export function select(tensor, {expert = null, heatmap = null} = {}) {
+  view.show(tensor, {expert, heatmap});
 }
 
 export function relayout() {
@@ -56,19 +61,27 @@ class TensorView {
       exactCancel: button("exact-cancel", "button subtle", "Cancel", true),
       exactStats: el("div", {class: "stats exact", id: "exact-stats", hidden: true, "aria-label": "Exact statistics"}),
       percentiles: this.hist.dom.percentiles,
+      copyName: button("copy-name", "button subtle", "Copy name"),
+      saveNpy: button("save-npy", "button subtle", "Save .npy"),
+      saveTile: button("save-tile", "button subtle", "Save visible tile .npy"),
+      toolNote: el("span", {id: "tensor-tool-note", class: "muted small", role: "status"}),
     };
+    d.tools = el("div", {class: "tensor-tools"}, d.copyName, d.saveNpy, d.saveTile, d.toolNote);
     d.values = el("div", {id: "tensor-values"},
       el("div", {class: "stats-block"}, d.stats, d.statsSub,
         el("div", {class: "exact-row"}, d.exactButton, d.exactProgress, d.exactNote, d.exactCancel),
         d.exactStats),
       el("div", {class: "viz"}, this.heatmap.element, this.hist.element));
     d.body = el("div", {id: "tensor-body", hidden: true},
-      el("div", {class: "tensor-head"}, d.name, d.facts), d.problem, d.values);
+      el("div", {class: "tensor-head"}, d.name, d.facts), d.tools, d.problem, d.values);
     this.element = el("div", {}, d.empty, d.body);
     this.tensor = null;
     this.generation = 0;
-    this.exactId = null;
+    this.exactRun = null;
     d.exactButton.addEventListener("click", () => this.runExact());
+    d.copyName.addEventListener("click", () => this.copyName());
+    d.saveNpy.addEventListener("click", () => this.saveNpy(false));
+    d.saveTile.addEventListener("click", () => this.saveNpy(true));
     d.exactCancel.addEventListener("click", () => this.cancelExact());
   }
 
@@ -79,7 +92,7 @@ class TensorView {
 
   clearAll() {
     this.generation += 1;
-    this.cancelExact();
+    this.resetExact();
     this.tensor = null;
     this.heatmap.clear();
     this.dom.body.hidden = true;
@@ -88,27 +101,34 @@ class TensorView {
 
   // Show `tensor` (a model.js record); `expert` picks a slice of a stacked expert tensor along
   // axis 0.
-  async show(tensor, {expert = null} = {}) {
+  async show(tensor, {expert = null, heatmap = null} = {}) {
     const generation = ++this.generation;
-    this.cancelExact();
+    this.resetExact();
     const {name, dtype, shape, nbytes, offset, problem} = tensor;
     this.tensor = tensor;
     const d = this.dom;
     d.empty.hidden = true;
     d.body.hidden = false;
     d.name.textContent = name;
-    clear(d.facts).append(
+    clear(d.facts).append(...[
       el("span", {class: `dtype dtype-${dtype.toLowerCase()}`, text: dtype}),
       el("span", {class: "chip", title: "shape", text: shapeText(shape)}),
       el("span", {class: "chip", title: "elements", text: `${grouped(product(shape))} elements`}),
-      el("span", {class: "chip", title: "bytes in the file", text: bytes(nbytes)}),
+      el("span", {class: "chip", title: "bytes in the file", text: bytesExact(nbytes)}),
+      // One file of a set (shards, split GGUF): which one holds this tensor.
+      tensor.file && this.app.modelFile && tensor.file !== this.app.modelFile()
+        ? el("span", {class: "chip file", id: "tensor-file", title: "the file that holds this tensor", text: `in ${tensor.file}`}) : null,
       el("span", {class: "chip offset", title: "absolute byte offset of the first element",
-                  text: offset === null ? "@ …" : `@ ${grouped(offset)}`}));
+                  text: offset === null ? "@ …" : `@ ${grouped(offset)}`}),
+    ].filter(Boolean));
+    d.toolNote.textContent = "";
+    delete d.toolNote.dataset.file;
+    d.saveNpy.hidden = d.saveTile.hidden = Boolean(problem);
     d.problem.hidden = !problem;
     d.problem.textContent = problem ? `The values of this tensor cannot be read: ${problem}` : "";
     d.values.hidden = Boolean(problem);
     d.exactStats.hidden = true;
-    d.exactNote.textContent = `reads all ${bytes(nbytes)}`;
+    d.exactNote.textContent = `reads all ${bytesExact(nbytes)}`;
     d.exactButton.disabled = false;
     clear(d.stats).append(el("span", {class: "muted", text: "Sampling…"}));
     clear(d.statsSub);
@@ -118,7 +138,7 @@ class TensorView {
     // The statistics are asked for first: the worker answers in order, so the stats line does
     // not wait behind the heatmap's lattice.
     const stats = this.app.request("tensor", {name}, {label: `Sampling ${name}…`});
-    this.heatmap.show(tensor, expert);
+    this.heatmap.show(tensor, expert, heatmap);
     try {
       const {result} = await stats;
       if (generation !== this.generation) return;
@@ -137,6 +157,12 @@ class TensorView {
     this.fillStats(d.stats, s);
     const sample = result.sample;
     d.stats.dataset.samples = String(sample.samples);
+    // A sample's min and max are not the tensor's: every sampled figure says it is sampled.
+    const kind = sample.exhaustive ? "all elements" : "sampled";
+    d.stats.dataset.kind = sample.exhaustive ? "exact" : "sampled";
+    d.stats.prepend(el("span", {class: "stat-kind", text: kind}));
+    this.hist.element.querySelector(".toolbar-title").textContent =
+      sample.exhaustive ? "Histogram" : "Histogram (sampled)";
     d.statsSub.textContent = sample.exhaustive
       ? `all ${grouped(sample.numel)} elements`
       : `${grouped(sample.samples)} of ${grouped(sample.numel)} elements sampled (${percent(sample.samples / sample.numel)}) in evenly spread windows`;
@@ -165,10 +191,13 @@ class TensorView {
 
   // --- exact statistics ----------------------------------------------------------------------
 
+  // Each run of exact statistics is a token: only the current run's progress and result reach
+  // the page; a cancelled or superseded run's late messages are dropped.
   async runExact() {
-    if (!this.tensor || this.exactId) return;
+    if (!this.tensor || this.exactRun) return;
     const d = this.dom;
-    const generation = this.generation;
+    const run = this.exactRun = {id: null};
+    const mine = () => this.exactRun === run;
     d.exactButton.disabled = true;
     d.exactProgress.hidden = false;
     d.exactProgress.value = 0;
@@ -177,32 +206,82 @@ class TensorView {
     try {
       const {result} = await this.app.request("exact", {name: this.tensor.name}, {
         quiet: true,
-        onId: (id) => { this.exactId = id; },
+        onId: (id) => { run.id = id; },
         onProgress: ({done, total}) => {
+          if (!mine()) return;
           d.exactProgress.value = total ? done / total : 1;
           d.exactNote.textContent = `${grouped(done)} of ${grouped(total)} elements`;
         },
       });
-      if (generation !== this.generation) return;
+      if (!mine()) return;
       d.exactProgress.value = 1;
       d.exactNote.textContent = `exact, over all ${grouped(result.total)} elements`;
       this.fillStats(d.exactStats, result.stats);
+      d.exactStats.prepend(el("span", {class: "stat-kind", text: "exact"}));
       d.exactStats.hidden = false;
     } catch (error) {
-      if (generation !== this.generation) return;
+      if (!mine()) return;
       d.exactNote.textContent = error.kind === "Cancelled" ? "cancelled" : error.message;
     } finally {
-      this.exactId = null;
-      if (generation === this.generation) {
-        d.exactButton.disabled = false;
-        d.exactCancel.hidden = true;
-        d.exactProgress.hidden = true;
+      if (mine()) {
+        this.exactRun = null;
+        this.idleExact();
       }
     }
   }
 
   cancelExact() {
-    if (this.exactId) this.app.cancel(this.exactId);
+    if (this.exactRun?.id) this.app.cancel(this.exactRun.id);
+  }
+
+  idleExact() {
+    const d = this.dom;
+    d.exactButton.disabled = false;
+    d.exactCancel.hidden = true;
+    d.exactProgress.hidden = true;
+    d.exactProgress.value = 0;
+  }
+
+  // Another tensor (or none): the running exact statistics are cancelled and forgotten, and
+  // the controls are those of a tensor on which nothing has run.
+  resetExact() {
+    this.cancelExact();
+    this.exactRun = null;
+    this.idleExact();
+    this.dom.exactStats.hidden = true;
+    clear(this.dom.exactStats);
+    this.dom.exactNote.textContent = "";
+  }
+
+  // --- export: the name, the values as .npy (written by the library, tensorloupe.npy) ---------
+
+  async copyName() {
+    const name = this.tensor?.name;
+    if (!name) return;
+    try {
+      await navigator.clipboard.writeText(name);
+      this.dom.toolNote.textContent = "name copied";
+    } catch {
+      this.dom.toolNote.textContent = name;
+    }
+  }
+
+  async saveNpy(tile) {
+    const t = this.tensor;
+    if (!t) return;
+    const view = this.heatmap.view;
+    const args = tile ? {name: t.name, region: this.heatmap.integerRegion(), plane: view.plane, index: view.index}
+                      : {name: t.name};
+    const note = this.dom.toolNote;
+    try {
+      const {result, buffers} = await this.app.request("export_npy", args, {label: "Writing the .npy file…"});
+      download(new Blob([buffers[0]], {type: "application/octet-stream"}), result.file);
+      note.textContent = `${result.file}: ${result.shape.join("×")} ${result.descr}` +
+        (result.exact_dtype ? "" : ` (NumPy has no ${t.dtype}: float32, which holds every value exactly)`);
+      note.dataset.file = result.file;
+    } catch (error) {
+      note.textContent = error.message;
+    }
   }
 
   // The panel became visible or changed size.

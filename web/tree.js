@@ -56,6 +56,21 @@ export function buildTree(tensors) {
   return root;
 }
 
+// Orders of the outline: the file's own, or by name, size (largest first) or dtype, at every
+// level of the tree (numbered layers stay in number order when sorted by name).
+const ORDERS = {
+  name: (a, b) => a.label.localeCompare(b.label, "en", {numeric: true}),
+  size: (a, b) => b.bytes - a.bytes || ORDERS.name(a, b),
+  dtype: (a, b) => a.dtype.localeCompare(b.dtype) || ORDERS.name(a, b),
+};
+
+export function sortTree(node, order, tensors) {
+  const leafDtype = (n) => (n.tensor >= 0 ? tensors[n.tensor].dtype : n.kids.length ? leafDtype(n.kids[0]) : "");
+  for (const kid of node.kids) sortTree(kid, order, tensors);
+  for (const kid of node.kids) kid.dtype = leafDtype(kid);
+  node.kids.sort(ORDERS[order]);
+}
+
 export class Outline {
   constructor({container, filter, regex, counter, onSelect}) {
     this.container = container;
@@ -80,20 +95,29 @@ export class Outline {
     regex.addEventListener("change", () => this.refilter());
   }
 
-  setModel(tensors) {
+  setOrder(order) {
+    this.order = order;
+    if (this.tensors.length) this.setModel(this.tensors, {keep: true});
+  }
+
+  setModel(tensors, {keep = false} = {}) {
+    const selected = keep && this.selected >= 0 ? this.tensors[this.selected]?.name : null;
     this.tensors = tensors;
     this.root = buildTree(tensors);
+    if (this.order && this.order !== "file") sortTree(this.root, this.order, tensors);
     this.expanded = new Set([this.root.id]);
     for (const kid of this.root.kids) if (kid.kids.length) this.expanded.add(kid.id);
     this.selected = -1;
     this.focus = 0;
     this.container.scrollTop = 0;
     this.refilter();
+    if (selected) this.reveal(selected);
   }
 
   refilter() {
     const text = this.filterInput.value.trim();
     this.matcher = null;
+    this.invalid = null;
     this.filterInput.classList.remove("invalid");
     this.filterInput.removeAttribute("aria-invalid");
     if (text) {
@@ -103,10 +127,11 @@ export class Outline {
           const re = slashed ? new RegExp(slashed[1], slashed[2].includes("i") ? "i" : "")
                              : new RegExp(text, "i");
           this.matcher = (name) => re.test(name);
-        } catch {
+        } catch (error) {
           this.filterInput.classList.add("invalid");
           this.filterInput.setAttribute("aria-invalid", "true");
           this.matcher = () => false;
+          this.invalid = `invalid regex: ${error.message.replace(/^Invalid regular expression: /, "")}`;
         }
       } else {
         const needle = text.toLowerCase();
@@ -119,7 +144,8 @@ export class Outline {
       return node.matches;
     };
     const total = mark(this.root);
-    this.counter.textContent = this.matcher
+    this.counter.classList.toggle("error-text", Boolean(this.invalid));
+    this.counter.textContent = this.invalid ? this.invalid : this.matcher
       ? `${total.toLocaleString("en-US")} of ${this.tensors.length.toLocaleString("en-US")} tensors match`
       : `${this.tensors.length.toLocaleString("en-US")} tensors`;
     this.flatten();

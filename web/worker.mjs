@@ -5,7 +5,9 @@
 //
 // Page -> worker:  {id, op, args}            a request (op "mount" carries `files`:
 //                                            [{file: File, rel: "folder/name", folder: bool}])
-//                                            op "open_url" ({urls, config}) is probed here first
+//                                            op "open_url" ({urls, config}) is probed here first,
+//                                            and so is "compare_open_url" ({urls}: B, compare_ops.py);
+//                                            op "open_hub" ({text, hub}) finds a Hub model's files
 //                  {type: "cancel", id}      stop request `id` (a job, or a request still queued)
 // Worker -> page:  {type: "status", stage, message}   boot progress
 //                  {type: "ready", info, palette, timings} / {type: "fatal", message}
@@ -102,7 +104,8 @@ async function handle(message) {
   const {id, op, args} = message;
   try {
     if (op === "mount") return reply(id, (await call("group", {files: mount(message.files)})).envelope);
-    if (op === "open_url") return await openUrls(id, args);
+    if (op === "open_url" || op === "compare_open_url") return await openUrls(id, args, op);
+    if (op === "open_hub") return await openHub(id, args);
     if (op === "memory") return reply(id, {ok: true, result: memory()});
     if (JOBS.has(op)) {
       const {envelope} = await call(`${op}_start`, args);
@@ -219,13 +222,44 @@ function rangeTotal(header) {
   return match ? Number(match[1]) : null;
 }
 
-async function openUrls(id, args) {
+async function openUrls(id, args, op = "open_url") {
   try {
     const urls = [...(args.urls || []), ...(args.config ? [args.config] : [])];
     const seen = await Promise.all(urls.map(probe));
     const probes = Object.fromEntries(urls.map((url, i) => [url, seen[i]]));
-    reply(id, (await call("open_url", {...args, probes})).envelope);
+    reply(id, (await call(op, {...args, probes})).envelope);
     for (const url of urls) heads.delete(url);
+  } catch (error) {
+    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+  }
+}
+
+// A Hugging Face model (`org/model[@rev]`, or its page's URL): Python (web/hub.py) says which
+// /resolve/ URLs to try; the index (small JSON) is fetched whole and names the shards, else the
+// single model.safetensors (or the file the user pointed at) is the model; a config.json beside
+// it gives top-k. Then the files open as any URLs do. Only the Hub the page names is contacted.
+async function openHub(id, args) {
+  const fail = (message) => reply(id, {ok: false, error: {kind: "UsageError", message}});
+  try {
+    const planned = (await call("hub_plan", args)).envelope;
+    if (!planned.ok) return reply(id, planned);
+    const plan = planned.result;
+    if (!plan) return fail(`${args.text} is not a Hugging Face model name or URL`);
+    let urls = null;
+    if (plan.index) {
+      const response = await fetch(plan.index, {cache: "no-store"}).catch(() => null);
+      if (response && response.ok) {
+        const text = await response.text();
+        const shards = (await call("hub_shards", {index: plan.index, text})).envelope;
+        if (!shards.ok) return reply(id, shards);
+        urls = [plan.index, ...shards.result.urls];
+      } else if (!plan.single) {
+        return fail(`${plan.repo}@${plan.revision}: the index cannot be fetched (${response ? response.status : "unreachable"})`);
+      }
+    }
+    urls = urls || [plan.single];
+    const config = (await probe(plan.config)).status === 206 ? plan.config : null;
+    return await openUrls(id, {urls, config});
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }
@@ -308,11 +342,11 @@ importlib.invalidate_caches()
 `);
 }
 
-// Everything the page's requests import, imported before the snapshot is taken.
+// The message handlers and what they import, imported before the snapshot is taken. Not every
+// module: with all of them (architecture, tokenizers, compare, ...) the heap outgrew what
+// _loadSnapshot restores ("offset is out of bounds"); those are imported when first used.
 const PRELOAD = `
-import pkgutil, importlib, tensorloupe
-for module in pkgutil.walk_packages(tensorloupe.__path__, "tensorloupe."):
-    importlib.import_module(module.name)
+import tensorloupe.web
 `;
 
 async function boot() {

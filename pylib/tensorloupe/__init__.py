@@ -12,30 +12,35 @@
 from __future__ import annotations
 
 
-from . import detect
+from . import detect, targets
 from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, Comparison, compare as _compare
 from .errors import TensorloupeError
 from .health import health, health_cost
 from .model import Checkpoint, Tensor
-from .sample import Grid, Histogram, Sample, Stats, exact_stats, grid, histogram, sample, values
+from .sample import (Grid, Histogram, Sample, Stats, exact_histogram, exact_stats, grid, histogram,
+                     sample, values)
 from .source import ByteSource, open_source
 
+__version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_polish.py checks)
+
 __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histogram", "grid",
-           "exact_stats", "values", "health", "health_cost", "compare", "Comparison", "Sample",
-           "Stats", "Histogram", "Grid", "ByteSource"]
+           "exact_stats", "exact_histogram", "values", "health", "health_cost", "compare",
+           "Comparison", "Sample", "Stats", "Histogram", "Grid", "ByteSource"]
 
 
 def open(target, name: str | None = None, *, follow_redirects: bool = False) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
-    """Open a checkpoint from a path, bytes, a ByteSource, or a list of shard paths. A URL is
-    read by Range requests; a redirect to another site is followed only with follow_redirects."""
-    if isinstance(target, (list, tuple)):
+    """Open a checkpoint from a path, URL, bytes, a ByteSource, a folder, an index json, or a list
+    of shard paths (targets.py says what each names). A URL is read by Range requests; a redirect
+    to another site is followed only with follow_redirects."""
+    if isinstance(target, (list, tuple)) or targets.needs_resolving(target):
         from . import shards
         from .parallel import MAX_WORKERS, map_parallel
         from .source import is_url
+        files = targets.resolve(target).files
         # URLs: every part's first request (its header bytes) in flight at once.
-        workers = MAX_WORKERS if any(is_url(t) for t in target) else 1
+        workers = MAX_WORKERS if any(is_url(t) for t in files) else 1
         sources = map_parallel(lambda t: open_source(t, follow_redirects=follow_redirects),
-                               target, workers)
+                               files, workers)
         return _say_redirects(shards.open_all(sources))
     source = open_source(target, name, follow_redirects=follow_redirects)
     try:

@@ -1,26 +1,37 @@
-"""`tensorloupe inspect|stats|values|moe|health|diff|demo`: the library on the command line.
+"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|demo`: the library on the command line.
+
+Every command that reads a checkpoint takes it the same way (`add_files` / `open_files`, see
+targets.py): one file, all shards or split parts of one, a folder, an index json, or URLs.
+Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
-or is invalid (the message goes to stderr, never a traceback).
+or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
+names a dangerous global (the report is printed first).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+from . import __version__, arch_report, beside, report, tokens
 from . import open as open_checkpoint
-from . import report
+from .model import Checkpoint
+from .source import is_url
+from .targets import resolve
 from .errors import TensorloupeError, UsageError
 from .health import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
 from .health import text as health_text
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
-from .sample import DEFAULT_SAMPLES, exact_stats, histogram, sample, values
+from .sample import DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample, values
 from .jsonable import bounded, json_number
+from .memory import CACHE_TYPES
+from .tokens import DEFAULT_PAGE
 from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 
-EXIT_OK, EXIT_USAGE, EXIT_INVALID = 0, 2, 3
+EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS = 0, 2, 3, 4
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,72 +49,145 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+class _Intermixed(argparse.ArgumentParser):
+    """A subcommand parser that takes options anywhere among its positionals."""
+
+    _inside = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        # parse_known_intermixed_args calls parse_known_args itself: only the outer call switches.
+        if self._inside:
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
+FILES_HELP = ("the checkpoint: a file, all shards or split GGUF parts of one, a folder holding "
+              "one, a model.safetensors.index.json, or URLs of these")
+
+
+def add_files(p: argparse.ArgumentParser, then: str = "") -> None:
+    """The checkpoint argument every reading command shares; `then` names positionals that follow
+    the files (tensor names), split off by split_files."""
+    p.add_argument("items", nargs="+", metavar="FILE", help=FILES_HELP + (
+        f"; then {then}" if then else ""))
+    p.usage = f"%(prog)s [options] FILE [FILE ...]{' ' + then if then else ''}"
+
+
+def split_files(items: list[str], keep: int = 0) -> tuple[list[str], list[str]]:
+    """Leading items that name files (existing paths or URLs) are the checkpoint, the rest are
+    tensor names; at least one file, and at least `keep` names left."""
+    n = 0
+    while n < len(items) - keep and (is_url(items[n]) or os.path.exists(items[n])):
+        n += 1
+    n = max(n, 1)
+    if len(items) - n < keep:
+        raise UsageError("give the checkpoint file(s), then the tensor name")
+    return items[:n], items[n:]
+
+
+def open_files(items, args) -> Checkpoint:
+    """Open what the user named as one checkpoint (see targets.py), for any command."""
+    return open_checkpoint(resolve(items).files,
+                           follow_redirects=getattr(args, "follow_redirects", False))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorloupe",
-                                     description="Look inside model checkpoints without executing them.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    # Options every command that reads a checkpoint takes (argparse: after the command name).
+                                     description="Look inside model checkpoints without executing them.",
+                                     epilog="exit codes: 0 ok, 2 bad arguments, 3 the file cannot be "
+                                            "read or is invalid, 4 (inspect --strict) the pickle "
+                                            "names a dangerous global")
+    parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
+    json_help = "machine-readable output (JSON on stdout)"
+    # Options every command that reads a checkpoint takes.
     reading = argparse.ArgumentParser(add_help=False)
     reading.add_argument("--follow-redirects", action="store_true",
                          help="follow a URL's redirects to another site (same-site ones always are)")
 
     p = commands.add_parser("inspect", parents=[reading],
-                            help="summary, metadata, warnings and the tensor table")
-    p.add_argument("files", nargs="+", help="a checkpoint, or all shards of one")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+                            help="architecture, memory estimate, summary, metadata, "
+                            "warnings and the tensor table")
+    add_files(p)
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--strict", action="store_true",
+                   help="exit with code 4 if the pickle names a dangerous global (to gate a CI "
+                        "job or a download script); the report is printed as usual")
+    p.add_argument("--config", help="the model's config.json (default: the one beside the "
+                   "checkpoint, if any)")
+    p.add_argument("--context", type=int, help="tokens of context for the fits table (default: "
+                   "4096, or the model's maximum if smaller)")
+    p.add_argument("--cache-type", choices=[c for c, _ in CACHE_TYPES], default="f16",
+                   help="KV cache type for the fits table (default %(default)s)")
     p.set_defaults(run=run_inspect)
+
+    p = commands.add_parser("tokens", parents=[reading],
+                            help="the tokenizer: vocabulary pages, search, special tokens")
+    add_files(p)   # a GGUF file, or a checkpoint with tokenizer.json beside it
+    p.add_argument("--find", help="tokens containing this text (or, if a number, that token id)")
+    p.add_argument("--start", type=int, default=0, help="first token id of the page (default 0)")
+    p.add_argument("--count", type=int, default=DEFAULT_PAGE, help="tokens per page (default %(default)s)")
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.set_defaults(run=run_tokens)
 
     p = commands.add_parser("stats", parents=[reading],
                             help="statistics and a histogram of tensors' values")
-    p.add_argument("file")
-    p.add_argument("tensors", nargs="*", help="tensor names (default: every tensor)")
-    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="values to sample per tensor")
-    p.add_argument("--exact", action="store_true", help="read every element instead of sampling")
-    p.add_argument("--bins", type=int, default=32)
-    p.add_argument("--json", action="store_true")
+    add_files(p, "[TENSOR ...]")
+    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
+                   help="values to sample per tensor (default %(default)s)")
+    p.add_argument("--exact", action="store_true",
+                   help="read every element instead of sampling (statistics and histogram)")
+    p.add_argument("--bins", type=int, default=32, help="histogram bins (default %(default)s)")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_stats)
 
     p = commands.add_parser("values", parents=[reading],
                             help="exact element values in row-major order")
-    p.add_argument("file")
-    p.add_argument("tensor")
-    p.add_argument("--start", type=int, default=0)
-    p.add_argument("--count", type=int, default=20)
-    p.add_argument("--json", action="store_true")
+    add_files(p, "TENSOR")
+    p.add_argument("--start", type=int, default=0,
+                   help="first element, as a row-major index (default %(default)s)")
+    p.add_argument("--count", type=int, default=20, help="how many elements (default %(default)s)")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_values)
 
     p = commands.add_parser("moe", parents=[reading],
                             help="Mixture-of-Experts structure and redundant experts")
-    p.add_argument("file")
-    p.add_argument("--config", help="the model's config.json, for top-k")
+    add_files(p)
+    p.add_argument("--config", help="the model's config.json, for top-k (default: the config.json "
+                                    "beside the checkpoint, if any)")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help="similarity at which experts count as near-duplicates (default %(default)s)")
+                   help="similarity at which experts count as near-duplicates, -1..1 "
+                        "(default %(default)s)")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES_PER_MATRIX,
                    help="elements read per matrix of each expert (default %(default)s)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_moe)
 
     p = commands.add_parser("health", parents=[reading],
                             help="flag broken tensors: NaN, dead, scale outliers, copies, norms")
-    p.add_argument("files", nargs="+", help="a checkpoint, or all shards of one")
+    add_files(p)
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                    help="bytes read per tensor (default %(default)s); tensors that fit are read whole")
     p.add_argument("--exact", action="store_true", help="read every byte of every tensor")
     p.add_argument("--confirm-bytes", type=int, default=DEFAULT_CONFIRM_BYTES,
                    help="the most read of one tensor to confirm a copy or a constant (default %(default)s)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_health)
 
     p = commands.add_parser("diff", parents=[reading],
                             help="compare two checkpoints tensor by tensor (A is the reference)")
-    p.add_argument("a", help="checkpoint A: a file, URL, or a folder of shards")
+    p.add_argument("a", help="checkpoint A: a file, URL, a folder or an index json")
     p.add_argument("b", help="checkpoint B (any format: GGUF names are matched to HF names)")
     p.add_argument("--exact", action="store_true", help="every element instead of a sample (progress on stderr)")
     p.add_argument("--samples", type=int, default=COMPARE_SAMPLES,
                    help="elements compared per tensor when sampling (default %(default)s)")
     p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (A's or B's name; repeatable)")
     p.add_argument("--top", type=int, default=15, help="tensors listed in the ranking (default %(default)s)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_diff)
 
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
@@ -112,10 +196,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open(files, args):
-    return open_checkpoint(files if isinstance(files, list) and len(files) > 1
-                           else (files[0] if isinstance(files, list) else files),
-                           follow_redirects=getattr(args, "follow_redirects", False))
+def _config(args, files: list) -> beside.Found:
+    """The model's config.json: --config if given (errors are the user's to fix), else the one
+    beside the checkpoint's files (a local folder or a URL directory) if there is one (a broken
+    one becomes a warning)."""
+    if getattr(args, "config", None):
+        try:
+            return beside.Found(beside.load(args.config, beside.CONFIG_NAME), args.config)
+        except TensorloupeError as e:
+            raise UsageError(f"cannot read --config {args.config}: {e}") from e
+    return beside.find(files, beside.CONFIG_NAME)
 
 
 def _emit(obj) -> None:
@@ -124,29 +214,67 @@ def _emit(obj) -> None:
 
 
 def run_inspect(args) -> int:
-    with _open(args.files, args) as ckpt:
+    if args.context is not None and args.context < 1:
+        raise UsageError("--context must be at least 1")
+    target = resolve(args.items)
+    found = _config(args, target.files)
+    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+        if found.problem:
+            ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
+        block = arch_report.describe(ckpt, found.data, found.where, args.context, args.cache_type)
         if args.json:
-            _emit(report.inspect_json(ckpt))
+            doc = report.inspect_json(ckpt)
+            _emit({**doc, **bounded(block)})  # a config.json may hold NaN
         else:
+            arch_report.print_block(block)
+            print()
             report.print_inspect(ckpt)
+        dangerous = (ckpt.extras.get("safety") or {}).get("dangerous") or []
+        if args.strict and dangerous:
+            print(f"tensorloupe: {ckpt.name}: --strict: the pickle names {len(dangerous)} dangerous "
+                  f"global(s): {', '.join(dangerous)}", file=sys.stderr)
+            return EXIT_DANGEROUS
+    return EXIT_OK
+
+
+def run_tokens(args) -> int:
+    if args.start < 0 or args.count < 0:
+        raise UsageError("--start and --count must be >= 0")
+    target = resolve(args.items)
+    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+        vocab = tokens.vocabulary(ckpt, target.files)
+        if args.find is not None:
+            out = vocab.search(args.find, args.count or DEFAULT_PAGE)
+        else:
+            out = vocab.page(args.start, args.count)
+        doc = {**vocab.summary(), **out}
+        if args.json:
+            _emit(doc)
+        else:
+            tokens.print_tokens(doc)
     return EXIT_OK
 
 
 def run_stats(args) -> int:
     if args.samples < 1 or args.bins < 1:
         raise UsageError("--samples and --bins must be at least 1")
-    with _open(args.file, args) as ckpt:
-        chosen = [ckpt.tensor(name) for name in args.tensors] or ckpt.tensors
+    files, names = split_files(args.items)
+    with open_files(files, args) as ckpt:
+        chosen = [ckpt.tensor(name) for name in names] or ckpt.tensors
         out = []
         for t in chosen:
             if t.problem:
                 out.append({"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "error": t.problem})
                 continue
-            s = sample(t, args.samples)
-            stats = exact_stats(t) if args.exact else s.stats
+            if args.exact:   # every element, the histogram too (a second streamed pass)
+                stats = exact_stats(t)
+                hist, exact = exact_histogram(t, stats, args.bins), True
+            else:
+                s = sample(t, args.samples)
+                stats, hist, exact = s.stats, histogram(s.values, args.bins), s.exhaustive
             entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
-                     "samples": stats.count, "numel": t.numel, "exact": args.exact or s.exhaustive,
-                     "stats": stats.to_json(), "histogram": histogram(s.values, args.bins).to_json()}
+                     "samples": stats.count, "numel": t.numel, "exact": exact,
+                     "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
             out.append(entry)
             if not args.json:
                 report.print_stats(entry)
@@ -156,8 +284,11 @@ def run_stats(args) -> int:
 
 
 def run_values(args) -> int:
-    with _open(args.file, args) as ckpt:
-        t = ckpt.tensor(args.tensor)
+    files, (name,) = args.items[:-1], args.items[-1:]
+    if not files:
+        raise UsageError("give the checkpoint file(s), then the tensor name")
+    with open_files(files, args) as ckpt:
+        t = ckpt.tensor(name)
         if args.start < 0 or args.count < 0 or (args.start >= t.numel and t.numel):
             raise UsageError(f"--start {args.start} is outside tensor {t.name!r} of {t.numel} elements")
         got = values(t, args.start, args.count)
@@ -170,16 +301,11 @@ def run_values(args) -> int:
 
 
 def run_moe(args) -> int:
-    config = None
-    if args.config:
-        try:
-            with open(args.config, encoding="utf-8") as f:
-                config = json.load(f)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read --config {args.config}: {e}") from e
+    target = resolve(args.items)
+    config = _config(args, target.files).data
     if not -1.0 <= args.threshold <= 1.0 or args.samples < 1:
         raise UsageError("--threshold must be within [-1, 1] and --samples at least 1")
-    with _open(args.file, args) as ckpt:
+    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
         analysis = analyse(ckpt, args.threshold, args.samples, config)
         if args.json:
             _emit(bounded(analysis.to_json()))
@@ -192,7 +318,7 @@ def run_health(args) -> int:
     if args.budget < 1 or args.confirm_bytes < 0:
         raise UsageError("--budget must be at least 1 and --confirm-bytes at least 0")
     budget = None if args.exact else args.budget
-    with _open(args.files, args) as ckpt:
+    with open_files(args.items, args) as ckpt:
         if not args.json:
             print(health_text.cost_line(health_cost(ckpt, budget, args.confirm_bytes), ckpt.name), flush=True)
         result = health(ckpt, budget, args.confirm_bytes)
@@ -203,18 +329,6 @@ def run_health(args) -> int:
     return EXIT_OK
 
 
-def _open_target(target: str, args):
-    """A file or URL, or a folder: every checkpoint file in it, opened as one (shards)."""
-    import os
-    from .detect import EXTENSIONS
-    if os.path.isdir(target):
-        files = sorted(os.path.join(target, f) for f in os.listdir(target) if f.endswith(EXTENSIONS))
-        if not files:
-            raise UsageError(f"{target}: no checkpoint files in this folder ({', '.join(EXTENSIONS)})")
-        return _open(files, args)
-    return _open(target, args)
-
-
 def run_diff(args) -> int:
     if args.samples < 1 or args.top < 0:
         raise UsageError("--samples must be at least 1 and --top at least 0")
@@ -222,7 +336,7 @@ def run_diff(args) -> int:
     def progress(done, total):
         print(f"\rcompared {done}/{total} tensors", end="" if done < total else "\n", file=sys.stderr)
 
-    with _open_target(args.a, args) as a, _open_target(args.b, args) as b:
+    with open_files([args.a], args) as a, open_files([args.b], args) as b:
         result = compare(a, b, args.samples, args.exact, args.tensor,
                          progress if args.exact and sys.stderr.isatty() else None)
         if args.json:

@@ -85,6 +85,13 @@ class FormatError(TensorloupeError):
 class TruncatedError(FormatError):
     """The file ends before the bytes its own header promises."""
 
+    def __init__(self, message: str, **kw):
+        # The likeliest cause, said once in every format's words (a hostile count reads the same
+        # way, hence the question mark).
+        if "truncated" not in message:
+            message += " (truncated?)"
+        super().__init__(message, **kw)
+
 
 class UnknownFormatError(FormatError):
     """No reader recognises the file (including LFS pointers and saved HTML pages)."""

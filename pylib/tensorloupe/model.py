@@ -75,6 +75,11 @@ class Tensor:
         """The absolute offset if it is known without reading, else None."""
         return self.source.known_file_offset(self.offset) if self.source is not None else self.offset
 
+    @property
+    def file(self) -> str | None:
+        """The name of the file this tensor's bytes are in (one shard of a set)."""
+        return self.source.root().name if self.source is not None else None
+
     def element_strides(self) -> tuple[int, ...]:
         return self.strides if self.strides is not None else contiguous_strides(self.shape)
 
@@ -82,7 +87,8 @@ class Tensor:
         """The descriptor as JSON; never reads ("offset" is null while unknown, see
         Checkpoint.locate_all)."""
         out = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
-               "numel": self.numel, "offset": self.known_file_offset, "nbytes": self.nbytes}
+               "numel": self.numel, "offset": self.known_file_offset, "nbytes": self.nbytes,
+               "file": self.file}
         if self.strides is not None:
             out["strides"] = list(self.strides)
         if self.problem:
@@ -104,7 +110,7 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 @dataclass
 class Checkpoint:
     format: str                       # "safetensors", "pytorch-zip", "pytorch-legacy", "gguf", ...
-    name: str                         # the file (or the first shard) name
+    name: str                         # the file name, or the set's (shards.set_name)
     size: int                         # bytes in the file(s)
     tensors: list[Tensor]             # in file order
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -124,6 +130,11 @@ class Checkpoint:
     @property
     def parameter_count(self) -> int:
         return sum(t.numel for t in self.tensors)
+
+    @property
+    def files(self) -> list[str]:
+        """The names of the files the checkpoint was read from (several for a shard set)."""
+        return [s.root().name for s in self.sources]
 
     def parameters_by_dtype(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -28,6 +28,9 @@ ROUTER_LEAVES = ("gate.weight", "router.weight", "gate.e_score_correction_bias",
 GGUF_EXPS = re.compile(r"^(?P<prefix>blk\.\d+)\.ffn_(?P<leaf>\w+)_exps\.weight$")
 GGUF_SHEXP = re.compile(r"^(?P<prefix>blk\.\d+)\.ffn_(?P<leaf>\w+)_shexp\.weight$")
 GGUF_ROUTER = "ffn_gate_inp.weight"
+# config.json keys that say how many experts each token is routed to (Mixtral/Qwen/DeepSeek/...).
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts",
+              "experts_per_token", "num_experts_per_token", "moe_top_k")
 LAYER_NUMBER = re.compile(r"(?:^|\.)(?:layers|layer|blk|h|blocks|block)\.(\d+)(?:\.|$)")
 
 
@@ -108,6 +111,11 @@ def detect(checkpoint: Checkpoint, config: dict | None = None) -> MoE:
     found = [entry for entry in layers.values() if entry.experts]
     problem = _inconsistent(found)
     if not found:
+        declared = _declared_experts(checkpoint, config)
+        if declared:
+            count, where = declared
+            return MoE(False, f"{where} declares {count} experts, but no tensor here is an "
+                              "expert's (a shard or part without them? or a vocab-only file)")
         return MoE(False, "no tensor names follow a known expert naming scheme")
     if problem:
         return MoE(False, f"expert-like names found, but {problem}; not reporting an MoE")
@@ -130,6 +138,20 @@ def _inconsistent(layers: list[MoELayer]) -> str | None:
     return None
 
 
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
+def _declared_experts(checkpoint: Checkpoint, config: dict | None) -> tuple[int, str] | None:
+    """How many experts the metadata or config.json says the model has, and which key says it."""
+    for key in EXPERT_COUNT_KEYS:
+        if config and isinstance(config.get(key), int) and config[key] > 1:
+            return config[key], f"config.json {key}"
+    for key, value in (checkpoint.metadata or {}).items():
+        if key.endswith(".expert_count") and isinstance(value, int) and value > 1:
+            return value, key
+    return None
+
+
 def _top_k(checkpoint: Checkpoint, config: dict | None) -> tuple[int | None, str | None]:
     """Experts used per token, from metadata only: never guessed."""
     sources = []
@@ -143,7 +165,7 @@ def _top_k(checkpoint: Checkpoint, config: dict | None) -> tuple[int | None, str
         except ValueError:
             pass
     for label, cfg in sources:
-        for key in ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts"):
+        for key in TOP_K_KEYS:
             if isinstance(cfg.get(key), int):
                 return cfg[key], f"{label} {key}"
     for key, value in meta.items():

@@ -12,15 +12,66 @@ from .jsonable import FULL, Limits, bounded, json_number
 BAR = "█▉▊▋▌▍▎▏"
 
 
+# How formats/pytorch/safety.py renders a tensor, and the main state_dict subtree, in metadata.
+TENSOR_REF_KEYS = ({"tensor", "dtype", "shape"}, {"tensors", "tree"})
+_GONE = object()
+
+
+def shown_metadata(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
+    """The metadata a person reads: for a torch checkpoint, its non-tensor entries only (the
+    tensors are in the table). JSON output keeps the whole rendered object."""
+    shown = bounded(ckpt.metadata, limits)
+    if ckpt.format.startswith("pytorch"):
+        shown = _without_tensors(shown)
+        shown = {} if shown is _GONE else shown
+    return shown
+
+
+def _without_tensors(value):
+    """`value` minus tensor references, and minus containers that held nothing but them."""
+    if isinstance(value, dict):
+        if set(value) in TENSOR_REF_KEYS:
+            return _GONE
+        kept = {k: v for k, v in ((k, _without_tensors(v)) for k, v in value.items()) if v is not _GONE}
+        return _GONE if value and not kept else kept
+    if isinstance(value, list):
+        kept = [v for v in map(_without_tensors, value) if v is not _GONE]
+        return _GONE if value and not kept else kept
+    return value
+
+
 def checkpoint_json(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
     """The one JSON shape of a checkpoint: `inspect --json` prints it, the page's model payload
     is built on it (web/handlers.py). Never reads: an offset not known yet is null (see
     Checkpoint.locate_all). `limits` bound metadata and extras (the page previews them)."""
-    return {"file": ckpt.name, "format": ckpt.format, "size": ckpt.size,
+    return {"file": ckpt.name, "files": ckpt.files, "format": ckpt.format, "size": ckpt.size,
             "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
             "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata, limits),
             "warnings": [str(w) for w in ckpt.warnings], "extras": bounded(ckpt.extras, limits),
             "tensors": [t.to_json() for t in ckpt.tensors]}
+
+
+TABLE_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "file")
+
+
+def tensor_table(ckpt: Checkpoint, fmt: str) -> str:
+    """The tensor table as CSV (shape as 4x3x2) or JSON (inspect --json's tensor records)."""
+    import csv
+    import io
+    import json
+    ckpt.locate_all()
+    records = [t.to_json() for t in ckpt.tensors]
+    if fmt == "json":
+        return json.dumps(records, indent=1, allow_nan=False)
+    if fmt != "csv":
+        raise ValueError(f"unknown table format {fmt!r}")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TABLE_COLUMNS)
+    for r in records:
+        writer.writerow([("x".join(map(str, r["shape"])) if key == "shape" else r.get(key))
+                         for key in TABLE_COLUMNS])
+    return out.getvalue()
 
 
 def inspect_json(ckpt: Checkpoint) -> dict:
@@ -75,9 +126,11 @@ def short(value, width: int = 100) -> str:
 def print_inspect(ckpt: Checkpoint) -> None:
     ckpt.locate_all()
     by_dtype = ", ".join(f"{d} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
-    print(ckpt.name)
+    files = ckpt.files
+    print(ckpt.name + (f"  ({len(files)} files)" if len(files) > 1 else ""))
     print(f"  format      {ckpt.format}")
-    print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)")
+    print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)"
+          + (f" in {len(files)} files" if len(files) > 1 else ""))
     print(f"  tensors     {len(ckpt.tensors)}")
     print(f"  parameters  {exact_count(ckpt.parameter_count)} ({by_dtype})")
     card = ckpt.extras.get("model_card")
@@ -85,10 +138,11 @@ def print_inspect(ckpt: Checkpoint) -> None:
         print("\nModel card")
         for label, value in card.items():
             print(f"  {label:<22} {short(value)}")
-    if ckpt.metadata:
+    metadata = shown_metadata(ckpt)
+    if metadata:
         print("\nMetadata")
-        for key, value in ckpt.metadata.items():
-            print(f"  {key}: {short(bounded(value))}")
+        for key, value in metadata.items():
+            print(f"  {key}: {short(value)}")
     safety = ckpt.extras.get("safety")
     if safety:
         print_safety(safety)
@@ -100,6 +154,9 @@ def print_inspect(ckpt: Checkpoint) -> None:
     rows = [(t.name, t.dtype, "×".join(map(str, t.shape)) or "scalar", human_bytes(t.nbytes),
              _bits(t), str(t.known_file_offset)) for t in ckpt.tensors]
     header = ("name", "dtype", "shape", "size", "bits", "offset")
+    if len(files) > 1:   # offsets are within each tensor's own file: say which
+        rows = [r + (t.file or "?",) for r, t in zip(rows, ckpt.tensors)]
+        header += ("file",)
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
     for r in rows:
@@ -140,13 +197,20 @@ def _fmt(v) -> str:
 def print_stats(entry: dict) -> None:
     s = entry["stats"]
     shape = "×".join(map(str, entry["shape"])) or "scalar"
-    how = "all" if entry["exact"] else f"{entry['samples']:,} sampled of"
-    print(f"{entry['name']}  {entry['dtype']}  {shape}  ({how} {entry['numel']:,} elements)")
-    print(f"  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}  std {_fmt(s['std'])}"
-          f"  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}  +inf {s['posinf']}  -inf {s['neginf']}")
+    # Sampled figures say so on every line: a sample's min/max are not the tensor's extremes.
+    if entry["exact"]:
+        how, label, of = f"all {entry['numel']:,} elements, exact", "exact  ", f"all {entry['numel']:,} elements"
+    else:
+        how = f"{entry['samples']:,} of {entry['numel']:,} elements sampled: estimates"
+        label, of = "sampled", f"{entry['samples']:,} sampled values (not every element)"
+    print(f"{entry['name']}  {entry['dtype']}  {shape}  ({how})")
+    print(f"  {label}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}"
+          f"  std {_fmt(s['std'])}  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}"
+          f"  +inf {s['posinf']}  -inf {s['neginf']}")
     if s.get("percentiles"):
-        print("  " + "  ".join(f"{k} {_fmt(v)}" for k, v in s["percentiles"].items()))
+        print(f"  {label}  " + "  ".join(f"{k} {_fmt(v)}" for k, v in s["percentiles"].items()))
     hist = entry["histogram"]
+    print(f"  histogram of {of}")
     top = max(hist["counts"]) or 1
     for left, count in zip(hist["edges"], hist["counts"]):
         eighths = round(count / top * 40 * 8)
@@ -207,12 +271,14 @@ def _db(value) -> str:
 def print_diff(result, top: int = 15) -> None:
     """The comparison as text: headline, counts, the ranking, per-role SNR by layer, layers."""
     s = result.summary
-    mode = "exact (every element)" if result.exact else f"sampled ({result.samples} elements per tensor)"
+    mode = ("exact (every element)" if result.exact else
+            f"sampled (up to {result.samples} elements per tensor; smaller tensors whole)")
     print(f"A: {result.a.name} ({result.a.format}, {len(result.a.tensors)} tensors)")
     print(f"B: {result.b.name} ({result.b.format}, {len(result.b.tensors)} tensors)")
     print(f"matched {s['matched']} pairs" + (f" through the {result.name_map} name map" if result.name_map else "")
           + f"; values {mode}; byte identity decided on bytes")
-    print(f"bytes read: A {result.bytes_read['a']:,}, B {result.bytes_read['b']:,}")
+    # what the comparison read beyond the headers (their cached blocks serve small files whole)
+    print(f"bytes read for the comparison: A {result.bytes_read['a']:,}, B {result.bytes_read['b']:,}")
     print(s["headline"])
     print("  " + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in s["counts"].items()))
     differ = {r.name: r for r in result.rows}

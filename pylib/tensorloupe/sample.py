@@ -16,9 +16,9 @@ from .errors import Cancelled, UsageError
 from .gather import dtype_of, gather, gather_range, gather_windows
 from .model import Tensor
 from .jsonable import json_number
-from .stats import Histogram, Stats, compute, histogram, merge
+from .stats import Binner, Histogram, Stats, compute, finite_floats, histogram, merge
 
-__all__ = ["sample", "grid", "values", "exact_stats", "histogram", "Sample", "Grid", "Stats",
+__all__ = ["sample", "grid", "values", "exact_stats", "exact_histogram", "histogram", "Sample", "Grid", "Stats",
            "Histogram"]
 
 DEFAULT_SAMPLES = 1 << 16
@@ -78,33 +78,63 @@ def values(tensor: Tensor, start: int = 0, count: int = 100) -> list:
     return gather_range(tensor, start, count)
 
 
+def _chunks(tensor: Tensor, chunk_elems: int) -> Iterator[tuple[int, int, list]]:
+    """Every element in row-major chunks (whole quant blocks): yields (done, total, values)."""
+    info = dtype_of(tensor)
+    chunk = max(info.block_elems, chunk_elems // info.block_elems * info.block_elems)
+    total = tensor.numel
+    starts = range(0, total, chunk)
+    # The next chunks are read ahead, together (gather.BATCH_BYTES at a time).
+    parts = gather_windows((tensor, start, min(chunk, total - start)) for start in starts)
+    for start, values in zip(starts, parts):
+        yield min(start + chunk, total), total, values
+
+
 def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Iterator[tuple[int, int, Stats]]:
     """Statistics of every element, one chunk at a time: yields (done, total, stats so far).
 
     A generator so that callers can stop between chunks: the CLI through a progress callback,
     the browser worker between messages (a cancel must be able to arrive)."""
-    info = dtype_of(tensor)
-    chunk = max(info.block_elems, chunk_elems // info.block_elems * info.block_elems)
-    total = tensor.numel
     result = Stats()
-    # The next chunks are read ahead, together (gather.BATCH_BYTES at a time).
-    chunks = gather_windows((tensor, start, min(chunk, total - start))
-                            for start in range(0, total, chunk))
-    for start, values in zip(range(0, total, chunk), chunks):
-        part = compute(values, percentiles=False)
+    for done, total, chunk in _chunks(tensor, chunk_elems):
+        part = compute(chunk, percentiles=False)
         result = merge(result, part) if result.count else part
-        yield min(start + chunk, total), total, result
+        yield done, total, result
+
+
+def exact_histogram_steps(tensor: Tensor, stats: Stats, bins: int = 64,
+                          chunk_elems: int = EXACT_CHUNK_ELEMS) -> Iterator[tuple[int, int, Binner]]:
+    """The histogram of every element over the exact [min, max] that exact_stats found: a second
+    streamed pass (bins over a sampled range would drop the extremes the first pass found)."""
+    binner = Binner(stats.min, stats.max, bins)
+    for done, total, chunk in _chunks(tensor, chunk_elems):
+        binner.add(finite_floats(chunk))
+        yield done, total, binner
+
+
+def _run(steps, progress, what: str):
+    last = None
+    for done, total, last in steps:
+        if progress is not None and progress(done, total) is False:
+            raise Cancelled(f"{what} cancelled")
+    return last
 
 
 def exact_stats(tensor: Tensor, progress: Callable[[int, int], object] | None = None,
                 chunk_elems: int = EXACT_CHUNK_ELEMS) -> Stats:
     """Statistics of every element, streamed in chunks. `progress(done, total)` returning False
     (or raising Cancelled) stops the work with Cancelled."""
-    result = Stats()
-    for done, total, result in exact_stats_steps(tensor, chunk_elems):
-        if progress is not None and progress(done, total) is False:
-            raise Cancelled(f"exact statistics of {tensor.name!r} cancelled")
-    return result
+    return _run(exact_stats_steps(tensor, chunk_elems), progress,
+                f"exact statistics of {tensor.name!r}") or Stats()
+
+
+def exact_histogram(tensor: Tensor, stats: Stats, bins: int = 64,
+                    progress: Callable[[int, int], object] | None = None,
+                    chunk_elems: int = EXACT_CHUNK_ELEMS, log: bool = False) -> Histogram:
+    """The histogram of every element, bins over [stats.min, stats.max] (from exact_stats)."""
+    binner = _run(exact_histogram_steps(tensor, stats, bins, chunk_elems), progress,
+                  f"exact histogram of {tensor.name!r}")
+    return (binner or Binner(stats.min, stats.max, bins)).result(log)
 
 
 @dataclass

@@ -141,13 +141,14 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ByteSource]) -> Checkpoin
               "model_card": model_card(head.metadata, tensors, size),
               "shards": _shards_report(ordered, [no for no in sorted(by_no)], count, missing,
                                        count - len(by_no))}
-    return Checkpoint("gguf", head.name, size, tensors, metadata=dict(head.metadata),
+    return Checkpoint("gguf", set_name([p.name for p in ordered]), size, tensors,
+                      metadata=dict(head.metadata),
                       warnings=warnings, extras=extras, sources=sources)
 
 
 # --- sharded safetensors ------------------------------------------------------------------------
 
-def _read_index(source: ByteSource) -> dict:
+def read_index(source: ByteSource) -> dict:
     error = ErrorFactory(source.name, "safetensors index")
 
     if source.size > MAX_INDEX_BYTES:
@@ -171,7 +172,7 @@ def _read_index(source: ByteSource) -> dict:
 
 
 def _merge_safetensors(parts: list[Checkpoint], indexes: list[ByteSource]) -> Checkpoint:
-    index = _read_index(indexes[0]) if indexes else None
+    index = read_index(indexes[0]) if indexes else None
     index_name = indexes[0].name if indexes else None
     warnings: list[str] = []
     names = {p.name: p for p in parts}
@@ -202,7 +203,7 @@ def _merge_safetensors(parts: list[Checkpoint], indexes: list[ByteSource]) -> Ch
                                        count - sum(no is not None for no in numbers))}
     if index is not None:
         extras["index"] = {"name": index_name, "metadata": index["metadata"]}
-    return Checkpoint("safetensors", ordered[0].name, size, tensors,
+    return Checkpoint("safetensors", set_name([p.name for p in ordered]), size, tensors,
                       metadata=dict(ordered[0].metadata), warnings=warnings, extras=extras,
                       sources=[p.sources[0] for p in ordered])
 
@@ -295,6 +296,24 @@ MERGERS = {
     gguf.FORMAT: Merger(lambda c: "split" in c.extras and c.extras["split"]["count"] > 1, _merge_gguf),
     safetensors.FORMAT: Merger(lambda c: PART_NAME.match(c.name) is not None, _merge_safetensors),
 }
+
+
+def set_name(names: list[str]) -> str:
+    """One name for the files of a set, as a shell would write it:
+    model-{00001..00003}-of-00003.safetensors (parts 1 to 3), a-{00001,00003}-of-00003.gguf."""
+    if len(names) == 1:
+        return names[0]
+    matches = [PART_NAME.match(n) for n in names]
+    if all(matches) and len({(m["stem"], m["count"], m["ext"]) for m in matches}) == 1:
+        numbers = sorted(int(m["no"]) for m in matches)
+        if numbers == list(range(numbers[0], numbers[-1] + 1)):
+            inner = f"{numbers[0]:05d}..{numbers[-1]:05d}"
+        else:
+            inner = ",".join(f"{n:05d}" for n in numbers)
+        m = matches[0]
+        return f"{m['stem']}-{{{inner}}}-of-{m['count']}.{m['ext']}"
+    return f"{names[0]} and {len(names) - 1} more"
+
 
 
 def _part_name(parts: list[Checkpoint], no: int, count: int, ext: str) -> str:

@@ -139,22 +139,46 @@ class Histogram:
         return {"edges": [json_number(e) for e in self.edges], "counts": self.counts, "log": self.log}
 
 
+class Binner:
+    """Counts of finite values in `bins` equal bins over [lo, hi], fed in chunks (so a streamed
+    tensor's histogram covers every element). A constant (lo == hi) is one bin holding the value."""
+
+    def __init__(self, lo: float, hi: float, bins: int):
+        self.constant = hi == lo
+        if hi < lo or not (math.isfinite(lo) and math.isfinite(hi)):
+            lo, hi = 0.0, 1.0     # no finite value at all: empty bins over an arbitrary range
+        self.lo, self.hi = lo, hi
+        self.bins = 1 if self.constant else bins
+        self.width = (hi - lo) / self.bins
+        self.counts = [0] * self.bins
+
+    def add(self, finite: list[float]) -> None:
+        lo, hi, width, counts, last = self.lo, self.hi, self.width, self.counts, self.bins - 1
+        if self.constant:
+            counts[0] += sum(1 for v in finite if v == lo)
+            return
+        # Filtering and counting at C speed (Counter over one comprehension): a 65,536-value
+        # sample is binned ~3x faster than by a loop, which matters in the browser.
+        if finite and not (lo <= min(finite) and max(finite) <= hi):
+            finite = [v for v in finite if lo <= v <= hi]
+        for index, n in Counter([int((v - lo) / width) for v in finite]).items():
+            counts[index if index < last else last] += n
+
+    def result(self, log: bool = False) -> Histogram:
+        edges = [self.lo + self.width * i for i in range(self.bins)] + [self.hi]
+        return Histogram(edges, self.counts, log)
+
+
 def histogram(raw_values, bins: int = 64, log: bool = False,
               value_range: tuple[float, float] | None = None) -> Histogram:
-    # Type checks, filtering and counting run at C speed (map, filter, Counter): a 65,536-value
-    # sample is binned ~3x faster than by a loop, which matters in the browser.
-    values = raw_values if set(map(type, raw_values)) <= {float} else [to_float(v) for v in raw_values]
-    finite = list(filter(math.isfinite, values))
+    finite = finite_floats(raw_values)
     if value_range is None:
-        value_range = (min(finite), max(finite)) if finite else (0.0, 0.0)
-    lo, hi = value_range
-    if hi <= lo:
-        hi = lo + 1.0 if lo == 0 else lo + abs(lo) * 1e-6
-    width = (hi - lo) / bins
-    inside = finite if not finite or lo <= min(finite) and max(finite) <= hi \
-        else [v for v in finite if lo <= v <= hi]
-    binned = Counter([int((v - lo) / width) for v in inside])
-    counts = [binned.get(i, 0) for i in range(bins)]
-    counts[-1] += sum(n for index, n in binned.items() if index >= bins)  # v == hi, and rounding
-    edges = [lo + width * i for i in range(bins)] + [hi]
-    return Histogram(edges, counts, log)
+        value_range = (min(finite), max(finite)) if finite else (math.nan, math.nan)
+    binner = Binner(*value_range, bins)
+    binner.add(finite)
+    return binner.result(log)
+
+
+def finite_floats(raw_values) -> list[float]:
+    values = [to_float(v) for v in raw_values] if _needs_conversion(raw_values) else raw_values
+    return list(filter(math.isfinite, values))

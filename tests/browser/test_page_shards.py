@@ -12,7 +12,7 @@ import tensorloupe
 from page_checks import assert_heatmap_matches, assert_stats_equal
 
 SET_NAME = "model-*-of-00003.safetensors"
-FIRST = "model-00001-of-00003.safetensors"
+FIRST = "model-{00001..00003}-of-00003.safetensors"   # the set, named as a set
 IN_SHARD_2 = "model.layers.1.mlp.experts.2.up_proj.weight"
 
 
@@ -71,7 +71,7 @@ def test_a_dropped_folder_opens_as_one_checkpoint_with_its_config(app, shards, m
 def test_a_missing_shard_is_named(app, shards):
     before = app.opened()
     app.open_with_input(shards["shard_1"], shards["shard_3"])       # picked, without part 2
-    app.wait_model(FIRST, before)
+    app.wait_model("model-{00001,00003}-of-00003.safetensors", before)
     app.tab("summary")
     oracle = tensorloupe.open([str(shards["shard_1"]), str(shards["shard_3"])])
     assert app.fact("tensor_count") == str(len(oracle.tensors))
@@ -87,7 +87,7 @@ def test_split_gguf_parts_open_as_one_checkpoint(app, shards):
     parts = [shards[f"gguf_split_{no}"] for no in (2, 3, 1)]
     before = app.opened()
     app.open_with_input(*parts)
-    app.wait_model("tiny-split-00001-of-00003.gguf", before)
+    app.wait_model("tiny-split-{00001..00003}-of-00003.gguf", before)
     oracle = tensorloupe.open([str(p) for p in parts])
     assert app.fact("format") == "gguf" and app.fact("tensor_count") == str(len(oracle.tensors)) == "7"
     assert app.entries()[1] == "tiny-split-*-of-00003.gguf"
@@ -115,7 +115,7 @@ def test_a_folder_picked_with_open_folder(app, shards):
     folder, and the parts of the split GGUF open as one checkpoint."""
     before = app.opened()
     app.page.set_input_files("#folder-input", str(shards["gguf_split_folder"]))
-    app.wait_model("tiny-split-00001-of-00003.gguf", before)
+    app.wait_model("tiny-split-{00001..00003}-of-00003.gguf", before)
     assert app.fact("tensor_count") == "7"
     assert app.entries()[1] == "tiny-split-*-of-00003.gguf"
     assert "3 files" in app.page.inner_text('#file-list .file[data-file="tiny-split-*-of-00003.gguf"]')

@@ -40,7 +40,7 @@ def visit(context, server, query="") -> App:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    app = App(page, f"{server}/{query}")
+    app = App(page, f"{server}{query}")  # server ends with "/"
     app.goto()
     app.select(TENSOR)      # the demo's values, computed by the restored (or fresh) Python
     expected = tensorloupe.sample(tensorloupe.open(synthetic.demo_bytes()).tensor(TENSOR)).stats
@@ -66,7 +66,7 @@ def test_first_visit_stores_a_snapshot_and_the_next_boots_from_it(context, serve
 
 def test_a_snapshot_that_does_not_restore_is_replaced(context, server):
     page = context.new_page()
-    page.goto(f"{server}/")
+    page.goto(server)
     assert page.evaluate(CORRUPT) == 1
     page.close()
     fallback = visit(context, server)

@@ -12,7 +12,7 @@ import json
 import sys
 
 import tensorloupe
-from tensorloupe import colormap, moe, report, synthetic
+from tensorloupe import arch_report, colormap, moe, report, synthetic, tokens
 from tensorloupe.errors import TensorloupeError
 from tensorloupe.jsonable import bounded, json_number
 from tensorloupe.web import handlers
@@ -54,6 +54,10 @@ def file_report(path: str) -> dict:
     with ckpt:
         out = {"inspect": bounded(report.inspect_json(ckpt)), "moe": moe.detect(ckpt).to_json()}
         out["opened_with"] = {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads()}
+        out["architecture"] = bounded(arch_report.describe(ckpt))
+        if ckpt.format == "gguf" and tokens.TOKENS in ckpt.metadata:
+            vocab = tokens.vocabulary(ckpt)
+            out["tokens"] = {**vocab.summary(), **vocab.page(0, 300), "search": vocab.search("a", 20)}
         tensors = {}
         for i, t in enumerate(ckpt.tensors):
             entry = tensor_report(t)

@@ -49,6 +49,15 @@ def test_a_folder_lists_only_what_can_be_a_checkpoint():
                    ("file", "other.gguf", ["other.gguf"], None)]    # another folder: not its config
 
 
+def test_tokenizer_files_picked_with_a_model_go_with_it():
+    # Picked together (no folder): the tokenizer files are not entries; the worker finds them
+    # beside the model (tokens.available). Alone, they are listed (and refused when opened).
+    assert entries("model.safetensors", "tokenizer.json", "tokenizer_config.json", "config.json") == [
+        ("file", "model.safetensors", ["model.safetensors"], "/mnt/1/config.json")]
+    assert entries("a/tokenizer.json", "b/model.gguf") == [
+        ("file", "tokenizer.json", ["tokenizer.json"], None), ("file", "model.gguf", ["model.gguf"], None)]
+
+
 def test_hidden_files_and_folders_in_a_folder_are_skipped():
     assert entries("/m/.model.safetensors", "/m/.git/lfs/x.bin", "/m/a.safetensors", folder=True) == [
         ("file", "a.safetensors", ["a.safetensors"], None)]
@@ -202,7 +211,7 @@ def test_open_url_reads_shards_by_ranges(served, model_folder, monkeypatch):
     with pytest.raises(UsageError) as cli:
         HttpSource(missing)
     assert str(e.value) == str(cli.value)
-    assert s.checkpoint.name == "model-00001-of-00003.safetensors"      # still open
+    assert s.checkpoint.name == "model-{00001..00003}-of-00003.safetensors"      # still open
 
 
 def test_group_op():

@@ -11,7 +11,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import tensorloupe
-from tensorloupe import colormap, report
+from tensorloupe import arch_report, colormap, report
 from tensorloupe.jsonable import PREVIEW, bounded
 from tensorloupe.web.handlers import Session, dispatch, exact_job
 
@@ -58,10 +58,11 @@ def test_the_page_payload_is_inspect_json(files):
     # records (less `info`, which the "tensor" reply carries), plus page-only fields.
     s = Session()
     result, _ = call(s, "open", path=str(files / "a.safetensors"))
-    listing = report.inspect_json(tensorloupe.open(str(files / "a.safetensors")))
+    ckpt = tensorloupe.open(str(files / "a.safetensors"))
+    listing = {**report.inspect_json(ckpt), **arch_report.describe(ckpt)}  # what inspect --json prints
     assert records(result) == [{k: t.get(k) for k in result["tensors"]["columns"]} for t in listing["tensors"]]
     assert all(set(t) - {"info"} <= set(result["tensors"]["columns"]) for t in listing["tensors"])
-    page_only = {"bytes_by_dtype", "moe"}
+    page_only = {"bytes_by_dtype", "moe", "tokenizer"}
     assert set(result) == set(listing) | page_only
     assert {k: v for k, v in result.items() if k not in page_only | {"tensors"}} == {
         k: v for k, v in listing.items() if k != "tensors"}
@@ -169,7 +170,7 @@ def test_hello_sends_the_palette():
     result, (palette,) = call(Session(), "hello")
     assert palette == colormap.palette_rgba()
     assert result["palette_levels"] == colormap.GRADIENT_LEVELS
-    assert result["jobs"] == ["exact", "health", "moe"]      # the worker steps these (jobs.py)
+    assert result["jobs"] == ["compare", "exact", "health", "moe"]   # the worker steps these (jobs.py)
 
 
 # --- the Experts tab: the redundancy analysis as a job, the threshold, experts side by side -------
@@ -308,3 +309,62 @@ def test_torch_offsets_are_found_on_first_use(tmp_path):
     name_len, extra_len = struct.unpack_from("<HH", header, 26)
     assert reply["tensor"]["offset"] == info.header_offset + 30 + name_len + extra_len
     assert reply["sample"]["stats"]["mean"] == 1.0
+
+
+def test_open_carries_the_architecture_and_memory_the_cli_prints(capsys, demo_path, tmp_path):
+    from tensorloupe.cli import main
+    (tmp_path / "demo-moe.safetensors").write_bytes(demo_path.read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps({"num_experts_per_tok": 3}))
+    s = Session()
+    result, _ = call(s, "open", path=str(tmp_path / "demo-moe.safetensors"), config=str(tmp_path / "config.json"))
+    assert main(["inspect", str(tmp_path / "demo-moe.safetensors"), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert result["architecture"] == cli["architecture"]
+    assert result["memory"] == cli["memory"]
+    assert cli["architecture"]["moe"]["experts_per_token"] == 3
+    again, _ = call(s, "architecture", context=32768, cache_type="q8_0")
+    assert main(["inspect", str(tmp_path / "demo-moe.safetensors"), "--json", "--context", "32768",
+                 "--cache-type", "q8_0"]) == 0
+    assert again["memory"]["fits"] == json.loads(capsys.readouterr().out)["memory"]["fits"]
+    assert again["memory"]["fits"]["kv_bytes"] == 32768 * 4 * 2 * (32 // 32 * 34)
+    with pytest.raises(tensorloupe.TensorloupeError, match="whole number of tokens"):
+        call(s, "architecture", context=0)
+
+
+def test_tokens_pages_match_the_cli(capsys, tmp_path):
+    import gguf_files
+    from tensorloupe.cli import main
+    path = gguf_files.write_llama(tmp_path / "tiny-llama.gguf")
+    s = Session()
+    call(s, "open", path=str(path))
+    page, _ = call(s, "tokens", start=256, count=10)
+    assert main(["tokens", str(path), "--start", "256", "--count", "10", "--json"]) == 0
+    assert page == json.loads(capsys.readouterr().out) | {"file": page["file"]}
+    found, _ = call(s, "tokens", find="ab", count=5)
+    assert main(["tokens", str(path), "--find", "ab", "--count", "5", "--json"]) == 0
+    assert found["matches"] == json.loads(capsys.readouterr().out)["matches"]
+    call(s, "open_demo")
+    with pytest.raises(tensorloupe.TensorloupeError, match="no tokenizer"):
+        call(s, "tokens")
+
+
+def test_where_the_tokenizer_is_decides_the_tokens_tab(capsys, tmp_path, demo_path):
+    import gguf_files
+    import tokenizer_files
+    from tensorloupe.cli import main
+    s = Session()
+    assert call(s, "open", path=str(gguf_files.write_llama(tmp_path / "tiny.gguf")))[0]["tokenizer"] == "gguf"
+    assert call(s, "open", path=str(demo_path))[0]["tokenizer"] is None
+    assert call(s, "open_demo")[0]["tokenizer"] is None
+    model = tokenizer_files.write_model_with_tokenizer(tmp_path / "hf")
+    result, _ = call(s, "open", paths=[str(model)])
+    assert result["tokenizer"] == "tokenizer.json"
+    page, _ = call(s, "tokens", start=10, count=60)
+    assert main(["tokens", str(model), "--start", "10", "--count", "60", "--json"]) == 0
+    assert page == json.loads(capsys.readouterr().out)
+    assert page["count"] == page["size"] - 10 == 53 and page["special"]["eos"]["token"] == "<|im_end|>"
+    (tmp_path / "hf" / "tokenizer.json").unlink()       # parsed once per model: still served
+    assert call(s, "tokens", find="<|im_end|>")[0]["matches"][0]["id"] == page["special"]["eos"]["id"]
+    for bad in ({"start": -1}, {"count": "9"}, {"start": True}):
+        with pytest.raises(tensorloupe.TensorloupeError, match="whole number"):
+            call(s, "tokens", **bad)

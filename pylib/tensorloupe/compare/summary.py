@@ -99,7 +99,13 @@ def _layers(rows) -> list[dict]:
 
 def _headline(out: dict, comparison) -> str:
     counts = out["counts"]
-    mode = "every element" if comparison.exact else f"{comparison.samples} sampled elements per tensor"
+    differ = [r for r in comparison.rows if r.category == "values_differ"]
+    # Tensors no larger than the sample are compared whole: say "every element" only when it holds
+    # for every tensor whose numbers the headline quotes.
+    if comparison.exact or all(r.exact for r in differ):
+        mode = "every element"
+    else:
+        mode = f"{sum(not r.exact for r in differ)} of them sampled, {comparison.samples} elements each"
     if out["worst"] is not None:
         text = (f"{out['label']}: median SNR {out['median_snr_db']:.1f} dB, worst {out['worst']['name']} "
                 f"{out['worst']['snr_db']:.1f} dB ({counts['values_differ']} tensors differ, {mode})")

@@ -47,6 +47,16 @@ def open_blob(path: str, name: str | None = None) -> CachedSource:
     return CachedSource(BlobSource(path, name))
 
 
+def open_target(target: str | list[str], name: str | None = None):
+    """What tensorloupe.open should open for `target`, as blob sources: a path that names a file
+    is one source (keeping `name`); a list (the files of one checkpoint), a folder or an index,
+    the list of files targets.resolve finds (opened together as one checkpoint, shards.py)."""
+    from ..targets import needs_resolving, resolve
+    if isinstance(target, str) and not needs_resolving(target):
+        return open_blob(target, name)
+    return [open_blob(f) for f in resolve(target).files]
+
+
 def js_slices(path: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
     """Every slice requested at once by the worker's JavaScript, awaited in one suspension; None
     where this call stack cannot suspend (no JSPI, or entered without callPromising)."""

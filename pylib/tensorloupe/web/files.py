@@ -4,7 +4,8 @@ Files that are parts of one checkpoint become one entry that opens them together
 (`tensorloupe.open([...])`, shards.py): split GGUF `<stem>-00001-of-00003.gguf`, sharded
 safetensors `<stem>-00001-of-00003.safetensors` with their `<stem>.safetensors.index.json` if it
 is there. A `config.json` beside a model (same folder) is not an entry of its own: it goes with
-every entry of that folder, for the top-k of moe.detect. Every other file is an entry by itself,
+every entry of that folder, for the top-k of moe.detect and the architecture; nor are
+`tokenizer.json` and `tokenizer_config.json` (the Tokens tab reads them beside the model). Every other file is an entry by itself,
 as it always was, so unrelated files dropped together are a list to pick from; inside a dropped
 folder, only files that can be checkpoints are listed (not tokenizer.json, README.md, ...).
 
@@ -13,19 +14,20 @@ Pure Python, on names only (the same rules for mounted paths and for URLs), test
 
 from __future__ import annotations
 
-import json
 from typing import NamedTuple
 
 from .. import detect
-from ..errors import FormatError, LimitError, UsageError
+from ..beside import MAX_CONFIG_BYTES, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME, parse_object
+from ..errors import LimitError, UsageError
 from ..shards import PART_NAME
 from ..source import is_url, url_name
 
 CONFIG_NAME = "config.json"
+# Files that go with the model beside them (same folder) rather than being entries: the worker
+# finds the tokenizer ones by name next to the model's files (tokens.available).
+BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
 INDEX_SUFFIX = ".safetensors.index.json"
 MODEL_SUFFIXES = detect.EXTENSIONS
-# config.json is a few KB; refuse to parse anything absurd.
-MAX_CONFIG_BYTES = 10 << 20
 
 
 class Given(NamedTuple):
@@ -67,7 +69,7 @@ def group(files: list[Given]) -> list[dict]:
             sets.setdefault((f.directory, m["stem"], m["ext"]), []).append(f)
         elif name.endswith(INDEX_SUFFIX):
             sets.setdefault((f.directory, name[:-len(INDEX_SUFFIX)], "safetensors"), []).append(f)
-        elif name != CONFIG_NAME and (not f.folder or _may_be_checkpoint(f.rel)):
+        elif name not in BESIDE and (not f.folder or _may_be_checkpoint(f.rel)):
             singles.append(f)
     position = {f: i for i, f in enumerate(files)}
     entries: list[tuple[int, str, str, list[Given]]] = []
@@ -83,9 +85,10 @@ def group(files: list[Given]) -> list[dict]:
                         sorted(members, key=lambda f: f.name)))
     entries += [(position[f], "file", f.name, [f]) for f in singles]
     with_model = {members[0].directory for *_, members in entries}
-    # A config.json with no model beside it is listed (and refused when opened) as before.
-    entries += [(position[f], "file", f.name, [f]) for d, f in configs.items()
-                if d not in with_model and not f.folder]
+    # A config.json or tokenizer file with no model beside it is listed (and refused when opened).
+    entries += [(position[f], "file", f.name, [f]) for f in files
+                if f.name in BESIDE and f.directory not in with_model and not f.folder
+                and (f.name != CONFIG_NAME or configs[f.directory] is f)]
     entries.sort(key=lambda entry: entry[0])
     return [_entry(kind, name, members, configs.get(members[0].directory))
             for _, kind, name, members in entries]
@@ -125,15 +128,4 @@ def load_config(path: str) -> dict:
 
 def parse_config(data: bytes, name: str = CONFIG_NAME) -> dict:
     """A Hugging Face config.json: a JSON object (anything else is a FormatError)."""
-    try:
-        config = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise FormatError("the file is not valid UTF-8", file=name, format="config.json",
-                          offset=e.start) from e
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise FormatError(f"the file is not valid JSON: {getattr(e, 'msg', e)}", file=name,
-                          format="config.json", offset=getattr(e, "pos", None)) from e
-    if not isinstance(config, dict):
-        raise FormatError("the file is not a JSON object", file=name, format="config.json",
-                          expected="{...}", found=type(config).__name__)
-    return config
+    return parse_object(data, name, "config.json")

@@ -14,7 +14,7 @@ import json
 import sys
 import traceback
 
-from .. import colormap, moe, report
+from .. import colormap, moe, npy, report
 from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
@@ -22,9 +22,11 @@ from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
 from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
-from . import blobs, files, remote
+from . import blobs, files, hub, remote
 from .jobs import Job, Jobs
+from .compare_ops import CompareOps
 from .health_ops import HealthOps
+from .model_ops import ModelOps
 from .moe_ops import MoEOps
 from .views import heatmap_reply, lattice
 
@@ -39,8 +41,9 @@ def exact_job(tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Job:
                result=lambda stats: {"stats": stats.to_json()})
 
 
-class Session(MoEOps, HealthOps):
-    """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs."""
+class Session(MoEOps, HealthOps, CompareOps, ModelOps):
+    """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs;
+    a second checkpoint to compare with (compare_ops); its architecture and tokenizer (model_ops)."""
 
     def __init__(self) -> None:
         self.checkpoint: Checkpoint | None = None
@@ -96,8 +99,11 @@ class Session(MoEOps, HealthOps):
         config = self._config(args.get("config"), files.load_config)
         # Mounted browser Files: vectored reads are all their slices at once (web/blobs.py).
         if "paths" in args:
-            return self._adopt(open_checkpoint([blobs.open_blob(p) for p in args["paths"]]), *config)
-        return self._adopt(open_checkpoint(blobs.open_blob(args["path"], args.get("name"))), *config)
+            paths = list(args["paths"])
+            return self._adopt(open_checkpoint(blobs.open_target(paths)), *config, args.get("config"),
+                               paths)
+        return self._adopt(open_checkpoint(blobs.open_target(args["path"], args.get("name"))),
+                           *config, args.get("config"), [args["path"]])
 
     def op_open_url(self, args):
         """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py)."""
@@ -116,7 +122,7 @@ class Session(MoEOps, HealthOps):
             for source in sources:
                 source.close()
             raise
-        return self._adopt(open_checkpoint(sources), *config)
+        return self._adopt(open_checkpoint(sources), *config, args.get("config"))
 
     @staticmethod
     def _config(where, load) -> tuple[dict | None, str | None]:
@@ -128,7 +134,8 @@ class Session(MoEOps, HealthOps):
         except TensorloupeError as e:
             return None, f"{e} (top-k is not taken from it)"
 
-    def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None):
+    def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None,
+               config_where: str | None = None, paths: list[str] | None = None):
         """Make a successfully opened checkpoint current (only now is the old one closed)."""
         if config_warning:
             ckpt.warnings.append(config_warning)
@@ -139,21 +146,26 @@ class Session(MoEOps, HealthOps):
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.checkpoint, self.moe, self.analysis = ckpt, found, None
+        self.config, self.config_where = config, config_where or "config.json"
+        self.opened_paths = [p for p in paths or [] if isinstance(p, str)]   # local: tokenizer.json beside
         self.jobs.clear()
         return self.model_payload(), []
 
     def model_payload(self) -> dict:
         """`report.checkpoint_json` (what `inspect --json` prints, metadata and extras bounded),
-        its tensors as a table (page_table), plus what only the page needs: bytes by dtype and
-        the MoE structure."""
+        its tensors as a table (page_table), its architecture and memory block (model_ops), plus
+        what only the page needs: bytes by dtype, the MoE structure, where its tokenizer is."""
         ckpt = self.current()
         out = report.checkpoint_json(ckpt, PREVIEW)
         out["tensors"] = page_table(out["tensors"])
         bytes_by_dtype: dict[str, int] = {}
         for t in ckpt.tensors:
             bytes_by_dtype[t.dtype] = bytes_by_dtype.get(t.dtype, 0) + t.nbytes
+        out["metadata"] = report.shown_metadata(ckpt, PREVIEW)   # torch: no tensor list again
         out["bytes_by_dtype"] = bytes_by_dtype
         out["moe"] = self.moe.to_json() if self.moe else None
+        out.update(self.architecture_payload())  # "architecture" and "memory", as in inspect --json
+        out["tokenizer"] = self.tokenizer_payload()
         return out
 
     # --- one tensor --------------------------------------------------------------------------
@@ -183,6 +195,38 @@ class Session(MoEOps, HealthOps):
         start, count = int(args.get("start", 0)), min(MAX_VALUES, int(args.get("count", 1)))
         return {"start": start, "values": [json_number(v) for v in values(t, start, count)]}, []
 
+    # --- the Hub shortcut (hub.py): what the worker fetches for `org/model[@rev]` -------------
+
+    def op_hub_plan(self, args):
+        """The URLs to try for a Hub model, or null when `text` is an ordinary URL."""
+        return hub.plan(str(args.get("text", "")), str(args.get("hub") or hub.HUB)), []
+
+    def op_hub_shards(self, args):
+        return {"urls": hub.shard_urls(str(args["index"]), str(args["text"]))}, []
+
+    # --- export: files the page offers for download ----------------------------------------
+
+    def op_export_npy(self, args):
+        """The tensor's values (or, with `region`, the elements of that tile of the view) as a
+        .npy file written by the library (npy.py): the bytes travel as a buffer."""
+        t = self.current().tensor(args["name"])
+        if args.get("region"):
+            plane = tuple(int(v) for v in args["plane"]) if args.get("plane") else None
+            index = {int(k): int(v) for k, v in (args.get("index") or {}).items()}
+            out = npy.export_tile(t, tuple(int(v) for v in args["region"]), plane, index or None)
+        else:
+            out = npy.export_tensor(t)
+        stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in t.name)
+        return {"file": f"{stem}{'.tile' if args.get('region') else ''}.npy", "descr": out.descr,
+                "shape": list(out.shape), "exact_dtype": out.exact_dtype, "bytes": len(out.data)}, [out.data]
+
+    def op_export_table(self, args):
+        fmt = args.get("format", "csv")
+        if fmt not in ("csv", "json"):
+            raise UsageError(f"the table exports as csv or json, not {fmt!r}")
+        ckpt = self.current()
+        return {"file": f"{ckpt.name}.tensors.{fmt}", "text": report.tensor_table(ckpt, fmt)}, []
+
     # --- jobs (jobs.py): long work in steps, so that the worker can take a cancel between them ---
 
     def op_exact_start(self, args):
@@ -199,7 +243,7 @@ class Session(MoEOps, HealthOps):
 # the "tensor" reply carries them for the tensor on show), as named columns and rows of values:
 # the key names are not repeated 90k times (2,882 torch tensors: 255 kB instead of 367 kB as
 # records). The page turns the rows back into records in one place (web/model.js).
-PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "strides", "problem")
+PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "strides", "problem", "file")
 
 
 def page_table(records: list[dict]) -> dict:

@@ -36,6 +36,9 @@ MAX_ARRAY_DEPTH = 16
 # The cursor's first chunk, doubling on every refill up to MAX_CHUNK.
 FIRST_CHUNK = 256 << 10
 MAX_CHUNK = 4 << 20
+# A page of a lazy array (read_entries) starts smaller: 50 tokens of a vocabulary are ~1 KB, and
+# every page of a 262k vocabulary should not cost a quarter MB per array.
+PAGE_CHUNK = 16 << 10
 
 STRING, ARRAY = 8, 9
 
@@ -102,13 +105,13 @@ def short_float32(x: float) -> float:
 class Cursor:
     """Sequential reads of a byte source through a chunk buffer; errors name file and offset."""
 
-    def __init__(self, source, position: int, layout: Layout):
+    def __init__(self, source, position: int, layout: Layout, chunk: int = FIRST_CHUNK):
         self.source, self.layout = source, layout
         self.size = source.size
         self.pos = position
         self._buf = memoryview(b"")
         self._base = 0
-        self._chunk = FIRST_CHUNK
+        self._chunk = chunk
 
     def error(self, cls, message: str, offset: int | None = None, **kw):
         return ErrorFactory(self.source.name, FORMAT)(
@@ -319,7 +322,7 @@ def read_entries(source, layout: Layout, record: dict, start: int, count: int) -
     if count == 0:
         return []
     what = f"metadata array {record['key']!r}"
-    cursor = Cursor(source, record["offset"], layout)
+    cursor = Cursor(source, record["offset"], layout, PAGE_CHUNK)
     code = VALUE_TYPES[etype].code
     if code is not None:
         cursor.pos = record["offset"] + start * layout.scalars[etype].size

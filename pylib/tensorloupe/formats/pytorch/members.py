@@ -86,6 +86,10 @@ class Archive:
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
                 struct.error, OverflowError, UnicodeDecodeError, NotImplementedError,
                 RuntimeError, KeyError, IndexError) as e:
+            if isinstance(e, zipfile.BadZipFile) and source.read(0, min(4, source.size)) == LOCAL_SIGNATURE:
+                # It starts as a ZIP, but its directory (at the end) is not there: cut short.
+                raise TruncatedError("the ZIP archive's central directory (at its end) is missing",
+                                     file=source.name, format=fmt, found=f"{source.size} bytes") from e
             raise FormatError(f"not a readable ZIP archive: {e}", file=source.name, format=fmt) from e
         # Lookups answer as torch's reader does (lookup.py): a name that several entries share
         # (exactly, or but for case) maps to the one entry torch opens; the others are `shadowed`.

@@ -12,9 +12,8 @@ Only the directory, the local headers of the storages and the small records are 
 
 from __future__ import annotations
 
-import os
 
-from ...errors import FormatError, TensorloupeError
+from ...errors import FormatError, TensorloupeError, UnknownFormatError
 from ...model import Checkpoint
 from ...source import ByteSource
 from .common import checkpoint, load_pickle, storage_loader
@@ -30,12 +29,20 @@ MAX_RECORD_BYTES = 256
 
 
 def sniff(head: bytes, size: int, name: str) -> bool:
-    """A ZIP whose first member is <root>/data.pkl (torch writes it first), or a torch extension."""
-    if not head.startswith(LOCAL_SIGNATURE) or len(head) < LOCAL_HEADER.size:
-        return False
-    name_length = LOCAL_HEADER.unpack_from(head)[9]
-    first = head[LOCAL_HEADER.size:LOCAL_HEADER.size + name_length]
-    return first.endswith(PICKLE.encode()) or os.path.splitext(name)[1].lower() in EXTENSIONS
+    """Any ZIP: the members decide (is_torch), not the first one, which is data/0 in
+    TorchScript archives (torch.jit.save) and may be anything in rewritten files."""
+    return head.startswith(LOCAL_SIGNATURE)
+
+
+def is_torch(members) -> bool:
+    """torch writes <root>/data.pkl beside its storages <root>/data/<key>, its version record,
+    or (TorchScript) constants.pkl; a ZIP without any such pair is something else. Names are
+    compared lowercased, as torch's lookup compares them (lookup.py): DATA.pkl is data.pkl."""
+    members = {n.lower() for n in members}
+    roots = {n[:-len(PICKLE)] for n in members if n == PICKLE or n.endswith("/" + PICKLE)}
+    return any(root + "constants.pkl" in members or root + "version" in members
+               or root + ".data/version" in members
+               or any(m.startswith(root + "data/") for m in members) for root in roots)
 
 
 def _pickle_member(archive: Archive) -> str:
@@ -94,6 +101,11 @@ def read(source: ByteSource) -> Checkpoint:
         return read_leading_pickle(source, "does not start with a ZIP local header "
                                    f"({LOCAL_SIGNATURE!r})")
     archive = Archive(source, FORMAT)
+    if not is_torch(archive.members):
+        raise UnknownFormatError(
+            "this is a ZIP archive but not a PyTorch checkpoint (no <root>/data.pkl beside "
+            "<root>/data/ or constants.pkl)", file=source.name,
+            found=", ".join(sorted(archive.members)[:4]) or "no members")
     pickle_name = _pickle_member(archive)
     root = pickle_name[:-len(PICKLE)]
     records, warnings = {}, []

@@ -1,0 +1,150 @@
+"""The URL box as a user types in it: one URL per line (several lines: shards), and the Hugging
+Face shortcut `org/model[@rev]` (or a Hub page URL), read through the Hub's /resolve/<rev>/ file
+URLs from a local server that imitates the Hub's URL layout and headers (no network here). The
+page itself still talks to its own origin only; the worker to the Hub it was given."""
+
+import http.server
+import threading
+import urllib.parse
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+import build
+import tensorloupe
+from conftest import STEP_TIMEOUT_MS
+
+REPO, REVISION = "tiny-org/tiny-moe", "main"
+
+
+class HubHandler(build.Handler):
+    """/<org>/<model>/resolve/<rev>/<file>: small files answered directly, large ones (LFS on the
+    Hub) by a 302 to a CDN-like path, as huggingface.co does; 404 with X-Error-Code otherwise.
+    CORS as the Hub sends it (any origin; Content-Range and friends exposed)."""
+
+    folder: Path = Path(".")
+    log: list = []
+
+    def route(self):
+        path = urllib.parse.unquote(urlsplit(self.path).path)
+        prefix = f"/{REPO}/resolve/"
+        if path.startswith("/cdn/"):
+            return self.folder / path[len("/cdn/"):], None
+        if path.startswith(prefix):
+            revision, _, name = path[len(prefix):].partition("/")
+            if revision == REVISION and (self.folder / name).is_file():
+                lfs = name.endswith(".safetensors")
+                return self.folder / name, (f"/cdn/{name}" if lfs else None)
+        return None, None
+
+    def translate_path(self, path):
+        found, _ = self.route()
+        return str(found) if found else str(self.folder / "__missing__")
+
+    def send_head(self):
+        self.log.append((self.command, self.path, self.headers.get("Range")))
+        found, redirect = self.route()
+        if found is None:
+            self.send_response(404)
+            self.send_header("X-Error-Code", "EntryNotFound")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        if redirect:
+            self.send_response(302)
+            self.send_header("Location", redirect)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return super().send_head()
+
+    def end_headers(self):
+        self.send_header("Access-Control-Allow-Origin", "*")
+        self.send_header("Access-Control-Expose-Headers", "Content-Range, Content-Length, ETag, X-Repo-Commit")
+        self.send_header("X-Repo-Commit", "0" * 40)
+        super().end_headers()
+
+    def do_OPTIONS(self):
+        self.send_response(204)
+        self.send_header("Access-Control-Allow-Headers", "Range")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.fixture(scope="module")
+def hub(shards):
+    handler = type("Hub", (HubHandler,), {"folder": Path(shards["sharded_folder"]), "log": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler.log
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def hub_page(page_factory, server, hub):
+    base, _ = hub
+    context, app, requests, errors = page_factory(f"{server}?hub={urllib.parse.quote(base)}")
+    app.goto()
+    yield app, requests
+    context.close()
+    assert not errors
+
+
+SET = "model-{00001..00003}-of-00003.safetensors"
+
+
+@pytest.mark.parametrize("typed", [REPO, f"{REPO}@{REVISION}", "{hub}/" + REPO,
+                                   "{hub}/" + REPO + "/tree/main"])
+def test_the_hub_shortcut_opens_the_model_through_resolve_urls(hub_page, hub, shards, typed):
+    app, requests = hub_page
+    base, log = hub
+    page = app.page
+    if page.evaluate("document.body.dataset.model") == SET:     # start from another model
+        before = app.opened()
+        page.click('#file-list .file[data-file="demo-moe.safetensors"]')
+        app.wait_model("demo-moe.safetensors", before)
+    before = app.opened()
+    page.fill("#url-input", typed.format(hub=base))
+    page.press("#url-input", "Enter")
+    app.wait_model(SET, before)
+    merged = tensorloupe.open(shards["sharded_folder"])
+    assert app.fact("tensor_count") == str(len(merged.tensors)) == "48"
+    assert "· 3 files ·" in page.inner_text("#current-file")
+    app.select("model.layers.2.self_attn.q_proj.weight")          # in the third shard
+    assert page.inner_text("#tensor-file") == "in model-00003-of-00003.safetensors"
+    app.tab("moe")
+    assert page.inner_text("#panel-moe .fact[data-key=top_k] .fact-value") == "3"   # config.json
+    paths = {urlsplit(p).path for _, p, _ in log}
+    assert f"/{REPO}/resolve/main/model.safetensors.index.json" in paths
+    assert f"/{REPO}/resolve/main/config.json" in paths
+    assert {f"/cdn/model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)} <= paths
+    # Only the page's own origin and the Hub it was given were contacted.
+    origins = {f"{urlsplit(u).scheme}://{urlsplit(u).netloc}" for u in requests.urls
+               if urlsplit(u).scheme in ("http", "https")}
+    assert origins <= {app.base_url.split("?")[0].rstrip("/"), base}
+
+
+def test_a_hub_model_without_the_file_says_what_is_missing(hub_page):
+    app, _ = hub_page
+    page = app.page
+    page.fill("#url-input", "tiny-org/absent@main")
+    page.press("#url-input", "Enter")
+    page.wait_for_selector("#error:not([hidden])", timeout=STEP_TIMEOUT_MS)
+    text = page.inner_text("#error")
+    assert "tiny-org/absent@main" in text and "404" in text
+    page.click("#error-close")
+
+
+def test_the_url_box_takes_one_url_per_line(hub_page, hub):
+    app, _ = hub_page
+    base, _ = hub
+    page = app.page
+    before = app.opened()
+    lines = [f"{base}/{REPO}/resolve/main/model-0000{i}-of-00003.safetensors" for i in (1, 3)]
+    page.fill("#url-input", "\n".join(lines))
+    page.press("#url-input", "Enter")
+    app.wait_model("model-{00001,00003}-of-00003.safetensors", before)
+    assert "part 2 of 3 (model-00002-of-00003.safetensors) is missing" in page.inner_text("#warnings")

@@ -1,0 +1,135 @@
+// The Tokens tab (a view module, panels.js): the tokenizer a checkpoint carries (GGUF metadata, or
+// tokenizer.json / tokenizer_config.json beside a local file): model, pre-tokenizer, size, merges,
+// special tokens, chat template, and the vocabulary one page at a time, or the tokens matching a
+// search by text or id. The worker decodes only the page asked for (request("tokens", {start,
+// count} | {find, count})): the same answer as `tensorloupe tokens FILE --json`. Nothing is asked
+// until the tab is first shown.
+
+import {dropPath} from "./architecture.js";
+import {clear, el} from "./dom.js";
+import {grouped} from "./format.js";
+
+export const id = "tokens";
+export const title = "Tokens";
+const PAGE = 50;
+
+let panel = null;
+let ctx = null;
+let generation = 0;     // one per opened model: late replies for an older model are dropped
+let wanted = false;     // the model has a tokenizer; loaded once the tab is shown
+let loaded = false;
+let start = 0;
+
+export function mount(container, context) {
+  panel = container;
+  ctx = context;
+}
+
+export function available(model) {
+  return Boolean(model.tokenizer);
+}
+
+export function show(model) {
+  generation += 1;
+  wanted = available(model);
+  loaded = false;
+  start = 0;
+  clear(panel);
+  if (!wanted) return;
+  panel.append(el("p", {class: "muted", id: "tokens-loading", text: "Reading the tokenizer…"}));
+  if (!panel.hidden) relayout();   // the tab is showing already: the first page now
+}
+
+// Called when the tab becomes visible (or is resized): the first page is asked for then.
+export function relayout() {
+  if (wanted && !loaded) {
+    loaded = true;
+    load({start: 0, count: PAGE});
+  }
+}
+
+async function load(args) {
+  const mine = generation;
+  try {
+    const {result} = await ctx.request("tokens", args, {label: "Reading the vocabulary…"});
+    if (mine !== generation) return;
+    if (result.start !== undefined) start = result.start;
+    render(result);
+  } catch (error) {
+    if (mine !== generation) return;
+    const line = panel.querySelector("#token-problem");
+    if (line) {
+      line.textContent = error.message;
+      line.hidden = false;
+    } else {
+      clear(panel).append(el("p", {class: "problem", id: "token-problem", text: error.message}));
+    }
+  }
+}
+
+function summaryCard(doc) {
+  const facts = [["source", doc.file ? `${doc.source}: ${doc.file.split(", ").map(dropPath).join(", ")}` : doc.source], ["model", doc.model],
+                 ["pre-tokenizer", doc.pre], ["vocabulary", doc.size === null ? null : `${grouped(doc.size)} tokens`],
+                 ["merges", doc.merges === null || doc.merges === undefined ? null : grouped(doc.merges)]]
+    .filter(([, v]) => v !== null && v !== undefined);
+  const special = Object.entries(doc.special || {}).map(([label, s]) => el("tr", {dataset: {special: label}},
+    el("th", {scope: "row", text: label}),
+    el("td", {class: "num", text: String(s.id)}),
+    el("td", {}, s.token === null || s.token === undefined
+      ? el("span", {class: "muted", text: s.problem || ""}) : el("code", {class: "token", text: s.shown})),
+    el("td", {class: "muted", text: s.type || ""})));
+  const template = doc.chat_template;
+  return el("section", {class: "card", id: "tokenizer"}, el("h3", {text: "Tokenizer"}),
+    el("table", {class: "kv"}, el("tbody", {}, facts.map(([k, v]) =>
+      el("tr", {dataset: {fact: k}}, el("th", {scope: "row", text: k}), el("td", {text: v}))))),
+    special.length ? el("div", {},
+      el("h4", {text: "Special tokens"}),
+      el("table", {class: "kv compact", id: "special-tokens"}, el("tbody", {}, special))) : null,
+    template ? el("details", {id: "chat-template"},
+      el("summary", {text: `Chat template (${grouped(template.length)} characters${template.truncated ? ", first part shown" : ""})`}),
+      el("pre", {text: template.text})) : el("p", {class: "small muted", text: "No chat template."}));
+}
+
+function render(doc) {
+  const searching = doc.find !== undefined;
+  const rows = searching ? doc.matches : doc.tokens;
+  const startInput = el("input", {type: "number", id: "token-start", min: "0", max: String(Math.max(0, doc.size - 1)),
+                                  value: String(start), "aria-label": "First token id"});
+  startInput.addEventListener("change", () => {
+    const n = Number(startInput.value);
+    if (Number.isInteger(n) && n >= 0) load({start: Math.min(n, Math.max(0, doc.size - 1)), count: PAGE});
+  });
+  const find = el("input", {type: "search", id: "token-find", placeholder: "find text or id (Enter)",
+                            value: searching ? doc.find : "", "aria-label": "Find tokens"});
+  find.addEventListener("keydown", (event) => {
+    if (event.key !== "Enter") return;
+    load(find.value === "" ? {start, count: PAGE} : {find: find.value, count: PAGE});
+  });
+  const heading = searching
+    ? `${grouped(rows.length)} token${rows.length === 1 ? "" : "s"} matching “${doc.find}”`
+      + (doc.truncated ? " (the first ones; refine the search for more)" : ` (all ${grouped(doc.scanned)} searched)`)
+    : `Tokens ${grouped(doc.start)}–${grouped(doc.start + doc.count - 1)} of ${grouped(doc.size)}`;
+  const prev = el("button", {type: "button", class: "button", id: "token-prev", text: "◀ previous",
+                             disabled: searching || start === 0,
+                             onclick: () => load({start: Math.max(0, start - PAGE), count: PAGE})});
+  const next = el("button", {type: "button", class: "button", id: "token-next", text: "next ▶",
+                             disabled: searching || start + PAGE >= doc.size,
+                             onclick: () => load({start: start + PAGE, count: PAGE})});
+  clear(panel).append(
+    summaryCard(doc),
+    el("section", {class: "card", id: "vocabulary"},
+      el("h3", {text: "Vocabulary"}),
+      el("div", {class: "token-controls"}, prev, el("label", {}, "from id ", startInput), next, find),
+      el("p", {class: "problem", id: "token-problem", hidden: true}),
+      el("h4", {id: "token-heading", dataset: {mode: searching ? "find" : "page"}, text: heading}),
+      el("p", {class: "small muted", text: "Shown with invisible characters made visible: a space as ␣, control "
+        + "characters as <0x0A>, other invisible code points as <U+200B>."}),
+      el("table", {class: "grid-table", id: "token-table"},
+        el("thead", {}, el("tr", {}, el("th", {class: "num", text: "id"}), el("th", {text: "token"}),
+                                el("th", {text: "type"}), el("th", {class: "num", text: "score"}))),
+        el("tbody", {}, rows.map((t) => el("tr", {dataset: {id: String(t.id)}},
+          el("td", {class: "num", text: String(t.id)}),
+          el("td", {}, el("code", {class: "token", text: t.shown})),
+          el("td", {text: t.type ?? ""}),
+          el("td", {class: "num", text: t.score === null || t.score === undefined ? "" : String(t.score)})))))));
+}
