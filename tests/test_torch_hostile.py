@@ -456,16 +456,17 @@ def peak_rss_mb(path: Path) -> tuple[str, int]:
 
 
 def test_the_stack_bomb_stops_at_the_object_limit(hostile):
-    # 15M EMPTY_LISTs in a 31 KB file (deflated): ~1 GB of lists before; now 2.5M objects at most
+    # 15M EMPTY_LISTs in a 31 KB file (deflated): ~1 GB of lists before, 222 MB when 2.5M
+    # objects were counted; now 80 MiB of objects, counted by their size as they are built
     out, peak = peak_rss_mb(hostile["stack_bomb.pt"])
-    assert "makes more than 2500000 objects" in out
-    assert peak < 260
+    assert "builds more than 80 MiB of objects" in out
+    assert peak < 160
 
 
 def test_the_memo_laughs_fail_before_any_name_is_built(hostile):
     # 10**9 names from 1 KB: 194 MB were built before the limit fired
     out, peak = peak_rss_mb(hostile["laughs.pt"])
-    assert "names more than 1048576 tensors" in out
+    assert "names more than 65536 tensors" in out
     assert peak < 60
 
 
@@ -476,3 +477,19 @@ def test_a_data_pkl_over_16_mib_is_refused_before_it_is_inflated(tmp_path):
     path.write_bytes(bytes(blob))
     with pytest.raises(LimitError, match="data.pkl' is larger than the limit"):
         tensorloupe.open(path)
+
+
+# Memory counted as it is built (bench/fuzz.py findings, issue 10): each of these passed 200 MB
+# of RSS before its limit fired (or opened after 12 s and 633 MB).
+BOMBS = {"tuple_chain.pt": ("builds more than 80 MiB of objects", 456),
+         "memo_bomb.pt": ("builds more than 80 MiB of objects", None),
+         "dict_bomb.pt": ("builds more than 80 MiB of objects", 206),
+         "shared_names.pt": ("names more than 65536 tensors", 633)}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_a_bomb_of_small_objects_stops_before_200_mb(hostile, name):
+    words, _before_mb = BOMBS[name]
+    out, peak = peak_rss_mb(hostile[name])
+    assert words in out
+    assert peak < 160

@@ -10,7 +10,7 @@ import torch
 
 import tensorloupe
 from tensorloupe import detect
-from tensorloupe.errors import FormatError, TruncatedError
+from tensorloupe.errors import FormatError, LimitError, TruncatedError
 from tensorloupe.formats.pytorch import legacy as torch_legacy
 from tensorloupe.source import MemorySource
 
@@ -163,4 +163,57 @@ def test_a_pickle_value_in_an_error_is_quoted_bounded(root_key):
                  "storages": pickle.dumps(0, protocol=2) + views})
     with pytest.raises(FormatError, match="key is not a string or a 64-bit integer") as info:
         tensorloupe.open(blob, name="views.pt")
+    assert len(str(info.value)) < 400
+
+
+def _parsed(monkeypatch) -> list[int]:
+    """Record the bytes each pickle parse of the tar reader is given."""
+    from tensorloupe.formats.pytorch import tar
+    sizes: list[int] = []
+    real = tar.load_pickle
+
+    def counting(data, persistent_load, *, start=0, **kw):
+        sizes.append(len(data) - start)
+        return real(data, persistent_load, start=start, **kw)
+    monkeypatch.setattr(tar, "load_pickle", counting)
+    return sizes
+
+
+def test_a_small_tar_pickle_that_never_ends_costs_at_most_a_mib_of_parsing(monkeypatch):
+    # Found by bench/fuzz.py (pytorch-legacy inputs 306553, 333073, ...: 18 MB `storages`
+    # members whose count pickle is a spliced opcode repeated millions of times): the reader
+    # parsed windows of 4 KB, 16 KB, ... 16 MiB from the start each time (21 MB, 2.5-3.5 s,
+    # hangs on a loaded machine) before refusing.
+    sizes = _parsed(monkeypatch)
+    never_ends = b"\x80\x02" * (3 << 20)
+    blob = _tar({"sys_info": pickle.dumps({}, protocol=2), "pickle": pickle.dumps({}, protocol=2),
+                 "tensors": pickle.dumps(0, protocol=2), "storages": never_ends})
+    with pytest.raises(LimitError, match="pickle in the tar archive is larger than the limit"):
+        tensorloupe.open(blob, name="never_ends.pt")
+    assert sum(sizes) < 1.5 * (1 << 20)
+
+
+def test_a_tar_object_pickle_over_the_limit_is_refused_unparsed(monkeypatch):
+    # The last pickle of a member (the object; the storage views) runs to the member's end: one
+    # longer than the 16 MiB limit is refused by its size, as the ZIP reader refuses data.pkl
+    # (fuzz input 422399: a 18 MB `pickle` member parsed for 2.9 s first).
+    sizes = _parsed(monkeypatch)
+    huge = b"\x80\x02" * (17 << 19) + b"N."
+    blob = _tar({"sys_info": pickle.dumps({}, protocol=2), "pickle": huge,
+                 "tensors": pickle.dumps(0, protocol=2), "storages": pickle.dumps(0, protocol=2)
+                 + pickle.dumps([], protocol=2)})
+    with pytest.raises(LimitError, match="larger than the limit") as info:
+        tensorloupe.open(blob, name="huge_object.pt")
+    assert "found 17825794" in str(info.value)
+    assert max(sizes) < 4096
+
+
+def test_a_deeply_nested_count_is_quoted_bounded():
+    # Found by bench/fuzz.py (pytorch-legacy input 74285): a count pickle that is a list nested
+    # thousands deep; repr() of it in the error raised RecursionError.
+    deep = b"\x80\x02" + b"]" * 20_000 + b"a" * 19_999 + b"."
+    blob = _tar({"sys_info": pickle.dumps({}, protocol=2), "pickle": pickle.dumps({}, protocol=2),
+                 "tensors": pickle.dumps(0, protocol=2), "storages": deep})
+    with pytest.raises(FormatError, match="count in the tar archive does not fit") as info:
+        tensorloupe.open(blob, name="deep_count.pt")
     assert len(str(info.value)) < 400

@@ -8,6 +8,7 @@ import copyreg
 import pickle
 import pickletools
 import struct
+import tracemalloc
 
 import pytest
 
@@ -272,3 +273,73 @@ def test_extension_cache_cannot_leak_real_functions():
         assert isinstance(ours, StandIn) and ours.name == "os.getcwd" and ours.builder is None
     finally:
         copyreg.remove_extension("os", "getcwd", 0xF5)
+
+
+# --- memory counted as it is built (Limits.max_object_bytes; bench/fuzz.py findings) ------------
+
+N = 100_000
+# Pickles that build many objects from few bytes, each with a kind of object or entry the count
+# once missed: TUPLE1 (counted as no push: 456 MB from a fuzzed 9 MB data.pkl), memo entries
+# (MEMOIZE), dict and set entries, calls and globals.
+OBJECT_BOMBS = {
+    "tuple1 chain": b"\x80\x02N" + b"\x85" * N + b".",
+    "memoize": b"\x80\x04N" + b"\x94" * N + b".",
+    "empty dicts": b"\x80\x02" + b"}" * N + b".",
+    "empty lists": b"\x80\x02" + b"]" * N + b".",
+    # pushes of one shared object: only the stack grows, and growing it copies it (fuzz input
+    # pytorch-zip 995566: 9M EMPTY_TUPLE, 144 MiB for 68 MiB counted)
+    "stack slots": b"\x80\x02" + b")" * (20 * N) + b".",
+    "dict entries": b"\x80\x02}(" + b"".join(b"J" + struct.pack("<i", i) + b"N" for i in range(N))
+                    + b"u.",
+    "set items": b"\x80\x04\x8f(" + b"".join(b"J" + struct.pack("<i", i) for i in range(N))
+                 + b"\x90.",
+    "calls": b"\x80\x02cbuiltins\nlen\n\x94" + b"h\x00)R" * N + b".",
+    "globals": b"\x80\x02" + b"cbuiltins\nlen\n" * (N // 10) + b".",
+}
+
+
+def unpickled(data: bytes, **kw):
+    return unpickle(data, torch_globals.resolve, **kw)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECT_BOMBS))
+def test_objects_are_counted_by_size_as_they_are_built(name):
+    with pytest.raises(LimitError, match="builds more than 1 MiB of objects"):
+        unpickled(OBJECT_BOMBS[name], limits=Limits(max_object_bytes=1 << 20))
+
+
+@pytest.mark.parametrize("name", sorted(OBJECT_BOMBS))
+def test_the_count_is_an_upper_bound_of_the_memory_taken(name):
+    # tracemalloc sees every allocation the unpickling makes (the data is not copied: bytes)
+    data = OBJECT_BOMBS[name]
+    tracemalloc.start()
+    try:
+        result = unpickled(data, limits=Limits(max_object_bytes=1 << 30))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= result.cost + (64 << 10), (peak, result.cost)
+
+
+def test_the_count_of_a_real_state_dict_is_close_to_its_memory():
+    # the budget is stated in tensors (values.Limits): a torch.save state_dict must cost what it
+    # takes, within a factor 2 (the count never refunds what is freed: MARK lists, call args)
+    import io as _io
+    import zipfile as _zipfile
+
+    import torch
+    state = {f"layers.{i // 10}.block.{i % 10}.weight": torch.zeros(2, 2) for i in range(5000)}
+    buffer = _io.BytesIO()
+    torch.save(state, buffer)
+    with _zipfile.ZipFile(buffer) as archive:
+        data = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+    from tensorloupe.formats.pytorch.common import storage_loader
+    tracemalloc.start()
+    try:
+        result = unpickle(data, torch_globals.resolve, storage_loader())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= result.cost <= 2 * peak
+    per_tensor = result.cost / len(state)
+    assert 1000 < per_tensor < 2000  # so 80 MiB is ~40,000-80,000 tensors (values.Limits)

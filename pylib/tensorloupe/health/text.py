@@ -25,8 +25,11 @@ def render(report: Report) -> str:
     counts = report.counts()
     said = ", ".join(_plural(counts[s], word) for s, word in (("error", "error"), ("warning", "warning"),
                                                               ("info", "note")))
-    lines = [f"{report.file}: {len(report.measures)} tensors, {human_bytes(report.bytes_read)} read; "
-             f"{said}", ""]
+    # Bytes the header reads already brought in (a small file's tensors share its first blocks)
+    # are served from memory, so a scan can read less than the cost stated before it.
+    cached = " (the rest was in memory from opening the file)" if report.bytes_read < report.cost.scan_bytes else ""
+    lines = [f"{report.file}: {len(report.measures)} tensors, {human_bytes(report.bytes_read)} read"
+             f"{cached}; {said}", ""]
     if report.flags:
         rows = [(f.severity, f.kind, f.tensor, _evidence(f), "exact" if f.exact else "sampled")
                 for f in report.flags]

@@ -44,6 +44,8 @@ class Unpickled:
     calls: list = None
     # globals a BUILD was applied to (setting attributes of a function, class or module)
     built: dict = None
+    # bytes of objects counted as they were built (Limits.max_object_bytes; an upper bound)
+    cost: int = 0
 
 
 MAX_CALLS = 50
@@ -67,6 +69,7 @@ class _Machine:
         self.metastack: list[list] = []
         self.memo: dict = {}
         self.key_cost = 0
+        self.charged = 0                  # bytes of dict, set and memo entries (ENTRY)
         self.calls: list = []
         self.built: dict[str, str] = {}
         self.globals: dict[str, StandIn] = {}
@@ -77,7 +80,7 @@ class _Machine:
     def run(self, pos: int) -> Unpickled:
         data, table, size = self.data, _TABLE, len(self.data)
         counts = [0] * 256
-        weights, made, budget = _WEIGHTS, 0, self.limits.max_objects
+        weights, made, budget = _WEIGHTS, 0, self.limits.max_object_bytes
         start = pos
         try:
             while True:
@@ -86,9 +89,9 @@ class _Machine:
                 _, reader, handler = table[code]
                 counts[code] += 1
                 made += weights[code]
-                if made > budget:
-                    raise LimitError(f"the pickle makes more than {budget} objects (a memory bomb?)",
-                                     expected=f"at most {budget}")
+                if made + self.charged > budget:
+                    raise LimitError(f"the pickle builds more than {budget >> 20} MiB of objects "
+                                     "(a memory bomb?)", expected=f"at most {budget >> 20} MiB")
                 if reader is None:
                     pos += 1
                     handler(self)
@@ -116,7 +119,7 @@ class _Machine:
         else:
             opcodes = {table[c][0]: n for c, n in enumerate(counts) if n}
             return Unpickled(self.value, pos, self.globals, self.global_counts, opcodes,
-                             self.protocol, self.calls, self.built)
+                             self.protocol, self.calls, self.built, made + self.charged)
         # A broken pickle can still be a hostile one: say what it named before it broke.
         dangerous = [name for name, standin in self.globals.items() if standin.verdict == "dangerous"]
         if dangerous:
@@ -184,9 +187,11 @@ class _Machine:
             raise LimitError("a memo index is negative or larger than any pickle needs",
                              expected=f"0..{self.limits.max_memo_index - 1}")
         memo = self.memo
-        if len(memo) >= self.max_memo and index not in memo:
-            raise LimitError(f"the pickle memo grows past {self.max_memo} entries",
-                             expected=f"at most {self.max_memo} entries")
+        if index not in memo:
+            if len(memo) >= self.max_memo:
+                raise LimitError(f"the pickle memo grows past {self.max_memo} entries",
+                                 expected=f"at most {self.max_memo} entries")
+            self.charged += MEMO_ENTRY
         memo[index] = self.stack[-1]
 
     # --- handlers, named op_<pickletools name> ---------------------------------------------------
@@ -262,6 +267,7 @@ class _Machine:
 
     def op_FROZENSET(self):
         items = self.pop_mark()
+        self.charged += ENTRY * len(items)
         self.stack.append(frozenset(self.key(x) for x in items))
 
     def op_APPEND(self):
@@ -278,6 +284,7 @@ class _Machine:
             target.extend(items)
         elif isinstance(target, Stateful):
             self.grow(target.items or (), len(items))
+            self.charged += _SLOT * len(items)
             for item in items:
                 target.append(item)
         else:
@@ -294,6 +301,7 @@ class _Machine:
     def _setitems(self, target, items):
         if len(items) % 2:
             raise FormatError("a dictionary gets a key without a value")
+        self.charged += ENTRY * (len(items) // 2)  # a dict entry, or a Stateful's (key, value)
         if type(target) is dict:
             self.grow(target, len(items) // 2)
             for i in range(0, len(items) - 1, 2):
@@ -307,6 +315,7 @@ class _Machine:
     def op_ADDITEMS(self):
         items = self.pop_mark()
         target = self.stack[-1]
+        self.charged += ENTRY * len(items)
         if type(target) is set:
             self.grow(target, len(items))
             target.update(self.key(x) for x in items)
@@ -411,14 +420,37 @@ def _build_table():
 _TABLE = _build_table()
 _MISSING = object()
 SMALL = 1 << 63
-# What each opcode adds to the objects budget: every push of a value or reference counts 1
-# (a GET pushes a reference that a container may keep), a MARK opens a list, an empty set is
-# ~4 times the size of an empty list.
-_NO_PUSH = {"PROTO", "FRAME", "STOP", "POP", "POP_MARK", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE",
-            "APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD", "REDUCE", "NEWOBJ",
-            "NEWOBJ_EX", "TUPLE1", "TUPLE2", "TUPLE3", "STACK_GLOBAL", "READONLY_BUFFER"}
-_WEIGHTS = [0] * 256
-for _op in pickletools.opcodes:
-    _WEIGHTS[_op.code.encode("latin-1")[0]] = (
-        0 if _op.name in _NO_PUSH else 4 if _op.name in ("EMPTY_SET", "FROZENSET") else 1)
-_STOP = next(ord(op.code) for op in pickletools.opcodes if op.name == "STOP")
+# What each opcode adds to the memory of the pickle's objects, in bytes (CPython 3.11, 64-bit,
+# sys.getsizeof) plus the stack slot of the push: 8 bytes, counted twice because growing the
+# stack's array copies it (9M pushes of () took 144 MiB for 68 counted at 8). Counted as the
+# objects are built, so a bomb stops at the budget instead of after it. Ops not named here push
+# a new small object (an int, float, str or bytes: its header; their contents are bounded by the
+# pickle's own size). Items moved into a dict, set, memo or Stateful are charged per item in the
+# handlers (charged).
+_SLOT = 16
+_COSTS = {
+    0: ("PROTO", "FRAME", "STOP", "POP", "POP_MARK", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE",
+        "APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD", "READONLY_BUFFER",
+        # MARK opens a list that is thrown away when it closes (bar LIST, which keeps it and is
+        # charged): at most max_marks of them are open at once
+        "MARK"),
+    _SLOT: ("NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE", "GET", "BINGET", "LONG_BINGET", "DUP",
+            "BININT1", "PERSID", "BINPERSID"),               # an existing object, or a cached one
+    48 + _SLOT: ("TUPLE", "TUPLE1"), 56 + _SLOT: ("EMPTY_LIST", "LIST", "TUPLE2"),
+    64 + _SLOT: ("EMPTY_DICT", "TUPLE3", "DICT"), 216 + _SLOT: ("EMPTY_SET", "FROZENSET"),
+    # a call's result: a Marker (80 bytes) or a builder's product (an OrderedDict is 128)
+    120 + _SLOT: ("REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ"),
+    # a StandIn (80 bytes), its module, name and dotted name, made anew for each GLOBAL
+    # (measured: 276 bytes each)
+    312 + _SLOT: ("GLOBAL", "STACK_GLOBAL", "EXT1", "EXT2", "EXT4"), 440 + _SLOT: ("INST",),
+}
+# A dict or set entry: the table's share per entry at its peak (growing copies the table):
+# measured ~75 bytes on dicts of 0.1-1.75M int keys. A memo entry also makes its index (an int).
+ENTRY = 80
+MEMO_ENTRY = ENTRY + 32
+_CODES = {op.name: ord(op.code) for op in pickletools.opcodes}
+_WEIGHTS = [56 + _SLOT] * 256
+for _cost, _names in _COSTS.items():
+    for _name in _names:
+        _WEIGHTS[_CODES[_name]] = _cost
+_STOP = _CODES["STOP"]

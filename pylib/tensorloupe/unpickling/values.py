@@ -21,17 +21,20 @@ class Limits:
     # One pickle (data.pkl). torch writes ~130 bytes of data.pkl per tensor (measured on
     # torch.save state_dicts: 374,350 bytes for 2,882 tensors, 2,635,166 for 20,000), so 16 MiB
     # is ~125,000 tensors in one file (45x the 2,882-tensor benchmark; the largest real
-    # single-file checkpoints hold a few ten thousand). 256 MiB took 30 s to refuse.
+    # single-file checkpoints hold a few ten thousand; max_object_bytes below binds first, at
+    # ~44,000). 256 MiB took 30 s to refuse.
     max_bytes: int = 16 << 20
     max_memo: int = 1 << 22           # memo entries
     max_memo_index: int = 1 << 32     # a memo index (LONG_BINPUT's range; see op_PUT)
     max_marks: int = 1000             # MARK nesting
     max_items: int = 1 << 24          # elements of one list, tuple, dict or set
-    # Objects the stack receives in all (pushes, weighted by size: an empty set is ~4 lists).
-    # torch.save state_dicts push 18 per tensor (51,880 for 2,882 tensors): 2.5M is ~140,000
-    # tensors, and at most ~200 MB of Python objects, where 16 MiB of EMPTY_LIST opcodes would
-    # otherwise be 16M lists (1 GB; 250M lists from a 243 KB deflated member reached 6 GB).
-    max_objects: int = 2_500_000
+    # Bytes of the Python objects the pickle builds, counted as they are built (machine.py's
+    # per-opcode costs; an upper bound, tests/test_unpickle.py checks it against tracemalloc).
+    # A torch.save state_dict costs ~1,900 bytes per tensor by this count (~1,230 measured), so
+    # 80 MiB is ~44,000 tensors in one file; a bomb of 1-byte opcodes (EMPTY_DICT, TUPLE1,
+    # MEMOIZE...) stops at 80 MiB of objects (~150 MB of RSS at most with the pickle's own
+    # bytes), where 2.5M objects of any size reached 200-460 MB.
+    max_object_bytes: int = 80 << 20
     max_key_depth: int = 100          # nesting of a tuple or frozenset used as a key
     max_key_size: int = 100_000       # elements of such a key, counted as its hash visits them
     max_key_cost: int = 1 << 22       # elements of every such key of the pickle together

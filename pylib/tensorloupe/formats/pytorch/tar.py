@@ -34,6 +34,10 @@ TAR_MAGIC_AT = 257
 COUNT = struct.Struct("<q")
 TENSOR_HEAD = struct.Struct("<i4x")   # ndim, then 4 bytes torch skips
 WINDOW = 4096
+# The small pickles between raw bytes (counts, each storage's (key, location, class)) are read in
+# windows that grow 4x until the pickle fits, each try parsing from the start: capped here, so a
+# hostile one costs ~1.3 MiB of parsing, not 4/3 of LIMITS.max_bytes (3 s).
+MAX_SMALL_PICKLE = 1 << 20
 
 
 def sniff(head: bytes, size: int, name: str) -> bool:
@@ -76,9 +80,16 @@ class _Reader:
                                  offset=info.offset_data, expected=f"{info.size} bytes")
         return info.offset_data, info.offset_data + info.size
 
-    def pickle_at(self, position: int, end: int, persistent_load=None):
-        """One pickle starting at `position` (absolute), read in a window that grows until it fits."""
-        window = min(WINDOW, end - position)
+    def pickle_at(self, position: int, end: int, persistent_load=None, *, last: bool = False):
+        """One pickle starting at `position` (absolute). The `last` of its member (the object,
+        the storage views) is read whole at once, up to the limit; a small one in a window that
+        grows until it fits."""
+        limit = LIMITS.max_bytes if last else MAX_SMALL_PICKLE
+        if last and end - position > limit:
+            # nothing follows the last pickle of a member: it is this long, so refuse it unparsed
+            raise self.error(LimitError, "a pickle in the tar archive is larger than the limit",
+                             expected=f"at most {limit} bytes", found=end - position)
+        window = min(limit if last else WINDOW, end - position)
         while True:
             data = self.source.read(position, window)
             try:
@@ -86,10 +97,10 @@ class _Reader:
             except TruncatedError:
                 if window >= end - position:
                     raise
-                if window >= LIMITS.max_bytes:
+                if window >= limit:
                     raise self.error(LimitError, "a pickle in the tar archive is larger than the "
-                                     "limit") from None
-                window = min(end - position, window * 4)
+                                     "limit", expected=f"at most {limit} bytes") from None
+                window = min(end - position, window * 4, limit)
                 continue
             self.pickles.append(result)
             return result.value, position + result.end
@@ -122,7 +133,7 @@ class _Reader:
             refs[key] = StorageRef(segment(key), dtype, numel, segment(location), storage_class.name)
             offsets[segment(key)] = position + COUNT.size
             position += COUNT.size + nbytes
-        views, _ = self.pickle_at(position, end)
+        views, _ = self.pickle_at(position, end, last=True)
         for view_key, root_key, offset, numel in views:
             view_key, root = _key(view_key), refs[_key(root_key)]
             if type(offset) is not int or type(numel) is not int:
@@ -171,7 +182,7 @@ def read(source: ByteSource) -> Checkpoint:
             return tensors[int(pid)] if int(pid) in tensors else storages[int(pid)]
 
         position, end = reader.member("pickle")
-        main, _ = reader.pickle_at(position, end, persistent_load)
+        main, _ = reader.pickle_at(position, end, persistent_load, last=True)
     except TensorloupeError as e:
         raise e.located(file=source.name, format=FORMAT)
     except LOW_LEVEL_ERRORS as e:
