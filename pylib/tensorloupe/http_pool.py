@@ -83,68 +83,57 @@ def failed(name: str, url: str, e: BaseException, deadline: Deadline) -> UsageEr
 
 
 class ConnectionPool:
-    """Keep-alive connections to a file's server(s), one per worker thread, and the threads."""
+    """Keep-alive connections to a file's server(s), kept between vectored reads; each read's
+    requests run on threads of its own that end with it (nothing outlives the call)."""
 
     def __init__(self, name: str, size: int = POOL_SIZE):
         self.name, self.size = name, size
-        self._local = threading.local()
-        self._connections: list[http.client.HTTPConnection] = []
+        self._idle: dict[tuple, list[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
-        self._executor = None
 
     def map(self, fn, items: list) -> list:
         """fn(item) for each item, side by side, in the order asked; a failure raises the first
         failing item's error (in that order), as the one-at-a-time loop would."""
         if len(items) < 2:
             return [fn(item) for item in items]
-        if self._executor is None:
-            # Long-lived workers, so that their connections stay open between vectored reads.
-            from concurrent.futures import ThreadPoolExecutor
-            self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="tensorloupe-http")
-        return list(self._executor.map(fn, items))
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(self.size, len(items)), thread_name_prefix="tensorloupe-http") as pool:
+            futures = [pool.submit(fn, item) for item in items]
+        return [f.result() for f in futures]
 
     def exchange(self, url: str, offset: int, n: int, deadline: Deadline):
-        """http_pool.exchange on this thread's kept connection to url's server: (status, reason,
-        headers, body). A kept connection the server has closed is replaced once."""
+        """http_pool.exchange on a kept connection to url's server: (status, reason, headers,
+        body). A kept connection the server has closed is replaced once."""
         key = urlsplit(url)[:2]
         while True:  # at most twice: the second connection is a fresh one
-            connection, fresh = self._connection(key, url, deadline)
+            connection, fresh = self._take(key, url, deadline)
             try:
                 status, reason, headers, body, reusable = exchange(connection, url, offset, n,
                                                                    deadline)
             except (OSError, http.client.HTTPException, ValueError) as e:
-                self._drop(key)
+                connection.close()
                 if isinstance(e, STALE) and not fresh and not deadline.passed():
                     continue
                 raise failed(self.name, url, e, deadline) from e
-            if not reusable:
-                self._drop(key)
+            if reusable:
+                with self._lock:
+                    self._idle.setdefault(key, []).append(connection)
+            else:
+                connection.close()
             if deadline.passed():
                 raise too_slow(self.name, url, deadline)
             return status, reason, headers, body
 
-    def _connection(self, key, url: str, deadline: Deadline):
-        kept = self._local.__dict__.setdefault("connections", {})
-        if key in kept:
-            return kept[key], False
-        kept[key] = new_connection(url, deadline)
+    def _take(self, key, url: str, deadline: Deadline):
         with self._lock:
-            self._connections.append(kept[key])
-        return kept[key], True
-
-    def _drop(self, key) -> None:
-        connection = self._local.__dict__.get("connections", {}).pop(key, None)
-        if connection is not None:
-            connection.close()
-            with self._lock:
-                if connection in self._connections:
-                    self._connections.remove(connection)
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop(), False
+        return new_connection(url, deadline), True
 
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
         with self._lock:
-            for connection in self._connections:
-                connection.close()
-            self._connections.clear()
+            for connections in self._idle.values():
+                for connection in connections:
+                    connection.close()
+            self._idle.clear()
