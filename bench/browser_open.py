@@ -3,8 +3,9 @@
     python bench/browser_open.py [--runs 3] [--keep]
 
 Measures, with the app built and served from 127.0.0.1 like `python build.py serve`:
-  * page load -> Python ready, cold (empty profile: every file from the server) and warm (the
-    service worker's cache, no server round trips), each the median of --runs loads;
+  * page load -> Python ready, cold (empty profile: every file from the server; this boot also
+    makes the memory snapshot), warm (the service worker's cache, booted from scratch:
+    ?snapshot=0) and from the memory snapshot the first visit stored, each the median of --runs;
   * selecting an 8 GiB sparse safetensors file (a Llama-shaped header over holes) -> its tensor
     list on screen, and the bytes that took;
   * renderer memory (resident set of the profile's renderer processes, and the worker's wasm heap);
@@ -157,10 +158,15 @@ def main() -> None:
         # The last cold profile goes on: its service worker now holds the app.
         page.wait_for_function("() => navigator.serviceWorker.controller !== null", timeout=60_000)
         page.wait_for_selector("body[data-offline-ready=true]", state="attached")
-        warm = []
+        page.wait_for_selector("body[data-snapshot=stored]", state="attached", timeout=120_000)
+        warm, restored = [], []
         for _ in range(args.runs):
-            page.reload()
+            page.goto(f"{url}?snapshot=0")     # the service worker's files, booted from scratch
             warm.append(ready_ms(page))
+        for _ in range(args.runs):
+            page.goto(url)                     # the memory snapshot the first visit stored
+            restored.append(ready_ms(page))
+            assert page.evaluate("document.body.dataset.boot") == "snapshot"
         rss_idle = renderer_rss(profile)
 
         page.wait_for_function("() => document.getElementById('status').dataset.state === 'idle'")
@@ -185,6 +191,7 @@ def main() -> None:
     results = {
         "python_ready_cold_ms": statistics.median(cold), "python_ready_warm_ms": statistics.median(warm),
         "cold_runs_ms": cold, "warm_runs_ms": warm,
+        "python_ready_snapshot_ms": statistics.median(restored), "snapshot_runs_ms": restored,
         "open_8gib_in_page_ms": in_page_ms, "open_8gib_wall_ms": wall_s * 1000,
         "open_8gib_bytes_read": open_bytes, "file_size": size, "tensors": tensors,
         "renderer_rss_idle": rss_idle, "renderer_rss_after_open": rss_open, "wasm_heap": wasm, "js_heap": js_heap,
@@ -195,6 +202,7 @@ def main() -> None:
     print(f"tensorloupe browser benchmark  (Chromium headless, {os.cpu_count()} cores; medians of {args.runs})")
     print(f"  page load -> Python ready, cold     {results['python_ready_cold_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in cold)}")
     print(f"  page load -> Python ready, SW cache {results['python_ready_warm_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in warm)}")
+    print(f"  page load -> Python ready, snapshot {results['python_ready_snapshot_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in restored)}")
     print(f"  select 8 GiB file -> tensor list    {in_page_ms:8.0f} ms   (wall {wall_s * 1000:.0f} ms; "
           f"{tensors} tensors, {size / 2**30:.2f} GiB, {open_bytes / 1024:.0f} KiB read, {shown} rows drawn)")
     print(f"  renderer memory                     {rss_idle / mib:8.0f} MiB idle, {rss_open / mib:.0f} MiB after the open "

@@ -18,10 +18,15 @@ import json
 import os
 import struct
 import tempfile
+import sys
 import time
 from pathlib import Path
 
-import tensorloupe
+# This checkout's library (not an installed one); TENSORLOUPE_PYLIB points at another checkout's
+# pylib/ to measure it the same way (e.g. the landed main, as a before figure).
+sys.path.insert(0, os.environ.get("TENSORLOUPE_PYLIB") or str(Path(__file__).resolve().parent.parent / "pylib"))
+
+import tensorloupe  # noqa: E402
 from tensorloupe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, SIGNATURE_WINDOWS, analyse
 from tensorloupe.sample import plan_windows
 

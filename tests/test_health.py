@@ -116,9 +116,9 @@ def test_a_sampled_scan_labels_its_evidence_and_confirms_on_bytes(faults):
     budget = 2048  # 512 f32 values per tensor: the 2-D weights are sampled, the norms read whole
     with tensorloupe.open(faults["health_faults"]) as ckpt:
         cost = health_cost(ckpt, budget)
-        before = ckpt.bytes_read()
+        before, asked = ckpt.bytes_read(), ckpt.bytes_asked()
         report = health(ckpt, budget)
-        read = ckpt.bytes_read() - before
+        read, asked = ckpt.bytes_read() - before, ckpt.bytes_asked() - asked
     flags = by_tensor(report)
     # The NaN at element 197 of layer 2's k_proj lies between the sampled windows: not seen, and
     # nothing says otherwise (its measure says 512 samples of 2,048, not exact).
@@ -134,8 +134,8 @@ def test_a_sampled_scan_labels_its_evidence_and_confirms_on_bytes(faults):
     # Reads: the stated scan, plus the whole dead tensor and both copies to confirm them.
     confirmations = 12288 * 4 + 2 * 12288 * 4
     # The stated cost is the most it reads: tensor bytes the header's cached block already holds
-    # (source.CachedSource) are not read again.
-    assert read == report.bytes_read
+    # (source.CachedSource) are not read again; the bytes asked of the checkpoint are the cost.
+    assert asked == cost.scan_bytes + confirmations and read == report.bytes_read
     assert 0 <= cost.scan_bytes + confirmations - read < ckpt.sources[0].block_size
     assert cost.scan_bytes < 57 * budget
 
@@ -145,7 +145,10 @@ def test_the_stated_cost_is_what_a_clean_scan_reads(faults):
         for budget in (512, 4096, None):
             cost = health_cost(ckpt, budget)
             assert cost.exact and cost.tensors == 57
-            assert 0 <= cost.scan_bytes - health(ckpt, budget).bytes_read < ckpt.sources[0].block_size
+            asked = ckpt.bytes_asked()
+            read = health(ckpt, budget).bytes_read
+            assert ckpt.bytes_asked() - asked == cost.scan_bytes
+            assert 0 <= cost.scan_bytes - read < ckpt.sources[0].block_size
         assert health_cost(ckpt, None).scan_bytes == sum(t.nbytes for t in ckpt.tensors)
 
 
@@ -310,5 +313,7 @@ def test_cli_exact_reads_every_byte(faults):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["cost"]["budget"] is None and all(t["exact"] for t in out["tensors"])
-    assert out["bytes_read"] == out["cost"]["scan_bytes"] == sum(t["numel"] for t in out["tensors"]) * 4
+    # every byte examined; those the header's cached blocks held are not read from the file again
+    assert out["cost"]["scan_bytes"] == sum(t["numel"] for t in out["tensors"]) * 4
+    assert out["cost"]["scan_bytes"] - 65536 <= out["bytes_read"] <= out["cost"]["scan_bytes"]
     assert run_cli("health", faults["health_faults"], "--budget", "0").returncode == 2

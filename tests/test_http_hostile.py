@@ -14,6 +14,7 @@ from tensorloupe.errors import FormatError, UsageError
 from tensorloupe.source import HttpSource
 
 BODY = bytes(range(256)) * 4  # the file every honest answer serves (1024 bytes)
+BIG = bytes(range(256)) * 512  # 128 KiB: reads past the first request's 64 KiB go to the server
 
 
 class RawServer:
@@ -76,6 +77,7 @@ def asked_range(request: str) -> tuple[int, int]:
 
 
 def partial(conn, first, last, body=BODY, claimed=None, extra=b""):
+    last = min(last, len(body) - 1)  # a range past the end is answered up to the end
     data = body[first:last + 1]
     claimed = claimed or f"bytes {first}-{last}/{len(body)}"
     conn.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Range: " + claimed.encode() +
@@ -97,12 +99,12 @@ def test_another_range_than_asked_is_refused(server):
     # Always answers from byte 0 while saying so: the CLI used to show those bytes as the tensor's.
     def wrong(conn, request):
         first, last = asked_range(request)
-        partial(conn, 0, last - first)
+        partial(conn, 0, last - first, body=BIG)
     s = server(wrong)
-    src = HttpSource(s.url)  # the first request asks for byte 0: right by chance
+    src = HttpSource(s.url)  # the first request asks for the bytes from 0: right by chance
     with pytest.raises(FormatError, match="another range than the one asked for") as e:
-        src.read(512, 8)
-    assert "bytes 512-519" in str(e.value) and "bytes 0-7/1024" in str(e.value)
+        src.read(70_000, 8)  # past the first request's bytes
+    assert "bytes 70000-70007" in str(e.value) and "bytes 0-7/131072" in str(e.value)
 
 
 def test_a_range_that_lies_about_its_bytes_is_refused(server):
@@ -217,3 +219,104 @@ def test_content_range_total_of_5000_digits(server):
         b"\r\nContent-Length: 1\r\n\r\nx"))
     with pytest.raises(FormatError, match="another range"):
         HttpSource(s.url)
+
+
+# --- vectored reads (read_many): concurrent requests on kept connections, checked the same way --
+
+FAR = [(70_000, 8), (100_000, 8), (120_000, 16)]
+
+
+def honest_first(then):
+    """A server whose first reply (the header bytes, from 0) is honest and whose later replies
+    are `then(conn, first, last)`."""
+    def answer(conn, request):
+        first, last = asked_range(request)
+        if first == 0:
+            partial(conn, first, last, body=BIG)
+        else:
+            then(conn, first, last)
+    return answer
+
+
+def test_read_many_refuses_another_range_than_asked(server):
+    # Says what it sends, but sends the range one byte later: the pool used to trust any 206.
+    s = server(honest_first(lambda conn, first, last: partial(conn, first + 1, last + 1, body=BIG)))
+    src = HttpSource(s.url)
+    with pytest.raises(FormatError, match="another range than the one asked for") as e:
+        src.read_many(FAR)
+    assert "bytes 70000-70007" in str(e.value) and "bytes 70001-70008/131072" in str(e.value)
+
+
+def test_read_many_refuses_a_range_that_lies_about_its_bytes(server):
+    # The right Content-Range with three bytes more than it covers.
+    s = server(honest_first(lambda conn, first, last: partial(conn, first, last, body=BIG,
+                                                              extra=b"xyz")))
+    with pytest.raises(FormatError, match="another range"):
+        HttpSource(s.url).read_many(FAR)
+
+
+def test_read_many_meets_each_requests_deadline(server):
+    # Later replies drip one byte every 0.5 s: every pooled request is bounded as a single one.
+    def drip(conn, first, last):
+        for byte in b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-0/1024\r\n" * 100:
+            conn.sendall(bytes([byte]))
+            time.sleep(0.5)
+    s = server(honest_first(drip))
+    src = HttpSource(s.url, timeout=2.0)
+    start = time.monotonic()
+    with pytest.raises(UsageError, match="did not answer .* within 2 s"):
+        src.read_many(FAR)
+    assert time.monotonic() - start < 10
+    src.close()
+
+
+def test_read_many_does_not_follow_a_redirect_to_another_site_unless_asked(server):
+    target = server(honest_first(lambda conn, first, last: partial(conn, first, last, body=BIG)))
+    s = server(honest_first(lambda conn, first, last: conn.sendall(
+        f"HTTP/1.1 302 Found\r\nLocation: {target.url}\r\nContent-Length: 0\r\n\r\n".encode())))
+    with pytest.raises(UsageError, match="redirects to another site"):
+        HttpSource(s.url).read_many(FAR)
+    assert not target.requests  # nothing was asked of the other site
+    src = HttpSource(s.url, follow_redirects=True)
+    assert src.read_many(FAR) == [BIG[o:o + n] for o, n in FAR]
+    assert src.redirected_to == target.url and len(target.requests) == len(FAR)
+    src.close()
+
+
+def test_read_many_malformed_reply_is_one_clear_error(server, capsys):
+    s = server(honest_first(lambda conn, first, last: conn.sendall(b"HTTP/1.1 abc\r\n\r\n")))
+    with pytest.raises(UsageError, match="cannot fetch .*BadStatusLine"):
+        HttpSource(s.url).read_many(FAR)
+
+
+def test_read_many_reopens_connections_the_server_closed(server):
+    # Replies say nothing of closing (HTTP/1.1 keeps the connection), but the server closes each
+    # connection after one reply: the next request on it finds it closed and is sent again once.
+    def keep_alive_then_close(conn, first, last):
+        data = BIG[first:last + 1]
+        conn.sendall(f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {first}-{last}/"
+                     f"{len(BIG)}\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+    s = server(honest_first(keep_alive_then_close))
+    src = HttpSource(s.url)
+    many = [(65_536 + 1_000 * i, 10) for i in range(24)]
+    assert src.read_many(many) == [BIG[o:o + n] for o, n in many]
+    assert src.read_many(many[:6]) == [BIG[o:o + n] for o, n in many[:6]]
+    src.close()
+
+
+def test_cli_stats_over_a_lying_server_is_one_line(server, capsys, demo_bytes):
+    # The sampler's vectored reads through the CLI: one line, no traceback, nothing shown.
+    def answer(conn, request):
+        first, last = asked_range(request)
+        if first == 0:
+            partial(conn, first, last, body=demo_bytes)
+        else:
+            partial(conn, first + 4, last + 4, body=demo_bytes)
+    s = server(answer)
+    ckpt = tensorloupe.open(s.url)
+    name = max(ckpt.tensors, key=lambda t: t.nbytes).name
+    ckpt.close()
+    assert main(["stats", s.url, name]) == 3  # a format error
+    captured = capsys.readouterr()
+    assert "another range" in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert "Traceback" not in captured.err

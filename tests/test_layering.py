@@ -13,11 +13,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pylib" / "tensorloupe"
 # Lowest first. A module may import from its own layer or any lower one (never upward).
 LAYERS = [
     ["errors", "jsonable", "http_reply"],
-    ["source", "dtypes", "unpickling"],
+    ["source", "dtypes", "unpickling", "parallel", "http_pool"],
     ["model"],
     ["formats"],
     ["detect", "shards", "targets"],
-    ["gather", "stats", "sample", "colormap"],
+    ["gather", "stats", "sample", "colormap", "gram"],
     ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health", "npy",
      "compare", "namemap", "roles", "beside", "components", "arch_report", "vocab",
      "tokenizer_json", "inferred"],

@@ -170,10 +170,13 @@ def test_cost_is_what_the_analysis_reads(demo_bytes, tmp_path):
             plan = cost(ckpt, detect(ckpt), samples)
             assert ckpt.bytes_read() == before, "the plan is made from descriptors alone"
             cached = sum(len(b) for b in getattr(ckpt.sources[0], "_blocks", {}).values())
+            asked = ckpt.bytes_asked()
             result = analyse(ckpt, samples_per_matrix=samples)
             # What the header reads already brought in is not read again (source.CachedSource):
-            # the plan is what the analysis needs, the reads are that minus what was cached.
-            assert plan.total_bytes - cached <= result.bytes_read <= plan.total_bytes and plan.exact
+            # the plan is what the analysis needs (the bytes asked), the reads are that minus
+            # what was cached.
+            assert ckpt.bytes_asked() - asked == plan.total_bytes and plan.exact
+            assert plan.total_bytes - cached <= result.bytes_read <= plan.total_bytes
             assert plan.bytes_per_expert * plan.experts == plan.total_bytes
 
 

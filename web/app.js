@@ -24,9 +24,15 @@ const {request, cancel} = startWorker({
     ctx.palette = {rgba: new Uint8Array(palette.buffer), levels: info.palette_levels};
     busy.ready();
     document.body.dataset.python = "ready";
+    document.body.dataset.jspi = info.jspi ? "on" : "off";   // many reads at once, or one at a time
+    document.body.dataset.boot = timings.boot;                // "snapshot" or "fresh"
     document.body.dataset.readyMs = String(Math.round(performance.now()));
     document.body.dataset.bootMs = String(Math.round(timings.ready_ms));
     $("build-info").textContent = `Python ${info.python} · build ${info.build}`;
+    registerServiceWorker();   // only now: the first visit does not download the app twice at once
+  },
+  snapshot({stored}) {
+    document.body.dataset.snapshot = stored ? "stored" : "failed";
   },
   fatal(message) {
     document.body.dataset.python = "failed";
@@ -343,7 +349,6 @@ function entryNote(entry) {
 
 mountAll(ctx);
 listenForFiles({open: openFiles, failed: showError});
-registerServiceWorker();
 // For the console and the benchmark: the same requests the page makes.
 window.tensorloupe = {request, openFiles, openUrls};
 

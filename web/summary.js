@@ -27,6 +27,7 @@ export function io(io) {
   value.textContent = bytes(io.bytes_read);
   document.getElementById("io-detail").textContent = ioDetail(io);
   document.getElementById("io").dataset.bytesRead = String(io.bytes_read);
+  document.getElementById("io").dataset.batches = String(io.batches || 0);
 }
 
 const VERDICT_LABEL = {dangerous: "dangerous", inert: "inert", allowed: "allowed"};

@@ -33,6 +33,9 @@ self.addEventListener("fetch", (event) => {
     const cache = await caches.open(CACHE);
     const hit = await cache.match(request, {ignoreSearch: true})
       || (request.mode === "navigate" ? await cache.match("./") : undefined);
+    // A cached response keeps its own address; for worker.mjs?jspi=0 (or ?snapshot=0) that would
+    // become the worker's location and lose the flag: answer with a copy that has no address.
+    if (hit && url.search) return new Response(hit.body, {status: hit.status, statusText: hit.statusText, headers: hit.headers});
     return hit || fetch(request);
   })());
 });

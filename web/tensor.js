@@ -135,9 +135,12 @@ class TensorView {
     clear(d.percentiles);
     this.hist.show(null);
     if (problem) return this.heatmap.clear();
+    // The statistics are asked for first: the worker answers in order, so the stats line does
+    // not wait behind the heatmap's lattice.
+    const stats = this.app.request("tensor", {name}, {label: `Sampling ${name}…`});
     this.heatmap.show(tensor, expert, heatmap);
     try {
-      const {result} = await this.app.request("tensor", {name}, {label: `Sampling ${name}…`});
+      const {result} = await stats;
       if (generation !== this.generation) return;
       // torch ZIP storages are positioned when first read: the offset arrives with the values.
       d.facts.querySelector(".chip.offset").textContent = `@ ${grouped(result.tensor.offset)}`;

@@ -13,7 +13,14 @@ export class RequestError extends Error {
 // hooks: {status(message), ready({info, palette, timings}), fatal(message), io(io),
 //         busy: {start(id, label), stop(id)}}
 export function startWorker(hooks) {
-  const worker = new Worker(new URL("./worker.mjs", import.meta.url), {type: "module"});
+  const script = new URL("./worker.mjs", import.meta.url);
+  // ?jspi=0 on the page's address: the worker reads one range at a time (the tested fallback).
+  // ?snapshot=0: boot from scratch without a memory snapshot (tests, benchmarks).
+  const params = new URLSearchParams(location.search);
+  for (const key of ["jspi", "snapshot"]) {
+    if (params.get(key) === "0") script.searchParams.set(key, "0");
+  }
+  const worker = new Worker(script, {type: "module"});
   const pending = new Map();
   let nextId = 1;
   const showPending = () => { document.body.dataset.pending = String(pending.size); };
@@ -42,6 +49,7 @@ export function startWorker(hooks) {
     if (data.type === "status") return hooks.status(data.message);
     if (data.type === "ready") return hooks.ready(data);
     if (data.type === "fatal") return hooks.fatal(data.message);
+    if (data.type === "snapshot") return hooks.snapshot?.(data);
     const entry = pending.get(data.id);
     if (!entry) return;          // a late reply to a request nobody waits for any more
     if (data.io) hooks.io(data.io);

@@ -22,6 +22,15 @@
 const BUILD = "__TENSORLOUPE_BUILD__";
 const WHEEL = "__TENSORLOUPE_WHEEL__";
 
+// JSPI (stack switching): Python entered with callPromising can wait for many reads at once
+// (pyodide.ffi.run_sync): every slice of a File, every Range request of a URL in flight together.
+// `?jspi=0` on this script's address (the page passes its own) turns it off: Python then reads one
+// range at a time, synchronously, as in browsers without JSPI; the tests use it for that fallback.
+const JSPI = typeof WebAssembly.Suspending === "function"
+  && new URL(self.location.href).searchParams.get("jspi") !== "0";
+const files = new Map();     // mounted path -> File, for the slices Python asks for all at once
+const heads = new Map();     // url -> the probe's first bytes (the header), until Python took them
+
 let JOBS = new Set();        // the ops that are jobs (from Python's "hello")
 const queue = [];            // requests waiting for Python, in arrival order
 const jobs = [];             // running jobs, stepped between requests
@@ -51,10 +60,17 @@ self.onmessage = (event) => {
 // between the steps of a long job.
 const tick = new MessageChannel();
 let scheduled = false;
-tick.port1.onmessage = () => {
+let busy = false;            // Python is running (with JSPI it may be suspended on reads)
+tick.port1.onmessage = async () => {
   scheduled = false;
-  if (queue.length) handle(queue.shift());
-  else if (jobs.length) step(jobs[0]);
+  if (busy) return;
+  busy = true;
+  try {
+    if (queue.length) await handle(queue.shift());
+    else if (jobs.length) await step(jobs[0]);
+  } finally {
+    busy = false;
+  }
   if (queue.length || jobs.length) schedule();
 };
 function schedule() {
@@ -68,8 +84,9 @@ function reply(id, envelope, buffers = []) {
   self.postMessage({id, ...envelope, buffers}, buffers.map((b) => b.buffer));
 }
 
-function call(op, args) {
-  const proxy = dispatch(op, JSON.stringify(args ?? {}));
+async function call(op, args) {
+  const json = JSON.stringify(args ?? {});
+  const proxy = JSPI ? await dispatch.callPromising(op, json) : dispatch(op, json);
   try {
     const [text, parts] = proxy.toJs({depth: 2});
     const buffers = parts.map((part) => {
@@ -83,27 +100,27 @@ function call(op, args) {
   }
 }
 
-function handle(message) {
+async function handle(message) {
   const {id, op, args} = message;
   try {
-    if (op === "mount") return reply(id, call("group", {files: mount(message.files)}).envelope);
-    if (op === "open_url" || op === "compare_open_url") return openUrls(id, args, op);
-    if (op === "open_hub") return openHub(id, args);
+    if (op === "mount") return reply(id, (await call("group", {files: mount(message.files)})).envelope);
+    if (op === "open_url" || op === "compare_open_url") return await openUrls(id, args, op);
+    if (op === "open_hub") return await openHub(id, args);
     if (op === "memory") return reply(id, {ok: true, result: memory()});
     if (JOBS.has(op)) {
-      const {envelope} = call(`${op}_start`, args);
+      const {envelope} = await call(`${op}_start`, args);
       if (!envelope.ok) return reply(id, envelope);
       jobs.push({id, op, job: envelope.result.job});
       return self.postMessage({id, progress: envelope.result, io: envelope.io});
     }
-    const {envelope, buffers} = call(op, args);
+    const {envelope, buffers} = await call(op, args);
     reply(id, envelope, buffers);
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }
 }
 
-function step(job) {
+async function step(job) {
   const finish = (envelope) => {
     jobs.splice(jobs.indexOf(job), 1);
     cancelled.delete(job.id);
@@ -111,10 +128,10 @@ function step(job) {
   };
   try {
     if (cancelled.has(job.id)) {
-      call("job_cancel", {job: job.job});
+      await call("job_cancel", {job: job.job});
       return finish({ok: false, error: {kind: "Cancelled", message: "cancelled"}});
     }
-    const {envelope} = call("job_step", {job: job.job});
+    const {envelope} = await call("job_step", {job: job.job});
     if (!envelope.ok || envelope.result.finished) return finish(envelope);
     self.postMessage({id: job.id, progress: envelope.result, io: envelope.io});
   } catch (error) {
@@ -138,6 +155,7 @@ function mount(given) {
   });
   pyodide.FS.mkdirTree(dir);
   pyodide.FS.mount(pyodide.FS.filesystems.WORKERFS, {blobs}, dir);
+  blobs.forEach(({name, data}) => files.set(`${dir}/${name}`, data));
   return given.map(({file, rel, folder}, i) => ({
     rel: rel || file.name, path: `${dir}/${blobs[i].name}`, size: file.size, folder: Boolean(folder)}));
 }
@@ -150,11 +168,13 @@ function mount(given) {
 async function probe(url) {
   const controller = new AbortController();
   try {
-    const response = await fetch(url, {headers: {Range: "bytes=0-0"}, cache: "no-store", signal: controller.signal});
+    // The first 64 KiB, not one byte: the header every reader starts with comes in this request.
+    const response = await fetch(url, {headers: {Range: `bytes=0-${HEAD_BYTES - 1}`}, cache: "no-store", signal: controller.signal});
     const seen = {status: response.status, reason: response.statusText, total: null};
     if (response.status === 206) {
       seen.total = rangeTotal(response.headers.get("Content-Range"));
-      await response.arrayBuffer();
+      heads.set(url, await response.arrayBuffer());
+      seen.head = true;
       if (seen.total === null) {
         // Content-Range hidden by CORS: Content-Length of a HEAD is always readable.
         const head = await fetch(url, {method: "HEAD", cache: "no-store"});
@@ -170,6 +190,33 @@ async function probe(url) {
   }
 }
 
+const HEAD_BYTES = 1 << 16;   // = tensorloupe.source.HEAD_BYTES
+
+// Python's vectored reads (web/blobs.py, web/remote.py): every slice or Range request started
+// together; Python waits for all of them in one suspension (run_sync).
+self.tensorloupeSlices = (path, ranges) => {
+  const file = files.get(path);
+  return Promise.all(ranges.map(([offset, n]) => file.slice(offset, offset + n).arrayBuffer()));
+};
+self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, last]) => {
+  const controller = new AbortController();
+  try {
+    const response = await fetch(url, {headers: {Range: `bytes=${first}-${last}`}, cache: "no-store", signal: controller.signal});
+    const answer = {status: response.status, reason: response.statusText,
+                    contentRange: response.headers.get("Content-Range"), data: null};
+    if (response.status === 206) answer.data = await response.arrayBuffer();
+    else controller.abort();   // never download a whole file that ignores Range
+    return answer;
+  } catch (error) {
+    return {error: String(error && error.message || error)};
+  }
+}));
+self.tensorloupeHead = (url) => {
+  const head = heads.get(url);
+  heads.delete(url);
+  return head;
+};
+
 function rangeTotal(header) {
   const match = /\/(\d+)\s*$/.exec(header || "");
   return match ? Number(match[1]) : null;
@@ -180,7 +227,8 @@ async function openUrls(id, args, op = "open_url") {
     const urls = [...(args.urls || []), ...(args.config ? [args.config] : [])];
     const seen = await Promise.all(urls.map(probe));
     const probes = Object.fromEntries(urls.map((url, i) => [url, seen[i]]));
-    reply(id, call(op, {...args, probes}).envelope);
+    reply(id, (await call(op, {...args, probes})).envelope);
+    for (const url of urls) heads.delete(url);
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }
@@ -193,7 +241,7 @@ async function openUrls(id, args, op = "open_url") {
 async function openHub(id, args) {
   const fail = (message) => reply(id, {ok: false, error: {kind: "UsageError", message}});
   try {
-    const planned = call("hub_plan", args).envelope;
+    const planned = (await call("hub_plan", args)).envelope;
     if (!planned.ok) return reply(id, planned);
     const plan = planned.result;
     if (!plan) return fail(`${args.text} is not a Hugging Face model name or URL`);
@@ -201,7 +249,8 @@ async function openHub(id, args) {
     if (plan.index) {
       const response = await fetch(plan.index, {cache: "no-store"}).catch(() => null);
       if (response && response.ok) {
-        const shards = call("hub_shards", {index: plan.index, text: await response.text()}).envelope;
+        const text = await response.text();
+        const shards = (await call("hub_shards", {index: plan.index, text})).envelope;
         if (!shards.ok) return reply(id, shards);
         urls = [plan.index, ...shards.result.urls];
       } else if (!plan.single) {
@@ -210,7 +259,7 @@ async function openHub(id, args) {
     }
     urls = urls || [plan.single];
     const config = (await probe(plan.config)).status === 206 ? plan.config : null;
-    return openUrls(id, {urls, config});
+    return await openUrls(id, {urls, config});
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
   }
@@ -225,28 +274,124 @@ function status(stage, message) {
   self.postMessage({type: "status", stage, message});
 }
 
+// --- boot: from a memory snapshot when one of this build is stored, else from scratch ----------
+//
+// Starting the interpreter costs ~4 s of CPU on every visit; a memory snapshot of it with the
+// library imported (pyodide's underscore API `_makeSnapshot` / `makeMemorySnapshot` /
+// `_loadSnapshot`, pinned version) restores in ~0.4 s. It is a cache: kept in IndexedDB under
+// the build's hash, made during a boot from scratch (before Python holds any JavaScript object,
+// which the snapshot cannot contain) and stored once Python is ready; a snapshot that fails to
+// restore, or one of another build, is replaced. `?snapshot=0` on this script's address boots
+// from scratch without one (tests, and bench/browser_open.py's cold figures).
+const SNAPSHOTS = new URL(self.location.href).searchParams.get("snapshot") !== "0";
+const DB = "tensorloupe-snapshots";
+
+function database() {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(DB, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore("snapshots");
+    open.onsuccess = () => resolve(open.result);
+    open.onerror = () => reject(open.error);
+  });
+}
+
+async function stored(action) {
+  const db = await database();
+  try {
+    return await new Promise((resolve, reject) => {
+      const tx = db.transaction("snapshots", "readwrite");
+      const request = action(tx.objectStore("snapshots"));
+      tx.oncomplete = () => resolve(request && request.result);
+      tx.onerror = () => reject(tx.error);
+    });
+  } finally {
+    db.close();
+  }
+}
+
+async function savedSnapshot() {
+  try {
+    const found = await stored((store) => store.get(BUILD));
+    return found instanceof ArrayBuffer || ArrayBuffer.isView(found) ? found : null;
+  } catch {
+    return null;   // no IndexedDB (private mode, quota): boot from scratch
+  }
+}
+
+async function saveSnapshot(bytes) {
+  try {
+    await stored((store) => { store.clear(); return store.put(bytes, BUILD); });   // one build kept
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// The library, unpacked from our wheel into site-packages by Python's zipfile (loadPackage would
+// leave JavaScript references the snapshot cannot hold). Also after a restore: the snapshot holds
+// the imported modules, not the files a later import reads.
+async function installWheel() {
+  const response = await fetch(new URL(`./${WHEEL}`, import.meta.url));
+  if (!response.ok) throw new Error(`the library (${WHEEL}) could not be loaded: ${response.status}`);
+  pyodide.FS.writeFile("/tmp/tensorloupe.whl", new Uint8Array(await response.arrayBuffer()));
+  pyodide.runPython(`
+import importlib, sysconfig, zipfile
+with zipfile.ZipFile("/tmp/tensorloupe.whl") as wheel:
+    wheel.extractall(sysconfig.get_paths()["purelib"])
+importlib.invalidate_caches()
+`);
+}
+
+// The message handlers and what they import, imported before the snapshot is taken. Not every
+// module: with all of them (architecture, tokenizers, compare, ...) the heap outgrew what
+// _loadSnapshot restores ("offset is out of bounds"); those are imported when first used.
+const PRELOAD = `
+import tensorloupe.web
+`;
+
 async function boot() {
   const started = performance.now();
   const timings = {};
+  const options = {
+    indexURL: new URL("./pyodide/", import.meta.url).href,
+    stdout: (text) => console.log(text),
+    stderr: (text) => console.warn(text),
+  };
   try {
     status("runtime", "Loading the Python runtime…");
     const {loadPyodide} = await import("./pyodide/pyodide.mjs");
-    pyodide = await loadPyodide({
-      indexURL: new URL("./pyodide/", import.meta.url).href,
-      stdout: (text) => console.log(text),
-      stderr: (text) => console.warn(text),
-    });
+    const saved = SNAPSHOTS ? await savedSnapshot() : null;
+    let snapshot = null;
+    timings.boot = "fresh";
+    if (saved) {
+      try {
+        pyodide = await loadPyodide({...options, _loadSnapshot: saved});
+        timings.boot = "snapshot";
+      } catch (error) {
+        console.warn(`the stored snapshot did not restore (${error && error.message || error}): booting from scratch`);
+        pyodide = null;
+      }
+    }
+    if (!pyodide) pyodide = await loadPyodide({...options, _makeSnapshot: SNAPSHOTS});
     timings.runtime_ms = performance.now() - started;
     status("library", "Loading tensorloupe…");
-    // By URL, from our origin: never a package name (a name not in the lock goes off-site).
-    await pyodide.loadPackage(new URL(`./${WHEEL}`, import.meta.url).href, {messageCallback: () => {}});
+    await installWheel();
+    if (timings.boot === "fresh" && SNAPSHOTS) {
+      pyodide.runPython(PRELOAD);
+      snapshot = pyodide.makeMemorySnapshot();
+    }
     dispatch = pyodide.pyimport("tensorloupe.web").dispatch;
-    const {envelope, buffers} = call("hello", {});
+    const {envelope, buffers} = await call("hello", {});
     JOBS = new Set(envelope.result.jobs);
     timings.ready_ms = performance.now() - started;
-    self.postMessage({type: "ready", info: {...envelope.result, build: BUILD}, palette: buffers[0], timings},
+    self.postMessage({type: "ready", info: {...envelope.result, build: BUILD, jspi: JSPI}, palette: buffers[0], timings},
                      [buffers[0].buffer]);
     schedule();
+    if (snapshot) {
+      // Stored after the page is answered: the next visit boots from it.
+      const saved = await saveSnapshot(snapshot);
+      self.postMessage({type: "snapshot", stored: saved, bytes: snapshot.byteLength});
+    }
   } catch (error) {
     self.postMessage({type: "fatal", message: `Python could not start: ${error && error.message || error}`});
   }

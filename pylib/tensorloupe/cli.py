@@ -209,8 +209,8 @@ def _config(args, files: list) -> beside.Found:
 
 
 def _emit(obj) -> None:
-    json.dump(obj, sys.stdout, indent=1, allow_nan=False)
-    sys.stdout.write("\n")
+    # One write: json.dump to a stream makes a write call per token (seconds for 40k tensors).
+    sys.stdout.write(json.dumps(obj, indent=1, allow_nan=False) + "\n")
 
 
 def run_inspect(args) -> int:

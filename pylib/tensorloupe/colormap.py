@@ -54,7 +54,9 @@ def indices(values, scale: float) -> bytes:
     `scale` is the magnitude shown at the ends of the gradient (values beyond it are clamped);
     with a zero or non-finite scale every finite value gets the colour of zero.
     """
-    values = [v if isinstance(v, float) else _as_float(v) for v in values]
+    values = values if isinstance(values, list) else list(values)
+    if set(map(type, values)) != {float}:   # (the type check runs at C speed)
+        values = [v if isinstance(v, float) else _as_float(v) for v in values]
     if not values:
         return b""
     k = CENTRE / scale if (scale > 0 and math.isfinite(scale)) else 0.0

@@ -10,18 +10,56 @@ import os
 import re
 
 from .errors import UnknownFormatError
-from .formats import safetensors
-from .formats.gguf import reader as gguf
-from .formats.pytorch import legacy as torch_legacy, tar as torch_tar, zip as torch_zip
 from .model import Checkpoint
 from .source import ByteSource
 
 HEAD_BYTES = 1024
 
-# The container readers in sniffing order. Each has FORMAT, EXTENSIONS (the names that mean "this
-# was meant to be that format"), sniff(head, size, name) and read(source).
-READERS = (safetensors, gguf, torch_zip, torch_legacy, torch_tar)
-EXTENSIONS = tuple(ext for reader in READERS for ext in reader.EXTENSIONS)
+
+# Readers are imported when their turn comes: a safetensors file never pays for importing the
+# torch and GGUF readers (a third of the CLI's start-up).
+def _safetensors():
+    from .formats import safetensors
+    return safetensors
+
+
+def _gguf():
+    from .formats.gguf import reader
+    return reader
+
+
+def _torch_zip():
+    from .formats.pytorch import zip as torch_zip
+    return torch_zip
+
+
+def _torch_legacy():
+    from .formats.pytorch import legacy
+    return legacy
+
+
+def _torch_tar():
+    from .formats.pytorch import tar
+    return tar
+
+
+# The container readers in sniffing order (each imported by its function). Each has FORMAT,
+# EXTENSIONS (the names that mean "this was meant to be that format"), sniff(head, size, name)
+# and read(source).
+READERS = (_safetensors, _gguf, _torch_zip, _torch_legacy, _torch_tar)
+
+
+def extensions() -> tuple[str, ...]:
+    """Every reader's file extensions, in order (imports all the readers)."""
+    return tuple(ext for load in READERS for ext in load().EXTENSIONS)
+
+
+def __getattr__(name: str):
+    # detect.EXTENSIONS stays a module attribute (PEP 562) but only callers that list file types
+    # pay for importing every reader.
+    if name == "EXTENSIONS":
+        return extensions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"
                          rb"(?:.*\n)*?size (\d+)", re.MULTILINE)
@@ -31,16 +69,18 @@ HTML_START = (b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")
 def read(source: ByteSource) -> Checkpoint:
     head = source.read(0, min(HEAD_BYTES, source.size))
     _refuse_impostors(source, head)
-    for reader in READERS:
+    for load in READERS:
+        reader = load()
         if reader.sniff(head, source.size, source.name):
             return reader.read(source)
     extension = os.path.splitext(source.name)[1].lower()
-    for reader in READERS:
+    for load in READERS:
+        reader = load()
         if extension in reader.EXTENSIONS:
             # Nothing matched, but the name says what it should be: let that reader say what is wrong.
             return reader.read(source)
     raise UnknownFormatError(
-        f"this is not a checkpoint tensorloupe can read ({', '.join(EXTENSIONS)})",
+        f"this is not a checkpoint tensorloupe can read ({', '.join(extensions())})",
         file=source.name, found=f"first bytes {head[:16].hex(' ')}")
 
 

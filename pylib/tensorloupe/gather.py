@@ -4,11 +4,18 @@ Every read costs ~1-1.5 ms in the browser whatever its size, so element position
 block ranges, neighbouring ranges are merged while the gap between them is small, and each merged
 range is one read. Quantized blocks are decoded only where a requested element lies in them, each
 block once per call.
+
+Every read a call plans is issued together (`ByteSource.read_many`, in batches of at most
+BATCH_BYTES), so the browser and HTTP sources can have them all in flight at once; the ranges are
+the same ones a read-at-a-time loop would make.
 """
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_left
+from itertools import islice
+from typing import Iterable, Iterator
 
 from .dtypes import DType
 from .errors import UnsupportedError
@@ -19,6 +26,9 @@ from .model import Tensor
 GAP_BYTES = 64 << 10
 # Never ask a source for more than this in one read (wasm memory, and to keep progress responsive).
 MAX_READ_BYTES = 16 << 20
+# Bytes held at once by one batch of reads issued together (read-ahead of exact statistics, the
+# rows of a lattice): enough to keep every read of a view in one batch, bounded for wasm memory.
+BATCH_BYTES = 32 << 20
 
 
 def dtype_of(tensor: Tensor) -> DType:
@@ -50,46 +60,140 @@ def gather(tensor: Tensor, positions: list[int]) -> list:
     if not positions:
         return []
     info = dtype_of(tensor)
+    if info.block_elems == 1 and all(map(operator.le, positions, islice(positions, 1, None))):
+        return _gather_ascending(tensor, info, positions)
     be, bb = info.block_elems, info.block_bytes
     wanted_blocks = sorted({p // be for p in positions})
     decoded: dict[int, list] = {}
-    for first, last in _runs(wanted_blocks, bb):
-        data = tensor.source.read_data(tensor.offset + first * bb, (last - first + 1) * bb)
+    runs = list(_runs(wanted_blocks, bb))
+    ranges = [(tensor.offset + first * bb, (last - first + 1) * bb) for first, last in runs]
+    for (first, last), data in zip(runs, read_batched(tensor.source, ranges)):
+        lo = bisect_left(wanted_blocks, first)
+        hi = bisect_left(wanted_blocks, last + 1)
         if info.kind != "quant":
             # Plain dtypes decode at C speed: decode the whole run, slice out the blocks we need.
             values = info.decode(data, tensor.big_endian)
-            lo = bisect_left(wanted_blocks, first)
-            hi = bisect_left(wanted_blocks, last + 1)
             for block in wanted_blocks[lo:hi]:
                 start = (block - first) * be
                 decoded[block] = values[start:start + be]
         else:
             view = memoryview(data)
-            lo = bisect_left(wanted_blocks, first)
-            hi = bisect_left(wanted_blocks, last + 1)
             for block in wanted_blocks[lo:hi]:
                 start = (block - first) * bb
                 decoded[block] = info.decode(view[start:start + bb], tensor.big_endian)
     return [decoded[p // be][p % be] for p in positions]
 
 
+def _gather_ascending(tensor: Tensor, info, positions: list[int]) -> list:
+    """`gather` for one-element blocks at ascending positions (a heatmap lattice): the same runs
+    as `_runs`, found and sliced at C speed, and only the elements asked for are decoded (a
+    lattice row picks every 16th element of the row it reads)."""
+    bb = info.block_bytes
+    limit = GAP_BYTES // bb + 1      # a step of more elements than this starts a new read
+    steps = map(operator.sub, islice(positions, 1, None), positions)
+    breaks = [0] + [i for i, d in enumerate(steps, 1) if d > limit] + [len(positions)]
+    runs = []
+    max_blocks = max(1, MAX_READ_BYTES // bb)
+    for lo, hi in zip(breaks, breaks[1:]):
+        while positions[hi - 1] - positions[lo] >= max_blocks:   # rare: runs over 16 MiB
+            cut = bisect_left(positions, positions[lo] + max_blocks, lo, hi)
+            runs.append((lo, cut))
+            lo = cut
+        runs.append((lo, hi))
+    ranges = [(tensor.offset + positions[lo] * bb, (positions[hi - 1] - positions[lo] + 1) * bb)
+              for lo, hi in runs]
+    out: list = []
+    for (lo, hi), data in zip(runs, read_batched(tensor.source, ranges)):
+        first, n = positions[lo], hi - lo
+        step = positions[lo + 1] - first if n > 1 else 1
+        if step > 0 and positions[lo:hi] == list(range(first, positions[hi - 1] + 1, step)):
+            if step > 1:  # evenly spaced: keep the bytes of the picked elements only
+                picked = bytearray(n * bb)
+                for k in range(bb):
+                    picked[k::bb] = data[k::step * bb]
+                data = bytes(picked)
+            out += info.decode(data, tensor.big_endian)
+        else:
+            values = info.decode(data, tensor.big_endian)
+            out += [values[p - first] for p in positions[lo:hi]]
+    return out
+
+
 def gather_range(tensor: Tensor, start: int, count: int) -> list:
     """`count` consecutive logical elements from `start`, as few reads as the bytes allow."""
+    return next(gather_windows([(tensor, start, count)]))
+
+
+def gather_windows(windows: Iterable[tuple[Tensor, int, int]],
+                   batch_bytes: int = BATCH_BYTES) -> Iterator[list]:
+    """The values of each (tensor, start, count) window in turn, like `gather_range` on each.
+
+    Windows are read ahead in batches of up to `batch_bytes`: one `read_many` per source per
+    batch, so a sample's 32 windows, an expert's signature or the next chunks of an exact
+    statistic are all in flight together. Values are decoded one window at a time as they are
+    taken (a batch holds bytes, not millions of decoded floats)."""
+    batch: list = []
+    held = 0
+    for window in windows:
+        plan = _plan(*window)
+        size = sum(n for _, n in plan[-1]) if plan[-1] else 0
+        if batch and held + size > batch_bytes:
+            yield from _read_plans(batch)
+            batch, held = [], 0
+        batch.append(plan)
+        held += size
+    yield from _read_plans(batch)
+
+
+def _plan(tensor: Tensor, start: int, count: int):
+    """(tensor, start, count, first block, byte ranges); no ranges for an empty window, and None
+    for a strided window (read by `gather` on its own)."""
     if count <= 0:
-        return []
+        return tensor, start, count, 0, []
     if not tensor.contiguous:
-        return gather(tensor, storage_positions(tensor, range(start, start + count)))
+        return tensor, start, count, 0, None
     info = dtype_of(tensor)
     be, bb = info.block_elems, info.block_bytes
     first, last = start // be, (start + count - 1) // be
-    values: list = []
     blocks_per_read = max(1, MAX_READ_BYTES // bb)
-    for block in range(first, last + 1, blocks_per_read):
-        n = min(blocks_per_read, last + 1 - block)
-        data = tensor.source.read_data(tensor.offset + block * bb, n * bb)
-        values += info.decode(data, tensor.big_endian)
-    skip = start - first * be
-    return values[skip:skip + count]
+    ranges = [(tensor.offset + block * bb, min(blocks_per_read, last + 1 - block) * bb)
+              for block in range(first, last + 1, blocks_per_read)]
+    return tensor, start, count, first, ranges
+
+
+def _read_plans(plans: list) -> Iterator[list]:
+    by_source: dict[int, tuple] = {}
+    for tensor, *_, ranges in plans:
+        if ranges:
+            by_source.setdefault(id(tensor.source), (tensor.source, []))[1].extend(ranges)
+    data = {key: iter(source.read_many(ranges)) for key, (source, ranges) in by_source.items()}
+    for tensor, start, count, first, ranges in plans:
+        if ranges is None:
+            yield gather(tensor, storage_positions(tensor, range(start, start + count)))
+            continue
+        if not ranges:
+            yield []
+            continue
+        info = dtype_of(tensor)
+        chunks = data[id(tensor.source)]
+        values: list = []
+        for _ in ranges:
+            values += info.decode(next(chunks), tensor.big_endian)
+        skip = start - first * info.block_elems
+        yield values[skip:skip + count]
+
+
+def read_batched(source, ranges: list[tuple[int, int]], batch_bytes: int = BATCH_BYTES) -> Iterator[bytes]:
+    """`source.read_many` over consecutive batches of at most `batch_bytes` (one range may exceed
+    it alone), yielding each range's bytes in order."""
+    start, held = 0, 0
+    for i, (_, n) in enumerate(ranges):
+        if i > start and held + n > batch_bytes:
+            yield from source.read_many(ranges[start:i])
+            start, held = i, 0
+        held += n
+    if start < len(ranges):
+        yield from source.read_many(ranges[start:])
 
 
 def _runs(blocks: list[int], block_bytes: int):

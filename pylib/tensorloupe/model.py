@@ -161,7 +161,13 @@ class Checkpoint:
                     self.warnings.append(f"tensor {t.name!r}: {t.problem}")
 
     def bytes_read(self) -> int:
+        """Bytes read from the file(s) (what a read costs)."""
         return sum(s.root().bytes_read for s in self.sources)
+
+    def bytes_asked(self) -> int:
+        """Bytes asked of the checkpoint's sources: bytes_read plus those its block caches
+        served (a plan's exact byte count; bytes_read may be less)."""
+        return sum(s.bytes_read for s in self.sources)
 
     def reads(self) -> int:
         return sum(s.root().reads for s in self.sources)

@@ -28,7 +28,8 @@ from typing import Callable, Iterator
 
 from .dtypes import to_float
 from .errors import Cancelled, UsageError
-from .gather import dtype_of, gather_range
+from .gather import dtype_of, gather_windows
+from .gram import cosine_rows
 from .model import Checkpoint, Tensor
 from .moe import MoE, MoELayer, detect
 from .sample import plan_windows
@@ -172,8 +173,8 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix):
         matrices = _common_leaves(layer)
         experts = sorted(layer.experts)
         signatures = []
-        for expert in experts:
-            signatures.append(_signature(checkpoint, layer, expert, matrices, samples_per_matrix))
+        for signature in _signatures(checkpoint, layer, experts, matrices, samples_per_matrix):
+            signatures.append(signature)
             done += 1
             yield done, total, so_far()
         similarity = None
@@ -268,17 +269,30 @@ def _expert_numel(checkpoint, layer, expert, matrices) -> int:
 
 def _windows(tensor: Tensor, samples: int) -> tuple[int, list[tuple[int, int]]]:
     """The element windows a signature reads from one matrix, block-aligned, at the same
-    positions in every expert (what `_signature` reads and `cost` counts); and the block size."""
+    positions in every expert (what `_signatures` reads and `cost` counts); and the block size."""
     block = dtype_of(tensor).block_elems if tensor.contiguous else 1
     return block, plan_windows(tensor.numel, samples, block, SIGNATURE_WINDOWS)
 
 
-def _signature(checkpoint, layer, expert, matrices, samples) -> list[float]:
-    out: list = []
-    for leaf in matrices:
-        t = expert_tensor(checkpoint, layer, expert, leaf)
-        for start, count in _windows(t, samples)[1]:
-            out += gather_range(t, start, count)
+def _signatures(checkpoint, layer, experts, matrices, samples) -> Iterator[list[float]]:
+    """Each expert's signature in turn; the windows of a layer's experts are read together
+    (gather_windows batches them into a few vectored reads)."""
+    windows, per_expert = [], []
+    for expert in experts:
+        before = len(windows)
+        for leaf in matrices:
+            t = expert_tensor(checkpoint, layer, expert, leaf)
+            windows += [(t, start, count) for start, count in _windows(t, samples)[1]]
+        per_expert.append(len(windows) - before)
+    values = gather_windows(windows)
+    for count in per_expert:
+        out: list = []
+        for _ in range(count):
+            out += next(values)
+        yield _clean(out)
+
+
+def _clean(out: list) -> list[float]:
     if out and not isinstance(out[0], float):
         out = [to_float(v) for v in out]
     if not math.isfinite(sum(out)):
@@ -302,20 +316,10 @@ def _dot(a: list[float], b: list[float]) -> float:
 
 
 def _similarity_rows(signatures: list[list[float]]) -> Iterator[list[list[float]]]:
-    """Cosine similarity of every pair: experts x experts dot products of unit signatures.
-
-    Yields the matrix after each row is complete (the last yield is the whole matrix), so that
-    callers can stop between rows."""
-    units = []
-    for s in signatures:
-        norm = math.sqrt(_dot(s, s))
-        units.append([v / norm for v in s] if norm else [0.0] * len(s))
-    n = len(units)
-    matrix = [[1.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            matrix[i][j] = matrix[j][i] = max(-1.0, min(1.0, _dot(units[i], units[j])))
-        yield matrix
+    """Cosine similarity of every pair (gram.py: fixed point, exact integer products). Yields the
+    matrix after each row is complete (the last yield is the whole matrix), so that callers can
+    stop between rows."""
+    return cosine_rows(signatures)
 
 
 def _tie(value: float) -> float:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .errors import Cancelled, UsageError
-from .gather import dtype_of, gather, gather_range
+from .gather import dtype_of, gather, gather_range, gather_windows
 from .model import Tensor
 from .jsonable import json_number
 from .stats import Binner, Histogram, Stats, compute, finite_floats, histogram, merge
@@ -65,8 +65,8 @@ def sample(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> Sample:
     info = dtype_of(tensor)
     windows = plan_windows(tensor.numel, max_samples, info.block_elems if tensor.contiguous else 1)
     values: list = []
-    for start, count in windows:
-        values += gather_range(tensor, start, count)
+    for part in gather_windows((tensor, start, count) for start, count in windows):
+        values += part
     return Sample(values, compute(values), windows, tensor.numel)
 
 
@@ -83,8 +83,11 @@ def _chunks(tensor: Tensor, chunk_elems: int) -> Iterator[tuple[int, int, list]]
     info = dtype_of(tensor)
     chunk = max(info.block_elems, chunk_elems // info.block_elems * info.block_elems)
     total = tensor.numel
-    for start in range(0, total, chunk):
-        yield min(start + chunk, total), total, gather_range(tensor, start, min(chunk, total - start))
+    starts = range(0, total, chunk)
+    # The next chunks are read ahead, together (gather.BATCH_BYTES at a time).
+    parts = gather_windows((tensor, start, min(chunk, total - start)) for start in starts)
+    for start, values in zip(starts, parts):
+        yield min(start + chunk, total), total, values
 
 
 def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Iterator[tuple[int, int, Stats]]:
@@ -146,11 +149,13 @@ class Grid:
 
     @property
     def amax(self) -> float:
-        finite = [abs(v) for v in self.floats() if math.isfinite(v)]
-        return max(finite) if finite else 0.0
+        return max(map(abs, filter(math.isfinite, self.floats())), default=0.0)
 
     def floats(self) -> list[float]:
-        return [abs(v) if isinstance(v, complex) else float(v) for v in self.values]
+        # One type per tensor: convert at C speed (complex values show their magnitude).
+        if self.values and isinstance(self.values[0], complex):
+            return [abs(v) for v in self.values]
+        return list(map(float, self.values))
 
     def at(self, r: int, c: int):
         return self.values[r * self.cols + c]
@@ -228,7 +233,12 @@ def grid(tensor: Tensor, rows: int = 256, cols: int = 256,
     if rows < 1 or cols < 1:
         raise UsageError("a grid needs at least one row and one column")
     row_index, col_index = lattice(r0, r1, rows), lattice(c0, c1, cols)
-    positions = [view.position(r, c) for r in row_index for c in col_index]
+    if view.unravel_cols is None:   # linear in r and c: add row and column offsets
+        across = [c * view.steps[1] for c in col_index]
+        positions = [start + o for start in (view.base + r * view.steps[0] for r in row_index)
+                     for o in across]
+    else:
+        positions = [view.position(r, c) for r in row_index for c in col_index]
     cells = gather(tensor, positions)
     exact = len(row_index) == r1 - r0 and len(col_index) == c1 - c0
     return Grid(len(row_index), len(col_index), cells, row_index, col_index, (height, width), exact)

@@ -29,6 +29,7 @@ from typing import Callable, NamedTuple
 from . import detect
 from .errors import ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
 from .model import Checkpoint, Tensor
+from .parallel import MAX_WORKERS, map_parallel
 from .source import ByteSource
 from .formats import safetensors
 from .formats.gguf import reader as gguf
@@ -57,12 +58,9 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
         if len(indexes) > 1:
             raise UsageError("more than one index file was given",
                              found=", ".join(s.name for s in indexes))
-        parts = []
-        for source in files:
-            try:
-                parts.append(detect.read(source))
-            except TensorloupeError as e:
-                raise e.located(file=source.name)
+        # Remote parts are opened side by side: each header is a round trip or two of waiting.
+        workers = MAX_WORKERS if any(s.root().waits for s in files) else 1
+        parts = map_parallel(_read_part, files, workers)
         formats = sorted({p.format for p in parts})
         if len(formats) > 1:
             raise FormatError("the files are not shards of one checkpoint: they are of different "
@@ -78,6 +76,13 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
         for source in sources:
             source.close()
         raise
+
+
+def _read_part(source: ByteSource) -> Checkpoint:
+    try:
+        return detect.read(source)
+    except TensorloupeError as e:
+        raise e.located(file=source.name)
 
 
 # --- split GGUF -------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ class ByteSource:
 
     name: str = "<source>"
     size: int = 0
+    waits = False   # each read waits on a network: worth issuing side by side with others
 
     def __init__(self) -> None:
         self.reads = 0
@@ -53,10 +54,32 @@ class ByteSource:
         layers pass them straight through instead of rounding them up to blocks."""
         return self.read(offset, n)
 
+    def read_many(self, ranges) -> list[bytes]:
+        """Several planned data reads at once: exactly `[read_data(o, n) for o, n in ranges]`.
+
+        Sources where a read waits on something (a server, the browser's File API) issue them
+        together; the ranges are never merged or split into more bytes than asked for."""
+        ranges = [(int(o), int(n)) for o, n in ranges]
+        for o, n in ranges:
+            if n < 0 or o < 0 or o + n > self.size:
+                self.read(o, n)  # raises the single read's error
+        return self._read_many(ranges)
+
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Valid ranges inside the source; the default reads them one at a time."""
+        return [self.read_data(o, n) for o, n in ranges]
+
     def _count(self, data: bytes) -> bytes:
         self.reads += 1
         self.bytes_read += len(data)
         return data
+
+    def _count_each(self, datas: list[bytes]) -> list[bytes]:
+        """Count a layer's vectored reads like its single reads (an empty read is no read)."""
+        for data in datas:
+            if data:
+                self._count(data)
+        return datas
 
     def root(self) -> "ByteSource":
         """The source that really does I/O (what bytes-read counters should be taken from)."""
@@ -152,21 +175,43 @@ class CachedSource(ByteSource):
         return self.inner.known_file_offset(offset)
 
     def read_data(self, offset: int, n: int) -> bytes:
-        # Bytes the header reads already brought in (a small file's first block holds its tensors
-        # too) are not read, nor counted, a second time.
-        cached = self._cached(offset, n)
-        return self._count(cached if cached is not None else self.inner.read_data(offset, n))
+        if n <= 0 or offset + n > self.size:
+            return self.read(offset, n)  # the single read's answer or error
+        return self._count(self._planned([(offset, n)])[0])
 
-    def _cached(self, offset: int, n: int) -> bytes | None:
-        """[offset, offset + n) from cached blocks, if every block it touches is cached."""
-        if n <= 0 or offset < 0 or offset + n > self.size:
-            return None
-        bs = self.block_size
-        first, last = offset // bs, (offset + n - 1) // bs
-        if any(i not in self._blocks for i in range(first, last + 1)):
-            return None
-        joined = b"".join(self._blocks[i] for i in range(first, last + 1))
-        return joined[offset - first * bs:offset - first * bs + n]
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        return self._count_each(self._planned(ranges))
+
+    def _planned(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Planned data reads: bytes in cached blocks come from the cache, and only the missing
+        parts are fetched, all in one vectored read, exactly as asked (never rounded up to blocks,
+        and never cached: the sampler's ranges would evict the header's blocks)."""
+        bs, blocks = self.block_size, self._blocks
+        plans: list[list] = []      # per range: bytes from the cache, or [start, end) to fetch
+        missing: list[tuple[int, int]] = []
+        for offset, n in ranges:
+            plan: list = []
+            position, end = offset, offset + n
+            while blocks and position < end:
+                index = position // bs
+                stop = min(end, (index + 1) * bs)
+                block = blocks.get(index)
+                if block is not None:
+                    blocks.move_to_end(index)
+                    self.hits += 1
+                    plan.append(block[position - index * bs:stop - index * bs])
+                elif plan and isinstance(plan[-1], list):
+                    plan[-1][1] = stop
+                else:
+                    plan.append([position, stop])
+                position = stop
+            if not blocks and n:
+                plan = [[offset, end]]
+            plans.append(plan)
+            missing += [(p[0], p[1] - p[0]) for p in plan if isinstance(p, list)]
+        fetched = iter(self.inner.read_many(missing))
+        return [b"".join(next(fetched) if isinstance(p, list) else p for p in plan)
+                for plan in plans]
 
     def _read(self, offset: int, n: int) -> bytes:
         bs = self.block_size
@@ -239,6 +284,10 @@ class SliceSource(ByteSource):
             return self.read(offset, n)  # raises the truncation error with this slice's numbers
         return self._count(self.inner.read_data(self.base + offset, n))
 
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        shifted = [(self.base + o, n) for o, n in ranges]
+        return self._count_each(self.inner.read_many(shifted))
+
 
 class SourceFile(io.RawIOBase):
     """A read-only, seekable file object over a source, for stdlib readers (zipfile, tarfile)."""
@@ -272,6 +321,11 @@ class SourceFile(io.RawIOBase):
         return n
 
 
+# HttpSource's first request: the bytes every reader starts with (a safetensors header, a GGUF
+# metadata block, a ZIP's first records), instead of a 1-byte probe followed by a second request.
+HEAD_BYTES = 1 << 16
+
+
 class HttpSource(ByteSource):
     """A file on a web server, read by HTTP Range requests (CPython: http.client).
 
@@ -284,6 +338,8 @@ class HttpSource(ByteSource):
     interface.
     """
 
+    waits = True
+
     def __init__(self, url: str, name: str | None = None, timeout: float = 10.0,
                  follow_redirects: bool = False):
         super().__init__()
@@ -292,15 +348,23 @@ class HttpSource(ByteSource):
         self.timeout = timeout
         self.follow_redirects = follow_redirects
         self.redirected_to: str | None = None
-        first, total = self._range(0, 1, probing=True)
+        self._pool = None
+        # The first request brings the header bytes (what every reader reads first), not 1 byte.
+        first, total = self._range(0, HEAD_BYTES, probing=True)
         self.size = total
         self._first = first
+        self._head = self._count(first[:HEAD_BYTES]) if first else b""
 
-    def _range(self, offset: int, n: int, probing: bool = False) -> tuple[bytes, int]:
+    def _range(self, offset: int, n: int, probing: bool = False,
+               exchange=None) -> tuple[bytes, int]:
+        """Range request(s) for bytes offset..offset+n-1 under one deadline, redirects followed
+        as allowed, the reply checked; `exchange` is the transport (default: a fresh connection;
+        a vectored read passes its pool's kept connections)."""
         deadline = Deadline(self.timeout, n)
+        exchange = exchange or self._exchange
         url = self.url
         for _ in range(MAX_REDIRECTS + 1):
-            status, reason, headers, body = self._exchange(url, offset, n, deadline)
+            status, reason, headers, body = exchange(url, offset, n, deadline)
             if status in REDIRECTS and headers.get("Location"):
                 url = redirect_target(self.name, url, headers["Location"], self.follow_redirects)
                 self.redirected_to = url
@@ -316,37 +380,51 @@ class HttpSource(ByteSource):
                          file=self.name)
 
     def _exchange(self, url: str, offset: int, n: int, deadline: Deadline):
-        """One request and its reply: (status, reason, headers, at most n + 1 body bytes)."""
+        """One request on a connection of its own: (status, reason, headers, body)."""
         import http.client
-        from urllib.parse import urlsplit
-        parts = urlsplit(url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        from .http_pool import exchange, failed, new_connection
         connection = None
         try:
-            connection = cls(parts.netloc, timeout=max(0.01, min(CONNECT_SECONDS, deadline.left())))
-            with deadline.watch(connection):
-                connection.connect()
-                connection.request("GET", target, headers={
-                    "Range": f"bytes={offset}-{offset + n - 1}", "Accept-Encoding": "identity"})
-                response = connection.getresponse()
-                # Never read a 200 (the whole file), and never more than one byte past the range.
-                body = response.read(n + 1) if response.status == 206 else b""
-            if deadline.passed():
-                raise too_slow(self.name, url, deadline)
-            return response.status, response.reason, response.headers, body
+            connection = new_connection(url, deadline)
+            status, reason, headers, body, _ = exchange(connection, url, offset, n, deadline)
         except (OSError, http.client.HTTPException, ValueError) as e:
-            if deadline.passed():
-                raise too_slow(self.name, url, deadline) from e
-            raise UsageError(f"cannot fetch {url}: {getattr(e, 'strerror', None) or e!r}",
-                             file=self.name) from e
+            raise failed(self.name, url, e, deadline) from e
         finally:
             if connection is not None:
                 connection.close()
+        if deadline.passed():
+            raise too_slow(self.name, url, deadline)
+        return status, reason, headers, body
 
     def _read(self, offset: int, n: int) -> bytes:
-        data, _ = self._range(offset, n)
-        return self._count(data[:n])
+        known = self._head[offset:offset + n]  # fetched (and counted) by the first request
+        if len(known) == n:
+            return known
+        data, _ = self._range(offset + len(known), n - len(known))
+        return known + self._count(data[:n - len(known)])
+
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Concurrent Range requests over a few keep-alive connections (http_pool), each checked,
+        redirected and timed as a single read's; ranges that touch are one request, each request
+        is one counted read."""
+        from .http_pool import ConnectionPool, merge_touching
+        out = [self._head[o:o + n] if o + n <= len(self._head) else b"" for o, n in ranges]
+        wanted = [i for i, (o, n) in enumerate(ranges) if n and o + n > len(self._head)]
+        requests = merge_touching([ranges[i] for i in wanted])
+        if self._pool is None:
+            self._pool = ConnectionPool(self.name)
+        pool = self._pool
+        bodies = pool.map(lambda r: self._range(r[0], r[1], exchange=pool.exchange)[0], requests)
+        for (offset, length, members), body in zip(requests, bodies):
+            self._count(body)
+            for k in members:
+                o, n = ranges[wanted[k]]
+                out[wanted[k]] = body[o - offset:o - offset + n]
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
 
 
 def url_name(url: str) -> str:

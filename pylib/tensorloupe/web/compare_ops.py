@@ -19,7 +19,7 @@ from ..compare.match import match
 from ..compare.views import histograms, tiles
 from ..errors import TensorloupeError, UsageError
 from ..sample import Grid, View
-from . import remote
+from . import blobs, remote
 from .jobs import Job
 from .views import MAX_GRID, heatmap_reply
 
@@ -64,7 +64,8 @@ class CompareOps:
         paths = list(args.get("paths") or [])
         if not paths:
             raise UsageError("no file was given to compare with")
-        return self._adopt_other(open_checkpoint(paths if len(paths) > 1 else paths[0]))
+        # Mounted browser Files: vectored reads are all their slices at once (web/blobs.py).
+        return self._adopt_other(open_checkpoint(blobs.open_target(paths if len(paths) > 1 else paths[0])))
 
     def op_compare_open_url(self, args):
         """B from URLs; `probes` are the worker's first answers (remote.py), as for op_open_url."""

@@ -22,7 +22,7 @@ from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
 from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
-from . import files, hub, remote
+from . import blobs, files, hub, remote
 from .jobs import Job, Jobs
 from .compare_ops import CompareOps
 from .health_ops import HealthOps
@@ -63,7 +63,10 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         ckpt = self.checkpoint
         if ckpt is None:
             return None
-        return {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads(), "size": ckpt.size}
+        # batches: vectored reads served all at once (JSPI; 0 where reads go one at a time)
+        batches = sum(getattr(s.root(), "batches", 0) for s in ckpt.sources)
+        return {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads(), "size": ckpt.size,
+                "batches": batches}
 
     def current(self) -> Checkpoint:
         if self.checkpoint is None:
@@ -94,11 +97,13 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         """One file (`path`) or the files of one checkpoint (`paths`: shards, index), with the
         model's config.json (`config`) if it was given too."""
         config = self._config(args.get("config"), files.load_config)
+        # Mounted browser Files: vectored reads are all their slices at once (web/blobs.py).
         if "paths" in args:
             paths = list(args["paths"])
-            return self._adopt(open_checkpoint(paths), *config, args.get("config"), paths)
-        return self._adopt(open_checkpoint(args["path"], name=args.get("name")), *config,
-                           args.get("config"), [args["path"]])
+            return self._adopt(open_checkpoint(blobs.open_target(paths)), *config, args.get("config"),
+                               paths)
+        return self._adopt(open_checkpoint(blobs.open_target(args["path"], args.get("name"))),
+                           *config, args.get("config"), [args["path"]])
 
     def op_open_url(self, args):
         """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py)."""

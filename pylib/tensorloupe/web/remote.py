@@ -26,8 +26,10 @@ from ..errors import FormatError, LimitError, UsageError
 from ..source import ByteSource, CachedSource, http_failed, range_refused, url_name
 from .files import MAX_CONFIG_BYTES, parse_config
 
-# Remote reads cost a round trip each: fewer, larger blocks than for local files.
-BLOCK_SIZE = 1 << 18
+# The probe brings the first 64 KiB (web/worker.mjs), and block 0 is exactly those bytes: a
+# header that fits in them costs no further request (256 KiB blocks made every shard of a set
+# fetch 192 KiB more). Longer headers are read in runs of missing blocks, one request per run.
+BLOCK_SIZE = 1 << 16
 CACHE_BYTES = 32 << 20
 CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 STATUS_EMPTY = 416      # Range Not Satisfiable: for bytes=0-0, an empty file
@@ -46,6 +48,8 @@ class NetworkFailure(Exception):
 
 
 Transport = Callable[[str, int, int], Reply]
+# (url, [(first, last), ...]) -> a Reply (or the NetworkFailure) per range, or None if unavailable
+Many = Callable[[str, list[tuple[int, int]]], "list | None"]
 
 
 def unreachable(url: str, detail: str = "") -> UsageError:
@@ -59,11 +63,14 @@ class XhrSource(ByteSource):
     """A URL read by Range requests, given the worker's probe of it (see the module docstring)."""
 
     def __init__(self, url: str, probe: dict, name: str | None = None,
-                 transport: Transport | None = None):
+                 transport: Transport | None = None, many: Many | None = None):
         super().__init__()
         self.url = url
         self.name = name or url_name(url)
         self._transport = transport or xhr_range
+        self._many = many or fetch_ranges
+        self._head = b""
+        self.batches = 0     # vectored reads served all at once (what tests check)
         if probe.get("error") is not None:
             raise unreachable(url, str(probe["error"]))
         status = int(probe.get("status", 0))
@@ -80,12 +87,44 @@ class XhrSource(ByteSource):
             raise range_refused(self.name, status)
         else:
             raise http_failed(self.name, status, str(probe.get("reason") or ""))
+        head = probe.get("head")
+        if head is True:      # the worker kept the probe's bytes (web/worker.mjs)
+            head = js_head(url)
+        if isinstance(head, (bytes, bytearray)) and head and status == 206:
+            # The probe's bytes (the header every reader reads first), counted as one read.
+            self._head = self._count(bytes(head[:self.size]))
 
     def _read(self, offset: int, n: int) -> bytes:
+        known = self._head[offset:offset + n]
+        if len(known) == n:
+            return known
         try:
-            reply = self._transport(self.url, offset, offset + n - 1)
+            reply = self._transport(self.url, offset + len(known), offset + n - 1)
         except NetworkFailure as e:
             raise unreachable(self.url, str(e)) from e
+        return known + self._checked(reply, offset + len(known), n - len(known))
+
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Every range not in the probe's bytes fetched at once (the browser's concurrent
+        fetches, awaited in one suspension), or one at a time where JSPI is not available."""
+        out = [self._head[o:o + n] for o, n in ranges]
+        wanted = [i for i, (o, n) in enumerate(ranges) if len(out[i]) != n]
+        asked = [(ranges[i][0], ranges[i][0] + ranges[i][1] - 1) for i in wanted]
+        replies = self._many(self.url, asked) if len(asked) > 1 else None
+        if replies is None:
+            return super()._read_many(ranges)
+        self.batches += 1
+        for i, (first, _), reply in zip(wanted, asked, replies):
+            if isinstance(reply, NetworkFailure):
+                raise unreachable(self.url, str(reply))
+            out[i] = self._checked(reply, first, ranges[i][1])
+            if len(out[i]) != ranges[i][1]:
+                raise FormatError("the server sent fewer bytes than the range asked for",
+                                  file=self.name, offset=first, expected=f"{ranges[i][1]} bytes",
+                                  found=f"{len(out[i])} bytes")
+        return out
+
+    def _checked(self, reply: Reply, offset: int, n: int) -> bytes:
         if reply.status != 206:
             if 200 <= reply.status < 300:
                 raise range_refused(self.name, reply.status)
@@ -100,8 +139,9 @@ class XhrSource(ByteSource):
         return self._count(reply.data[:n])
 
 
-def open_url(url: str, probe: dict, transport: Transport | None = None) -> ByteSource:
-    return CachedSource(XhrSource(url, probe, transport=transport), BLOCK_SIZE, CACHE_BYTES)
+def open_url(url: str, probe: dict, transport: Transport | None = None,
+             many: Many | None = None) -> ByteSource:
+    return CachedSource(XhrSource(url, probe, transport=transport, many=many), BLOCK_SIZE, CACHE_BYTES)
 
 
 def read_config(url: str, probe: dict, transport: Transport | None = None) -> dict:
@@ -132,3 +172,35 @@ def xhr_range(url: str, first: int, last: int) -> Reply:
     return Reply(int(xhr.status), str(xhr.statusText or ""),
                  content_range if isinstance(content_range, str) else None,
                  body.to_bytes() if hasattr(body, "to_bytes") else b"")
+
+
+def fetch_ranges(url: str, ranges: list[tuple[int, int]]) -> list | None:
+    """Every Range request at once (`tensorloupeRanges` in web/worker.mjs: concurrent fetches,
+    within the browser's per-host limit), awaited in one suspension; None where this call stack
+    cannot suspend (no JSPI)."""
+    try:
+        from pyodide.ffi import can_run_sync, run_sync, to_js
+    except ImportError:       # CPython
+        return None
+    if not can_run_sync():
+        return None
+    import js
+    answers = run_sync(js.tensorloupeRanges(url, to_js([[a, b] for a, b in ranges])))
+    out = []
+    for answer in answers:
+        error = getattr(answer, "error", None)
+        if error:
+            out.append(NetworkFailure(str(error)))
+            continue
+        content_range = answer.contentRange
+        out.append(Reply(int(answer.status), str(answer.reason or ""),
+                         content_range if isinstance(content_range, str) else None,
+                         answer.data.to_bytes() if answer.data else b""))
+    return out
+
+
+def js_head(url: str) -> bytes:
+    """The bytes the worker's probe of `url` brought (its first 64 KiB), handed over once."""
+    import js
+    buffer = js.tensorloupeHead(url)
+    return buffer.to_bytes() if buffer else b""

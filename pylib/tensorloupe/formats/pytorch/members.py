@@ -135,6 +135,7 @@ class Archive:
                 raise self.error(FormatError, f"the directory puts member {name!r} outside the file",
                                  expected=f"a local header offset below {self.source.size}",
                                  found=offset)
+        groups = []
         i = 0
         while i < len(todo):
             first = self.members[todo[i]].header_offset
@@ -147,10 +148,13 @@ class Archive:
                 j += 1
             # Only the fixed part is needed: the lengths in it say where the data begins.
             end = min(self.source.size, self.members[todo[j - 1]].header_offset + LOCAL_HEADER.size)
-            window = _read_data(self.source, first, end - first)
-            for name in todo[i:j]:
-                self._data_offsets[name] = self._parse_local(name, window, first)
+            groups.append((first, end - first, todo[i:j]))
             i = j
+        # Every group's window is known now: read them together (one vectored read).
+        windows = self.source.read_many([(first, n) for first, n, _ in groups])
+        for (first, _, group), window in zip(groups, windows):
+            for name in group:
+                self._data_offsets[name] = self._parse_local(name, window, first)
         return {n: self._data_offsets[n] for n in names}
 
     def _parse_local(self, name: str, window: bytes, window_start: int,

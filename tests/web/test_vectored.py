@@ -1,0 +1,112 @@
+"""The page's vectored reads, tested in CPython with the JavaScript transports replaced: a mounted
+File's slices all at once (web/blobs.py) and a URL's Range requests all at once (web/remote.py)
+return exactly what one-at-a-time reads return, count every byte once, and fall back to single
+reads where the browser cannot suspend (no JSPI)."""
+
+import random
+
+import pytest
+
+from tensorloupe.errors import FormatError, UsageError
+from tensorloupe.web import blobs, remote
+
+DATA = bytes(random.Random(3).randrange(256) for _ in range(200_000))
+
+
+def asked(seed):
+    rng = random.Random(seed)
+    out = [(rng.randrange(0, len(DATA) - 5000), rng.choice([0, 1, 100, 4096])) for _ in range(30)]
+    return out + [(0, 8), (len(DATA) - 3, 3)]
+
+
+@pytest.fixture
+def path(tmp_path):
+    p = tmp_path / "m.bin"
+    p.write_bytes(DATA)
+    return str(p)
+
+
+def file_slices(calls):
+    def slices(path, ranges):
+        calls.append(len(ranges))
+        with open(path, "rb") as f:
+            return [(f.seek(o), f.read(n))[1] for o, n in ranges]
+    return slices
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_blob_slices_at_once_equal_single_reads(path, seed):
+    calls = []
+    vectored = blobs.BlobSource(path, slices=file_slices(calls))
+    single = blobs.BlobSource(path, slices=lambda *a: None)   # no JSPI: the fallback
+    got = vectored.read_many(asked(seed))
+    assert got == single.read_many(asked(seed)) == [DATA[o:o + n] for o, n in asked(seed)]
+    assert calls == [sum(1 for _, n in asked(seed) if n)] and vectored.batches == 1
+    assert single.batches == 0
+    assert (vectored.reads, vectored.bytes_read) == (single.reads, single.bytes_read)
+
+
+def test_blob_without_pyodide_reads_one_at_a_time(path):
+    source = blobs.open_blob(path)        # js_slices: None in CPython
+    assert source.read_many([(5, 10), (100, 3)]) == [DATA[5:15], DATA[100:103]]
+    assert source.inner.batches == 0 and source.root().reads == 2
+
+
+def http_transport(log):
+    def one(url, first, last):
+        log.append((first, last))
+        return remote.Reply(206, "Partial Content", f"bytes {first}-{last}/{len(DATA)}",
+                            DATA[first:last + 1])
+    return one
+
+
+def probe_with_head(n=1 << 16):
+    return {"status": 206, "reason": "Partial Content", "total": len(DATA), "head": DATA[:n]}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_url_ranges_at_once_equal_single_reads(seed):
+    singles, batches = [], []
+    one = http_transport(singles)
+
+    def many(url, ranges):
+        batches.append(len(ranges))
+        return [one(url, a, b) for a, b in ranges]
+
+    vectored = remote.XhrSource("http://x/m.bin", probe_with_head(), transport=one, many=many)
+    fallback = remote.XhrSource("http://x/m.bin", probe_with_head(), transport=one,
+                                many=lambda *a: None)
+    want = [DATA[o:o + n] for o, n in asked(seed)]
+    assert vectored.read_many(asked(seed)) == want == fallback.read_many(asked(seed))
+    beyond = sum(1 for o, n in asked(seed) if n and o + n > 1 << 16)
+    assert batches == [beyond] and vectored.bytes_read == fallback.bytes_read
+
+
+def test_probe_head_serves_header_reads_without_requests():
+    log = []
+    source = remote.XhrSource("http://x/m.bin", probe_with_head(), transport=http_transport(log))
+    assert source.read(0, 1000) == DATA[:1000] and log == []
+    assert (source.reads, source.bytes_read) == (1, 1 << 16)      # the probe's one request
+    assert source.read(65_000, 1000) == DATA[65_000:66_000]      # only the rest is requested
+    assert log == [(1 << 16, 65_999)]
+
+
+def test_url_ranges_at_once_are_checked_like_single_ones():
+    def wrong(url, ranges):
+        return [remote.Reply(206, "", f"bytes {a + 1}-{b + 1}/{len(DATA)}", DATA[a + 1:b + 2])
+                for a, b in ranges]
+    source = remote.XhrSource("http://x/m.bin", probe_with_head(0), many=wrong)
+    with pytest.raises(FormatError, match="another range"):
+        source.read_many([(10, 5), (20, 5)])
+
+    def refused(url, ranges):
+        return [remote.Reply(200, "OK", None, DATA[:10]) for _ in ranges]
+    source = remote.XhrSource("http://x/m.bin", probe_with_head(0), many=refused)
+    with pytest.raises(UsageError, match="does not answer HTTP Range"):
+        source.read_many([(10, 5), (20, 5)])
+
+    def down(url, ranges):
+        return [remote.NetworkFailure("TypeError") for _ in ranges]
+    source = remote.XhrSource("http://x/m.bin", probe_with_head(0), many=down)
+    with pytest.raises(UsageError, match="cannot fetch"):
+        source.read_many([(10, 5), (20, 5)])
