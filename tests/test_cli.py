@@ -116,3 +116,12 @@ def test_moe_command(capsys, demo_path):
 def test_installed_script_runs(demo_path):
     proc = subprocess.run(["tensorloupe", "inspect", str(demo_path), "--json"], capture_output=True, text=True)
     assert proc.returncode == 0 and json.loads(proc.stdout)["tensor_count"] == 127
+
+
+def test_a_url_that_cannot_be_fetched_is_exit_3(tmp_path):
+    # nothing listens on port 9 (discard) here: the connection is refused; the file cannot be read
+    proc = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect",
+                           "http://127.0.0.1:9/model.safetensors"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("tensorloupe: ") and "cannot fetch http://127.0.0.1:9/" in proc.stderr

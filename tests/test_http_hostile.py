@@ -141,7 +141,7 @@ def test_malformed_responses_are_one_clear_error(server, capsys, reply, words):
     s = server(lambda conn, request: conn.sendall(reply))
     with pytest.raises(UsageError, match=f"cannot fetch .*{words}"):
         HttpSource(s.url)
-    assert main(["inspect", s.url]) == 2
+    assert main(["inspect", s.url]) == 3  # the file cannot be read (issue 10: one line and exit 3)
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
@@ -178,7 +178,7 @@ def test_redirect_to_another_site_is_not_followed_unless_asked(server, capsys):
     with pytest.raises(UsageError, match="redirects to another site"):
         HttpSource(s.url)
     assert not target.requests  # nothing was asked of the other site
-    assert main(["inspect", s.url]) == 2
+    assert main(["inspect", s.url]) == 3
     assert "redirects to another site" in capsys.readouterr().err
     src = HttpSource(s.url, follow_redirects=True)
     assert src.redirected_to == target.url and src.read(1, 3) == BODY[1:4]

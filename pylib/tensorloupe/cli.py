@@ -21,7 +21,7 @@ from . import open as open_checkpoint
 from .model import Checkpoint
 from .source import is_url
 from .targets import resolve
-from .errors import TensorloupeError, UsageError
+from .errors import FetchError, TensorloupeError, UsageError
 from .health import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
 from .health import text as health_text
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except UsageError as e:
         print(f"tensorloupe: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_INVALID if isinstance(e, FetchError) else EXIT_USAGE
     except TensorloupeError as e:
         print(f"tensorloupe: {e}", file=sys.stderr)
         return EXIT_INVALID

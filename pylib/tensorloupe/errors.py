@@ -109,5 +109,10 @@ class UsageError(TensorloupeError):
     """The caller asked for something that does not exist (unknown tensor, bad region)."""
 
 
+class FetchError(UsageError):
+    """A URL's bytes could not be fetched (the network, the server, a deadline, a refused
+    redirect): the file cannot be read, so the CLI exits 3 as for an unreadable file."""
+
+
 class Cancelled(TensorloupeError):
     """A long operation was cancelled by its progress callback."""

@@ -18,7 +18,7 @@ import http.client
 import threading
 from urllib.parse import urlsplit
 
-from .errors import UsageError
+from .errors import FetchError
 from .http_reply import CONNECT_SECONDS, Deadline, too_slow
 
 POOL_SIZE = 6          # what browsers allow per host, and plenty for one server
@@ -75,11 +75,11 @@ def exchange(connection: http.client.HTTPConnection, url: str, offset: int, n: i
     return response.status, response.reason, response.headers, body, reusable
 
 
-def failed(name: str, url: str, e: BaseException, deadline: Deadline) -> UsageError:
+def failed(name: str, url: str, e: BaseException, deadline: Deadline) -> FetchError:
     """The one-line error for an exchange that raised (socket, http.client, bad URL)."""
     if deadline.passed():
         return too_slow(name, url, deadline)
-    return UsageError(f"cannot fetch {url}: {getattr(e, 'strerror', None) or e!r}", file=name)
+    return FetchError(f"cannot fetch {url}: {getattr(e, 'strerror', None) or e!r}", file=name)
 
 
 class ConnectionPool:

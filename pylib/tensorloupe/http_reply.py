@@ -11,7 +11,7 @@ same thing about the same server. What it guards against:
 - a server that drips a byte every few seconds: a socket timeout is per receive, so it never
   fires; a Deadline bounds the whole exchange instead (connect, headers and body);
 - malformed responses (http.client's BadStatusLine, LineTooLong, too many headers): one clear
-  UsageError naming the URL, never a traceback.
+  FetchError naming the URL, never a traceback.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from urllib.parse import urljoin, urlsplit
 
-from .errors import FormatError, UsageError
+from .errors import FetchError, FormatError
 
 # At most 20 digits: int() of a longer run could be slow or refuse (4,300 digits), and no file
 # size needs more.
@@ -70,8 +70,8 @@ class Deadline:
             timer.cancel()
 
 
-def too_slow(name: str, url: str, deadline: Deadline) -> UsageError:
-    return UsageError(f"the server did not answer {url} within {deadline.seconds:.0f} s",
+def too_slow(name: str, url: str, deadline: Deadline) -> FetchError:
+    return FetchError(f"the server did not answer {url} within {deadline.seconds:.0f} s",
                       file=name)
 
 
@@ -81,10 +81,10 @@ def redirect_target(name: str, url: str, location: str, follow_any: bool) -> str
     target = urljoin(url, location)
     here, there = urlsplit(url), urlsplit(target)
     if there.scheme not in ("http", "https"):
-        raise UsageError(f"the server redirects to {target!r}, which is not an http(s) URL",
+        raise FetchError(f"the server redirects to {target!r}, which is not an http(s) URL",
                          file=name)
     if (here.scheme, here.netloc) != (there.scheme, there.netloc) and not follow_any:
-        raise UsageError(f"the server redirects to another site ({target}); not followed unless "
+        raise FetchError(f"the server redirects to another site ({target}); not followed unless "
                          "asked (--follow-redirects, or follow_redirects=True)", file=name)
     return target
 
@@ -107,7 +107,7 @@ def check_reply(name: str, offset: int, n: int, status: int, reason: str,
         want_last = offset + n - 1 if total is None else min(offset + n, total) - 1
         exact = first == offset and last == want_last and len(data) == last - first + 1
         if probing and total is None:
-            raise UsageError("the server answers Range requests but does not say the file's size",
+            raise FetchError("the server answers Range requests but does not say the file's size",
                              file=name, expected="Content-Range: bytes 0-N/size",
                              found=content_range)
     if m is None or not exact or (not probing and len(data) != n):
@@ -117,13 +117,13 @@ def check_reply(name: str, offset: int, n: int, status: int, reason: str,
     return data, total
 
 
-def range_refused(name: str, status: int) -> UsageError:
+def range_refused(name: str, status: int) -> FetchError:
     """A server that answered a Range request with anything but 206 (usually 200, the whole file)."""
-    return UsageError("the server does not answer HTTP Range requests, so the file cannot be read "
+    return FetchError("the server does not answer HTTP Range requests, so the file cannot be read "
                       "in pieces", file=name, expected="206 Partial Content", found=status)
 
 
-def http_failed(name: str, status: int, reason: str = "") -> UsageError:
+def http_failed(name: str, status: int, reason: str = "") -> FetchError:
     """An HTTP error status (404, 403, ...); `reason` defaults to the standard phrase (HTTP/2
     responses carry none)."""
     import http
@@ -132,4 +132,4 @@ def http_failed(name: str, status: int, reason: str = "") -> UsageError:
             reason = http.HTTPStatus(status).phrase
         except ValueError:
             reason = ""
-    return UsageError(f"the server answered {status} {reason}".rstrip(), file=name)
+    return FetchError(f"the server answered {status} {reason}".rstrip(), file=name)

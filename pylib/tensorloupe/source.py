@@ -14,7 +14,7 @@ import io
 import os
 from collections import OrderedDict
 
-from .errors import FormatError, TruncatedError, UsageError
+from .errors import FetchError, FormatError, TruncatedError, UsageError
 # The HTTP checks and the wording of HTTP failures (range_refused, http_failed) are shared with
 # the browser's source (web.remote), so the CLI and the page say the same thing.
 from .http_reply import (CONNECT_SECONDS, MAX_REDIRECTS, REDIRECTS, Deadline, check_reply,  # noqa: F401
@@ -376,7 +376,7 @@ class HttpSource(ByteSource):
                                   file=self.name, expected=f"{self.size} bytes",
                                   found=f"{total} bytes")
             return data, total
-        raise UsageError(f"the server redirects {self.url} more than {MAX_REDIRECTS} times",
+        raise FetchError(f"the server redirects {self.url} more than {MAX_REDIRECTS} times",
                          file=self.name)
 
     def _exchange(self, url: str, offset: int, n: int, deadline: Deadline):
