@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .. import detect
-from ..beside import MAX_CONFIG_BYTES, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME, parse_object
-from ..errors import LimitError, UsageError
+from ..beside import (MAX_CONFIG_BYTES, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME, parse_object,
+                      read_bounded)
+from ..errors import UsageError
 from ..shards import PART_NAME
 from ..source import is_url, url_name
 
@@ -115,14 +116,9 @@ def _may_be_checkpoint(rel: str) -> bool:
 def load_config(path: str) -> dict:
     """A config.json on the (mounted) file system, as a dict."""
     name = path.rsplit("/", 1)[-1]
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise UsageError(f"cannot read the file: {e.strerror}", file=name) from e
-    if len(data) > MAX_CONFIG_BYTES:
-        raise LimitError("config.json is too large", file=name,
-                         expected=f"at most {MAX_CONFIG_BYTES} bytes")
+    data = read_bounded(path, MAX_CONFIG_BYTES)   # size-capped like every file read beside a model
+    if data is None:
+        raise UsageError("cannot read the file: No such file or directory", file=name)
     return parse_config(data, name)
 
 
