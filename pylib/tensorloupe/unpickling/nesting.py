@@ -45,28 +45,36 @@ def children(obj) -> list:
 
 
 def _nests(obj) -> bool:
-    kind = type(obj)
-    return (kind in CONTAINERS and len(obj) > 0) or isinstance(obj, (Stateful, SafeKey))
+    kind = _KIND[type(obj)]
+    return kind == 2 or (kind == 1 and len(obj) > 0)
 
 
-_KIND: dict[type, int] = {}   # type -> 0 holds nothing, 1 a container, 2 one of our slotted objects
+class _Kinds(dict):
+    """type -> 0 holds nothing, 1 a container, 2 one of our slotted objects; filled on first
+    sight, so that the walk's hot loop is one C-level dict lookup per object."""
+
+    def __missing__(self, kind: type) -> int:
+        self[kind] = 1 if kind in CONTAINERS else 2 if issubclass(kind, (Stateful, SafeKey)) else 0
+        return self[kind]
 
 
-def _kind(kind: type) -> int:
-    if kind not in _KIND:
-        _KIND[kind] = 1 if kind in CONTAINERS else 2 if issubclass(kind, (Stateful, SafeKey)) else 0
-    return _KIND[kind]
+_KIND = _Kinds()
 
 
 def _nesting_children(obj) -> list:
     """children(obj) that could nest further (non-empty containers, our objects): the hot loop
     of the walk, so by type lookups rather than isinstance."""
-    kind = _kind(type(obj))
-    if kind == 0:
+    kind = type(obj)
+    if kind is tuple or kind is list or kind is set or kind is frozenset:
+        held = obj
+    elif kind is dict:
+        held = [*obj.keys(), *obj.values()]
+    elif _KIND[kind] == 2:
+        held = [getattr(obj, s, None) for s in _slots(obj)]
+    else:
         return []
-    held = children(obj)
-    return [c for c in held if (_KIND.get(type(c)) or _kind(type(c))) == 2
-            or (_KIND.get(type(c)) == 1 and len(c))]
+    kinds = _KIND
+    return [c for c in held if (k := kinds[type(c)]) == 2 or (k == 1 and c)]
 
 
 def deeper_than(roots, limit: int) -> bool:
@@ -76,9 +84,14 @@ def deeper_than(roots, limit: int) -> bool:
     hold nothing nesting (a tensor's size tuple, a Marker without arguments) are depth 1 and are
     neither entered nor remembered: most of a real checkpoint, so the walk stays cheap."""
     depth: dict[int, int] = {}
+    kinds = _KIND
     for root in roots:
-        kids = _nesting_children(root) if _nests(root) else None
-        if not kids or id(root) in depth:
+        # most roots are the memo's leaves (strings, size tuples): skip them before any call
+        kind = kinds[type(root)]
+        if kind == 0 or (kind == 1 and not root) or id(root) in depth:
+            continue
+        kids = _nesting_children(root)
+        if not kids:
             continue
         path = [(root, kids, 0)]
         on_path = {id(root)}
