@@ -14,7 +14,7 @@ reports, a small sample and a few values of the first tensors, a page of a lazy 
 exception but a TensorloupeError is a finding, reported by class and place (the innermost
 tensorloupe file:line); so is MemoryError under the address-space limit (RLIMIT_AS), an input
 during which the worker's peak RSS, less the input's own bytes (the peak is reset once the input
-is built), passed --rss-limit-mb (the worker is then restarted, so each such finding is one
+has arrived), passed --rss-limit-mb (the worker is then restarted, so each such finding is one
 input), and a hang: an input still running after --timeout seconds (the parent kills the worker,
 records the input and starts a new worker on the next one).
 """
@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import gc
 import io
 import json
 import multiprocessing
 import os
 import resource
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -91,6 +93,31 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def current_rss_kb() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") >> 10)
+
+
+def _malloc_trim():
+    try:
+        import ctypes
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def collect_garbage(trim=_malloc_trim()) -> None:
+    """Free what earlier inputs left as garbage before the next input's peak is measured: cyclic
+    garbage (a failed read's error holds its traceback, whose frames hold the error and the
+    input's bytes: freed at the next collection, which CPython times by object counts, not bytes;
+    a 180 MB input lingered into the next one's peak), and the C heap's free pages (glibc's
+    malloc_trim: freed but still resident). Memory an earlier input still holds stays resident
+    and is counted."""
+    gc.collect()
+    if trim is not None:
+        trim(0)
+
+
 def reset_peak() -> None:
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -99,25 +126,38 @@ def reset_peak() -> None:
         pass
 
 
-def worker(fmt, seeds_dir, run_seed, start, stop, deadline, limits, conn, current, started) -> None:
+def feed(corpus: Corpus, run_seed: int, start: int, stop: int, inbox) -> None:
+    """The parent's thread that makes inputs start.. and sends them to one worker, until the worker
+    is gone. Inputs are made here, not in the worker: making a 180 MB input (a pickle opcode
+    repeated 9M times, re-tarred) takes a few copies of it and leaves the maker's heap grown, which
+    the worker would then carry into the next inputs' RSS."""
+    try:
+        for index in range(start, stop):
+            inbox.send(corpus.input(run_seed, index))
+    except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+        pass  # the worker ended (done, restarted after a finding, or killed)
+
+
+def worker(start, stop, deadline, limits, conn, inbox, current, started) -> None:
     as_bytes, rss_kb = limits
     resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
     sys.setrecursionlimit(3000)
     from tensorloupe.errors import TensorloupeError
-    corpus = Corpus(fmt, seeds_dir)
+    pending = inbox.recv() if start < stop else None
     with contextlib.suppress(Exception):
-        exercise(corpus.input(run_seed, 0))  # warm the imports; input 0 is run again below
+        exercise(pending)  # warm the imports; this input is run again below
     reset_peak()
     index = start
     last_sent = start
     opened = worst = 0  # worst: the highest per-input peak so far, which progress reports
     while index < stop and time.monotonic() < deadline:
-        files = corpus.input(run_seed, index)
-        # The peak from here on is the reader's: making a 180 MB input (a pickle opcode repeated
-        # 9M times, re-tarred) takes a few copies of it, and the input's own bytes are held by
-        # this loop, as a file would be on disk: neither is the reader's doing. What the reader
-        # copies or builds from them counts, and so does what earlier inputs left in the heap.
+        files, pending = pending if pending is not None else inbox.recv(), None
+        # The peak from here on is the reader's: the input's own bytes are held by this loop, as
+        # a file would be on disk, which is not the reader's doing. What the reader copies or
+        # builds from them counts, and so does what earlier inputs left in the heap.
         held_kb = sum(len(data) for _, data in files) >> 10
+        if current_rss_kb() - held_kb > 64 << 10:
+            collect_garbage()
         reset_peak()
         current.value = index
         started.value = time.monotonic()
@@ -147,11 +187,12 @@ def worker(fmt, seeds_dir, run_seed, start, stop, deadline, limits, conn, curren
 
 
 def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rss_mb: int,
-        as_mb: int, seeds_dir: Path, save: Path | None, log=print) -> dict:
+        as_mb: int, seeds_dir: Path, save: Path | None, log=print, start: int = 0) -> dict:
     ctx = multiprocessing.get_context("spawn")
+    corpus = Corpus(fmt, seeds_dir)
     begin = time.monotonic()
     deadline = begin + seconds
-    index, stop = 0, inputs
+    index, stop = start, inputs
     findings: dict[tuple, list] = collections.defaultdict(list)
     hangs: list[int] = []
     peak_kb = 0
@@ -159,11 +200,15 @@ def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rs
     last_log = begin
     while index < stop and time.monotonic() < deadline:
         parent, child = ctx.Pipe(duplex=False)
+        inbox_out, inbox_in = ctx.Pipe(duplex=False)
         current, started = ctx.Value("q", index, lock=False), ctx.Value("d", 0.0, lock=False)
-        proc = ctx.Process(target=worker, args=(fmt, str(seeds_dir), run_seed, index, stop, deadline,
-                                                (as_mb << 20, rss_mb << 10), child, current, started))
+        proc = ctx.Process(target=worker, args=(index, stop, deadline, (as_mb << 20, rss_mb << 10),
+                                                child, inbox_out, current, started))
         proc.start()
         child.close()
+        inbox_out.close()  # the worker holds the reading end: when it exits, the feeder's send fails
+        feeder = threading.Thread(target=feed, args=(corpus, run_seed, index, stop, inbox_in), daemon=True)
+        feeder.start()
         done = hung = False
         while not done:
             if parent.poll(0.2):
@@ -200,14 +245,16 @@ def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rs
         if proc.is_alive():
             proc.kill()
             proc.join()
+        feeder.join()
+        inbox_in.close()
         if not done and not hung and proc.exitcode != 0:
             # The worker died without a word (killed by the kernel?): count the input it was on.
             findings[("crash", f"exit code {proc.exitcode}")].append((current.value, ""))
             index = current.value + 1
         restarts += 1
     elapsed = time.monotonic() - begin
-    result = {"format": fmt, "inputs": index, "seconds": round(elapsed, 1),
-              "rate": round(index / elapsed, 1) if elapsed else 0.0,
+    result = {"format": fmt, "inputs": index - start, "seconds": round(elapsed, 1),
+              "rate": round((index - start) / elapsed, 1) if elapsed else 0.0,
               "non_library": sum(len(v) for k, v in findings.items() if k[0] not in ("RSS",)),
               "opened": opened, "hangs": len(hangs),
               "over_rss": len(findings.get(("RSS", f"over {rss_mb} MB"), ())),
@@ -216,7 +263,6 @@ def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rs
                            for (cls, where), v in sorted(findings.items(), key=lambda kv: -len(kv[1]))},
               "hang_inputs": hangs[:20]}
     if save is not None:
-        corpus = Corpus(fmt, seeds_dir)
         wanted = [v[0][0] for v in findings.values()] + hangs[:20]
         for at in wanted:
             write_input(corpus, run_seed, at, save / fmt)
@@ -238,6 +284,7 @@ def main(argv=None) -> int:
     p.add_argument("--format", default="all", help=f"one of {', '.join(FORMATS)}, or all")
     p.add_argument("--seconds", type=float, default=60.0, help="time budget per format")
     p.add_argument("--inputs", type=int, default=10**9, help="stop after this many inputs per format")
+    p.add_argument("--start", type=int, default=0, help="the first input's number (to re-run a stretch)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=5.0, help="seconds one input may take")
     p.add_argument("--rss-limit-mb", type=int, default=200)
@@ -256,8 +303,9 @@ def main(argv=None) -> int:
         return 0
     results = []
     for fmt in formats:
-        r = run(fmt, args.seconds, args.inputs, args.seed, args.timeout, args.rss_limit_mb,
-                args.as_limit_mb, args.seeds_dir, args.save, log=lambda s: print(s, flush=True))
+        r = run(fmt, args.seconds, args.start + args.inputs, args.seed, args.timeout, args.rss_limit_mb,
+                args.as_limit_mb, args.seeds_dir, args.save, log=lambda s: print(s, flush=True),
+                start=args.start)
         results.append(r)
         if not args.json:
             print(f"{fmt}: {r['inputs']:,} inputs in {r['seconds']} s ({r['rate']}/s), "
