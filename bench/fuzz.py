@@ -12,7 +12,8 @@ are the small files fixtures/make.py writes to fixtures/out/ (or --seeds-dir).
 Each input goes through what the CLI does with a file: open (detect or shards), the JSON and text
 reports, a small sample and a few values of the first tensors, a page of a lazy GGUF array. Any
 exception but a TensorloupeError is a finding, reported by class and place (the innermost
-tensorloupe file:line); so is MemoryError under the address-space limit (RLIMIT_AS), an input
+tensorloupe file:line); so is MemoryError under the address-space limit (RLIMIT_AS: what the
+worker maps with the input plus --as-limit-mb), an input
 during which the worker's peak RSS, less the input's own bytes (the peak is reset once the input
 has arrived), passed --rss-limit-mb (the worker is then restarted, so each such finding is one
 input), and a hang: an input still running after --timeout seconds (the parent kills the worker,
@@ -118,6 +119,17 @@ def collect_garbage(trim=_malloc_trim()) -> None:
         trim(0)
 
 
+def limit_address_space(headroom: int, hard: int) -> None:
+    """RLIMIT_AS at what the worker maps now (the input included) plus `headroom`: a reader that
+    allocates without bound gets a MemoryError (a finding) after `headroom` bytes, whatever the
+    input's own size. Only the soft limit is set, so that it can be lifted to receive the next
+    input (a pipe's message is read whole, then unpickled: two copies of a 500 MB input)."""
+    with open("/proc/self/statm", "rb") as f:
+        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    soft = mapped + headroom
+    resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
 def reset_peak() -> None:
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -140,10 +152,11 @@ def feed(corpus: Corpus, run_seed: int, start: int, stop: int, inbox) -> None:
 
 def worker(start, stop, deadline, limits, conn, inbox, current, started) -> None:
     as_bytes, rss_kb = limits
-    resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     sys.setrecursionlimit(3000)
     from tensorloupe.errors import TensorloupeError
     pending = inbox.recv() if start < stop else None
+    limit_address_space(as_bytes, hard)
     with contextlib.suppress(Exception):
         exercise(pending)  # warm the imports; this input is run again below
     reset_peak()
@@ -151,13 +164,17 @@ def worker(start, stop, deadline, limits, conn, inbox, current, started) -> None
     last_sent = start
     opened = worst = 0  # worst: the highest per-input peak so far, which progress reports
     while index < stop and time.monotonic() < deadline:
-        files, pending = pending if pending is not None else inbox.recv(), None
+        if pending is None:
+            resource.setrlimit(resource.RLIMIT_AS, (hard, hard))  # receiving takes two copies
+            pending = inbox.recv()
+        files, pending = pending, None
         # The peak from here on is the reader's: the input's own bytes are held by this loop, as
         # a file would be on disk, which is not the reader's doing. What the reader copies or
         # builds from them counts, and so does what earlier inputs left in the heap.
         held_kb = sum(len(data) for _, data in files) >> 10
         if current_rss_kb() - held_kb > 64 << 10:
             collect_garbage()
+        limit_address_space(as_bytes, hard)
         reset_peak()
         current.value = index
         started.value = time.monotonic()
@@ -288,7 +305,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=5.0, help="seconds one input may take")
     p.add_argument("--rss-limit-mb", type=int, default=200)
-    p.add_argument("--as-limit-mb", type=int, default=1024, help="RLIMIT_AS of the worker")
+    p.add_argument("--as-limit-mb", type=int, default=1024, help="address space a reader may add to what the worker maps with its input (RLIMIT_AS)")
     p.add_argument("--seeds-dir", type=Path, default=HERE.parent / "fixtures" / "out")
     p.add_argument("--save", type=Path, help="write each finding's first input under this folder")
     p.add_argument("--replay", type=int, help="write input number REPLAY to --save and exit")
