@@ -94,9 +94,16 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def current_rss_kb() -> int:
+def statm_bytes() -> tuple[int, int]:
+    """(mapped, resident) bytes of this process, from /proc/self/statm."""
     with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") >> 10)
+        size, resident = f.read().split()[:2]
+    page = os.sysconf("SC_PAGE_SIZE")
+    return int(size) * page, int(resident) * page
+
+
+def current_rss_kb() -> int:
+    return statm_bytes()[1] >> 10
 
 
 def _malloc_trim():
@@ -124,9 +131,7 @@ def limit_address_space(headroom: int, hard: int) -> None:
     allocates without bound gets a MemoryError (a finding) after `headroom` bytes, whatever the
     input's own size. Only the soft limit is set, so that it can be lifted to receive the next
     input (a pipe's message is read whole, then unpickled: two copies of a 500 MB input)."""
-    with open("/proc/self/statm", "rb") as f:
-        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    soft = mapped + headroom
+    soft = statm_bytes()[0] + headroom
     resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 

@@ -65,14 +65,7 @@ def _nesting_children(obj) -> list:
     """children(obj) that could nest further (non-empty containers, our objects): the hot loop
     of the walk, so by type lookups rather than isinstance."""
     kind = type(obj)
-    if kind is tuple or kind is list or kind is set or kind is frozenset:
-        held = obj
-    elif kind is dict:
-        held = [*obj.keys(), *obj.values()]
-    elif _KIND[kind] == 2:
-        held = [getattr(obj, s, None) for s in _slots(obj)]
-    else:
-        return []
+    held = obj if kind is tuple or kind is list or kind is set or kind is frozenset else children(obj)
     kinds = _KIND
     return [c for c in held if (k := kinds[type(c)]) == 2 or (k == 1 and c)]
 
