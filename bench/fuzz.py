@@ -16,8 +16,11 @@ tensorloupe file:line); so is MemoryError under the address-space limit (RLIMIT_
 worker maps with the input plus --as-limit-mb), an input
 during which the worker's peak RSS, less the input's own bytes (the peak is reset once the input
 has arrived), passed --rss-limit-mb (the worker is then restarted, so each such finding is one
-input), and a hang: an input still running after --timeout seconds (the parent kills the worker,
-records the input and starts a new worker on the next one).
+input), and a hang: an input that has used more than --timeout seconds of the worker's CPU time,
+or is still running after --wall-timeout seconds (the parent kills the worker, records the input
+and starts a new worker on the next one). CPU time, not wall time, because the reader's work is
+what is limited: on a loaded machine (2 cores, other jobs) an input of 0.3 s of CPU can take
+10 s of wall time, which said nothing about the reader.
 """
 
 from __future__ import annotations
@@ -155,7 +158,15 @@ def feed(corpus: Corpus, run_seed: int, start: int, stop: int, inbox) -> None:
         pass  # the worker ended (done, restarted after a finding, or killed)
 
 
-def worker(start, stop, deadline, limits, conn, inbox, current, started) -> None:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()   # the name in (...) may hold spaces
+    utime, stime = int(fields[11]), int(fields[12])     # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def worker(start, stop, deadline, limits, conn, inbox, current, started, started_cpu) -> None:
     as_bytes, rss_kb = limits
     hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     sys.setrecursionlimit(3000)
@@ -182,6 +193,7 @@ def worker(start, stop, deadline, limits, conn, inbox, current, started) -> None
         limit_address_space(as_bytes, hard)
         reset_peak()
         current.value = index
+        started_cpu.value = time.process_time()
         started.value = time.monotonic()
         try:
             exercise(files)
@@ -209,7 +221,8 @@ def worker(start, stop, deadline, limits, conn, inbox, current, started) -> None
 
 
 def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rss_mb: int,
-        as_mb: int, seeds_dir: Path, save: Path | None, log=print, start: int = 0) -> dict:
+        as_mb: int, seeds_dir: Path, save: Path | None, log=print, start: int = 0,
+        wall_timeout: float = 60.0) -> dict:
     ctx = multiprocessing.get_context("spawn")
     corpus = Corpus(fmt, seeds_dir)
     begin = time.monotonic()
@@ -224,8 +237,9 @@ def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rs
         parent, child = ctx.Pipe(duplex=False)
         inbox_out, inbox_in = ctx.Pipe(duplex=False)
         current, started = ctx.Value("q", index, lock=False), ctx.Value("d", 0.0, lock=False)
+        started_cpu = ctx.Value("d", 0.0, lock=False)
         proc = ctx.Process(target=worker, args=(index, stop, deadline, (as_mb << 20, rss_mb << 10),
-                                                child, inbox_out, current, started))
+                                                child, inbox_out, current, started, started_cpu))
         proc.start()
         child.close()
         inbox_out.close()  # the worker holds the reading end: when it exits, the feeder's send fails
@@ -251,8 +265,9 @@ def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rs
                     index, done = at, True
             elif not proc.is_alive():
                 break
-            t0 = started.value
-            if t0 and time.monotonic() - t0 > timeout:
+            t0, cpu0 = started.value, started_cpu.value
+            if t0 and (time.monotonic() - t0 > wall_timeout
+                       or _cpu_or_zero(proc.pid) - cpu0 > timeout) and started.value == t0:
                 hangs.append(current.value)
                 hung = True
                 proc.kill()
@@ -291,6 +306,13 @@ def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rs
     return result
 
 
+def _cpu_or_zero(pid: int) -> float:
+    try:
+        return cpu_seconds(pid)
+    except (OSError, IndexError, ValueError):   # the worker just exited
+        return 0.0
+
+
 def write_input(corpus: Corpus, run_seed: int, index: int, folder: Path) -> list[Path]:
     folder = folder / str(index)
     folder.mkdir(parents=True, exist_ok=True)
@@ -308,7 +330,10 @@ def main(argv=None) -> int:
     p.add_argument("--inputs", type=int, default=10**9, help="stop after this many inputs per format")
     p.add_argument("--start", type=int, default=0, help="the first input's number (to re-run a stretch)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds one input may take")
+    p.add_argument("--timeout", type=float, default=5.0,
+                   help="seconds of the worker's CPU time one input may take")
+    p.add_argument("--wall-timeout", type=float, default=60.0,
+                   help="seconds of wall time one input may take (a stall that uses no CPU)")
     p.add_argument("--rss-limit-mb", type=int, default=200)
     p.add_argument("--as-limit-mb", type=int, default=1024, help="address space a reader may add to what the worker maps with its input (RLIMIT_AS)")
     p.add_argument("--seeds-dir", type=Path, default=HERE.parent / "fixtures" / "out")
@@ -327,7 +352,7 @@ def main(argv=None) -> int:
     for fmt in formats:
         r = run(fmt, args.seconds, args.start + args.inputs, args.seed, args.timeout, args.rss_limit_mb,
                 args.as_limit_mb, args.seeds_dir, args.save, log=lambda s: print(s, flush=True),
-                start=args.start)
+                start=args.start, wall_timeout=args.wall_timeout)
         results.append(r)
         if not args.json:
             print(f"{fmt}: {r['inputs']:,} inputs in {r['seconds']} s ({r['rate']}/s), "

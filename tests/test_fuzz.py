@@ -28,3 +28,31 @@ def test_short_fuzz_pass(fmt, seeds):
     assert result["inputs"] == 2000
     assert result["findings"] == {} and result["hangs"] == 0, result
     assert result["opened"] > 100  # the mutators keep enough inputs valid to reach the sampler
+
+
+def _spin_then_sleep(ready):
+    import time
+    while time.process_time() < 0.5:
+        pass
+    ready.set()
+    time.sleep(30)
+
+
+def test_hangs_are_measured_in_the_worker_cpu_time():
+    """A hang is an input that used --timeout seconds of the worker's CPU, read from /proc: a
+    process that spun for 0.5 s of CPU and then sleeps shows 0.5 s, however long it has existed
+    and however loaded the machine is (wall time would count the other jobs)."""
+    import multiprocessing
+    import time
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_spin_then_sleep, args=(ready,))
+    proc.start()
+    try:
+        assert ready.wait(60)
+        first = fuzz.cpu_seconds(proc.pid)
+        time.sleep(0.5)
+        assert 0.5 <= first <= fuzz.cpu_seconds(proc.pid) < first + 0.1
+    finally:
+        proc.kill()
+        proc.join()
