@@ -96,7 +96,8 @@ def test_attack_is_reported_and_never_runs(name, tmp_path, request):
     modules = set(sys.modules)
     ckpt = tensorloupe.open(path)
     assert not canary.exists()
-    assert set(sys.modules) == modules  # nothing imported, not even argparse or subprocess
+    # nothing imported, not even argparse or subprocess (our own modules may load lazily)
+    assert {m for m in set(sys.modules) - modules if m.split(".")[0] != "tensorloupe"} == set()
     assert set(dangerous) <= set(ckpt.extras["safety"]["dangerous"])
     # the command the attack carries is shown (its first call's arguments, or a later call's)
     shown_args = json.dumps(ckpt.extras["safety"]["calls"])
