@@ -46,11 +46,13 @@ MAX_SPLIT_COUNT = 65535
 MAX_LISTED = 20
 
 
-def open_all(sources: list[ByteSource]) -> Checkpoint:
+def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpoint:
+    """`read(source)` reads one of them (default read_one); a caller that has read some already
+    (the page reads each shard's header as it arrives) passes its own."""
     if not sources:
         raise UsageError("no files were given")
-    indexes = [s for s in sources if s.name.lower().endswith(INDEX_SUFFIX)]
-    files = [s for s in sources if not s.name.lower().endswith(INDEX_SUFFIX)]
+    indexes = [s for s in sources if is_index(s.name)]
+    files = [s for s in sources if not is_index(s.name)]
     try:
         if not files:
             raise UsageError("only index files were given; add the checkpoint files",
@@ -62,8 +64,8 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
         # So is the index, first (the rest of a large one is a request of its own); its errors
         # are raised where the merge reads it, after the checks that need no index.
         workers = MAX_WORKERS if any(s.root().waits for s in sources) else 1
-        read = map_parallel(_read_part_or_index, indexes + files, workers)
-        indexes, parts = read[:len(indexes)], read[len(indexes):]
+        done = map_parallel(read or read_one, indexes + files, workers)
+        indexes, parts = done[:len(indexes)], done[len(indexes):]
         formats = sorted({p.format for p in parts})
         if len(formats) > 1:
             raise FormatError("the files are not shards of one checkpoint: they are of different "
@@ -81,9 +83,13 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
         raise
 
 
-def _read_part_or_index(source: ByteSource):
+def is_index(name: str) -> bool:
+    return name.lower().endswith(INDEX_SUFFIX)
+
+
+def read_one(source: ByteSource):
     """A part's Checkpoint, or for an index a ReadIndex (its contents or the error reading it)."""
-    if source.name.lower().endswith(INDEX_SUFFIX):
+    if is_index(source.name):
         try:
             return ReadIndex(source.name, read_index(source), None)
         except TensorloupeError as e:
