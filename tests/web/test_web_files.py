@@ -220,3 +220,16 @@ def test_group_op():
     result, _ = Session().handle("group", {"files": [{"rel": "a-00001-of-00002.gguf", "path": "/x/a1"},
                                                      {"rel": "a-00002-of-00002.gguf", "path": "/x/a2"}]})
     assert json.loads(json.dumps(result))["entries"][0]["paths"] == ["/x/a1", "/x/a2"]
+
+
+def test_compare_open_url_reads_b_by_ranges_and_needs_its_probes(served, model_folder, monkeypatch):
+    monkeypatch.setattr(remote, "xhr_range", urllib_range)
+    urls = [f"{served}/model-0000{n}-of-00003.safetensors" for n in (1, 2, 3)]
+    s = Session()
+    s.handle("open", {"paths": [str(model_folder[k]) for k in ("shard_1", "shard_2", "shard_3")]})
+    other, _ = s.handle("compare_open_url", {"urls": urls, "probes": {u: probe(u) for u in urls}})
+    assert other["file"] == "model-{00001..00003}-of-00003.safetensors"
+    # Without the probes (and no JSPI to await them, as here in CPython) a URL is refused readably.
+    with pytest.raises(UsageError, match="the worker did not probe this URL"):
+        s.handle("compare_open_url", {"urls": urls, "probes": None})
+    assert s.other.name == other["file"]      # B is unchanged

@@ -120,13 +120,12 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py),
         or, with JSPI, awaited here one by one as they come in (remote.worker_probe): each shard's
         header is read while the others are still on their way."""
-        urls, probes = list(args.get("urls", [])), args.get("probes") or {}
+        urls, probes = list(args.get("urls", [])), args.get("probes")
         if not urls:
             raise UsageError("no URL was given")
 
         def probe(url):
-            return (probes.get(url) or remote.worker_probe(url)
-                    or {"error": "the worker did not probe this URL"})
+            return remote.probe_of(probes, url)
         config = self._config(args.get("config"), lambda url: remote.read_config(url, probe(url)))
         sources, read, failed = [None] * len(urls), {}, {}
         # In the order shards.open_all reads them (the index first: the worker fetched it first);

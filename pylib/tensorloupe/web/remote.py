@@ -201,6 +201,12 @@ def fetch_ranges(url: str, ranges: list[tuple[int, int]]) -> list | None:
     return out
 
 
+def probe_of(probes: dict | None, url: str) -> dict:
+    """`url`'s probe: handed over with the request (`probes`), else awaited (worker_probe)."""
+    return ((probes or {}).get(url) or worker_probe(url)
+            or {"error": "the worker did not probe this URL"})
+
+
 def worker_probe(url: str) -> dict | None:
     """The worker's probe of `url` (`tensorloupeProbe` in web/worker.mjs: started with every other
     URL's when the page asked), awaited in one suspension if it is still on its way; None where
