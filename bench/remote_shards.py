@@ -199,7 +199,7 @@ def browser_run(folder: Path, files: list[str], latency: float, floor: float, ru
     app.shutdown()
     for how, times in results.items():
         at_tree, tree_requests, _, _ = sorted(times)[len(times) // 2]
-        at_idle, _, _, idle_requests = sorted(times, key=lambda t: t[2])[len(times) // 2]
+        _, _, at_idle, idle_requests = sorted(times, key=lambda t: t[2])[len(times) // 2]
         print(f"  page {label:14s} {how:8s} tree {at_tree:5.2f} s (runs "
               f"{', '.join(f'{t[0]:.2f}' for t in times)}) {tree_requests} requests, ratio to the "
               f"serial floor {at_tree / floor:.2f}; idle {at_idle:5.2f} s, {idle_requests} requests")
