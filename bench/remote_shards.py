@@ -6,8 +6,13 @@ A local server (127.0.0.1 only) serves the shards and their index by HTTP Range 
 `--latency-ms` before answering each request, like a far-away host. We time `tensorloupe inspect
 URL...` (a fresh CLI process, text output) to the full tensor tree, count its requests, and give the ratio to
 the serial floor (shards x latency: what one request per shard, one at a time, would cost).
-`--before DIR` runs the same with another checkout's pylib (e.g. /work/main/pylib) in the same
-run; `--browser` does the same in the app (?url=... for every file) in headless Chromium.
+The CLI's CPU seconds (user + system) are given too: on a loaded machine they say more than the
+wall time. `--before DIR` runs the same with another checkout's pylib (e.g. /work/main/pylib) in
+the same run; `--browser` does the same in the app in headless Chromium, twice: the URLs typed
+in the URL box once Python is ready, and the page loaded with ?url=... for every file (timed
+from Python ready). In the page, "tree" is the tensor tree drawn and "idle" is the page done with
+everything it asked for (the architecture block, the first tensor's statistics and heatmap).
+`--before-dist DIR` times another build of the app (e.g. /work/main/dist) the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import struct
 import subprocess
 import sys
@@ -85,15 +91,22 @@ def slow_server(directory: Path, latency: float, counter: Counter, files: dict |
     return server
 
 
-def cli_run(pylib: Path, urls: list[str], counter: Counter) -> tuple[float, int, int, int]:
+def cli_run(pylib: Path, urls: list[str], counter: Counter) -> tuple[float, int, int, int, float]:
     before = counter.requests, counter.bytes
     env = dict(os.environ, PYTHONPATH=str(pylib))
+    cpu = _children_cpu()
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", *urls],
                          env=env, capture_output=True, text=True, check=True)
     elapsed = time.perf_counter() - start
     tensors = int(re.search(r"^\s+tensors\s+(\d+)", out.stdout, re.MULTILINE)[1])
-    return elapsed, counter.requests - before[0], counter.bytes - before[1], tensors
+    return (elapsed, counter.requests - before[0], counter.bytes - before[1], tensors,
+            _children_cpu() - cpu)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def median_run(fn, runs: int):
@@ -109,6 +122,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--before", type=Path, help="another checkout's pylib, run the same way")
     parser.add_argument("--browser", action="store_true", help="also open them in the app")
+    parser.add_argument("--before-dist", type=Path, help="another build of the app, timed the same way")
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} (1/5 min), {os.cpu_count()} cores")
     floor = args.shards * args.latency_ms / 1000
@@ -124,55 +138,71 @@ def main() -> None:
         checkouts = [("before", args.before)] if args.before else []
         checkouts.append(("this checkout", ROOT / "pylib"))
         for label, pylib in checkouts:
-            (elapsed, requests, nbytes, tensors), times = median_run(
+            (elapsed, requests, nbytes, tensors, cpu), times = median_run(
                 lambda: cli_run(pylib, urls, counter), args.runs)
             print(f"  CLI {label:14s} {elapsed:6.2f} s (runs {', '.join(f'{t:.2f}' for t in times)}) "
-                  f"{requests} requests, {nbytes / 2**20:.1f} MiB, {tensors} tensors; "
+                  f"{cpu:.2f} s CPU, {requests} requests, {nbytes / 2**20:.1f} MiB, {tensors} tensors; "
                   f"ratio to the serial floor {elapsed / floor:.2f}")
         if args.browser:
-            browser_run(folder, files, args.latency_ms / 1000, floor, args.runs)
+            dists = [("before", args.before_dist)] if args.before_dist else []
+            build.build()
+            dists.append(("this checkout", ROOT / "dist"))
+            for label, dist in dists:
+                browser_run(folder, files, args.latency_ms / 1000, floor, args.runs, dist, label)
         server.shutdown()
         server.server_close()
 
 
-def browser_run(folder: Path, files: list[str], latency: float, floor: float, runs: int) -> None:
+def browser_run(folder: Path, files: list[str], latency: float, floor: float, runs: int,
+                dist: Path, label: str) -> None:
     """The app and the shards from one server (same origin); only /files/ requests are slow."""
     from urllib.parse import quote
 
     from playwright.sync_api import sync_playwright
-    build.build()
     counter = Counter()
-    app = slow_server(ROOT / "dist", latency, counter, {n: folder / n for n in files}, "/files/")
+    app = slow_server(dist, latency, counter, {n: folder / n for n in files}, "/files/")
     base = f"http://127.0.0.1:{app.server_address[1]}/"
     args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
     query = "&".join("url=" + quote(f"files/{n}") for n in files)
-    times = []
+    typed = "\n".join(f"{base}files/{n}" for n in files)
+    tree = "() => (document.body.dataset.model || '').includes('-of-')"
+    idle = "() => document.body.dataset.pending === '0'"
+    results: dict[str, list] = {"URL box": [], "?url=": []}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
         for _ in range(runs):
-            page = browser.new_page()
-            page.goto(base)
-            page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
-            page.wait_for_function("() => document.body.dataset.pending === '0'", timeout=180_000)
-            before = counter.requests, counter.bytes
-            # The page is ready: open the set as the URL form would (one message, every URL).
-            page.evaluate("q => { history.replaceState(null, '', '?' + q); }", query)
-            page.reload()
-            # The URLs are opened as soon as Python is ready: time from then to the full tree.
-            page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
-            start = time.perf_counter()
-            page.wait_for_function("() => (document.body.dataset.model || '').includes('-of-')"
-                                   " && document.body.dataset.pending === '0'", timeout=600_000)
-            elapsed = time.perf_counter() - start
-            tensors = page.evaluate("() => document.querySelectorAll('.tree-row').length")
-            times.append((elapsed, counter.requests - before[0], counter.bytes - before[1], tensors))
-            page.close()
+            for how in results:
+                page = browser.new_page()
+                page.goto(base)
+                page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
+                page.wait_for_function(idle, timeout=180_000)
+                before = counter.requests
+                if how == "URL box":
+                    page.fill("#url-input", typed)
+                    start = time.perf_counter()
+                    page.click("#url-form button[type=submit]")
+                else:
+                    # The page is ready: open the set as a link would (every URL in the address).
+                    page.evaluate("q => { history.replaceState(null, '', '?' + q); }", query)
+                    page.reload()
+                    # The URLs are opened as soon as Python is ready: time from then.
+                    page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
+                    start = time.perf_counter()
+                page.wait_for_function(tree, timeout=600_000)
+                at_tree, tree_requests = time.perf_counter() - start, counter.requests - before
+                page.wait_for_function(idle, timeout=600_000)
+                at_idle = time.perf_counter() - start
+                results[how].append((at_tree, tree_requests, at_idle, counter.requests - before))
+                page.close()
         browser.close()
     app.shutdown()
-    elapsed, requests, nbytes, _ = sorted(times)[len(times) // 2]
-    print(f"  page (Python ready -> tree) {elapsed:6.2f} s (runs {', '.join(f'{t[0]:.2f}' for t in times)}) "
-          f"{requests} requests, {nbytes / 2**20:.1f} MiB; ratio to the serial floor {elapsed / floor:.2f}")
+    for how, times in results.items():
+        at_tree, tree_requests, _, _ = sorted(times)[len(times) // 2]
+        _, _, at_idle, idle_requests = sorted(times, key=lambda t: t[2])[len(times) // 2]
+        print(f"  page {label:14s} {how:8s} tree {at_tree:5.2f} s (runs "
+              f"{', '.join(f'{t[0]:.2f}' for t in times)}) {tree_requests} requests, ratio to the "
+              f"serial floor {at_tree / floor:.2f}; idle {at_idle:5.2f} s, {idle_requests} requests")
 
 
 if __name__ == "__main__":

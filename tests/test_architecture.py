@@ -269,3 +269,23 @@ def test_tied_weights_saved_by_torch_count_once(capsys, tmp_path):
     assert params["total"] == sum(p.numel() for p in net.parameters()) == 50 * 8 + 16
     assert params["tied"]["tensors"] == 1 and params["tied"]["parameters"] == 400
     assert fields(doc)["tied_embeddings"] == (True, "inferred: lm_head.weight is stored as the same tensor as embed_tokens.weight")
+
+
+def test_training_groups_by_segment_agree_with_the_table_as_regular_expressions():
+    # components.training_group looks ASCII names up by segment; the same table as regular
+    # expressions (used for the other names) must give the same group for every name.
+    import random
+
+    from tensorloupe import components
+    words = [w for _, _, _, group_words in components.TRAINING_STATE for w in group_words]
+    pieces = words + [w.upper() for w in words] + ["model", "layers", "0", "weight", "\n", "",
+                                                   "Optim", "ſcheduler", "\u212aema", "emas"]
+    rng = random.Random(11)
+    names = [".".join(rng.choice(pieces) for _ in range(rng.randint(1, 4))) for _ in range(20000)]
+    names += [w + "\n" for w in words] + ["x." + w + "\n" for w in words] + ["callbacks", "a.loops"]
+    for name in names:
+        by_regex = next((g for g, p in components._TRAINING_RE if p.search(name)), None)
+        assert components.training_group(name) == by_regex, name
+    assert components.training_group("model.layers.0.mlp.weight") is None
+    assert components.training_group("state.0.exp_avg") == "optimizer"
+    assert components.training_group("Model_EMA.fc.weight") == "ema"

@@ -8,9 +8,9 @@ import {bytes} from "./format.js";
 import {compareWith} from "./compare.js";
 import {listenForFiles} from "./input.js";
 import {readLink, writeLink} from "./link.js";
-import {decodeModel, firstTensor} from "./model.js";
+import {decodeModel, firstTensor, withDetails} from "./model.js";
 import {registerServiceWorker} from "./offline.js";
-import {currentTab, mountAll, onTab, selectTensor, showModel, showTab, updateIo} from "./panels.js";
+import {currentTab, mountAll, onTab, selectTensor, showDetails, showModel, showTab, updateIo} from "./panels.js";
 import {startWorker} from "./worker-client.js";
 
 const DEMO = {name: "demo-moe.safetensors", size: null, path: null, demo: true};
@@ -152,6 +152,20 @@ function adopt(entry, payload, startedAt) {
   document.body.dataset.openMs = String(Math.round(performance.now() - startedAt));
   document.body.dataset.openedAt = String(performance.now());
   document.body.dataset.opened = String(Number(document.body.dataset.opened || 0) + 1);
+  loadDetails(model, wanted?.tab);
+}
+
+// The MoE structure and the architecture block, asked for once the tree is drawn (the worker
+// works them out from every tensor name: a second or more for a large shard set).
+async function loadDetails(model, tab) {
+  try {
+    const {result} = await request("model_details", {}, {label: "Working out the architecture…"});
+    if (state.model !== model) return;          // another checkpoint was opened meanwhile
+    showDetails(withDetails(model, result));
+    if (tab === "moe" && !$("tab-moe").hidden && currentTab() !== "moe") showTab("moe");
+  } catch (error) {
+    if (state.model === model) showError("Could not work out the architecture.", error.message);
+  }
 }
 
 // An entry is the demo, or what tensorloupe.web.files grouped: {kind: "file" | "set", name,

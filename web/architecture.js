@@ -183,9 +183,13 @@ function memoryCard(memory, recompute) {
   return card;
 }
 
-// The cards for `model` (model.js), or nothing when the payload has no architecture block.
-// `request` is ctx.request (worker-client.js).
+// The cards for `model` (model.js): a note while its details are still on their way, nothing
+// when it has no architecture block. `request` is ctx.request (worker-client.js).
 export function architectureCards(model, request) {
+  if (!model.details) {
+    return [el("section", {class: "card", id: "architecture-pending"},
+      el("p", {class: "muted", text: "Working out the architecture and the memory it needs…"}))];
+  }
   if (!model.architecture || !model.memory) return [];
   const recompute = async (context, cacheType) => {
     const {result} = await request("architecture", {context, cache_type: cacheType}, {label: "Estimating…"});

@@ -34,6 +34,8 @@ export function show(model) {
   analysis.render(panel, model.moe);
 }
 
+export const details = show;   // the MoE structure is one of the model's details (model.js)
+
 export function relayout() {
   analysis.relayout();
 }

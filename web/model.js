@@ -4,12 +4,26 @@
 
 // payload.tensors: {columns: ["name", "dtype", ...], rows: [[...], ...]}. Each record gets the
 // column names as keys, the keys of `tensorloupe inspect --json`'s tensors: {name, dtype, shape,
-// numel, nbytes, offset (null until known), strides, problem}.
+// numel, nbytes, offset (null until known), strides, problem, file}; "file" comes as a position
+// in payload.files. The MoE structure and the architecture block are not in it: they come next
+// (withDetails), until then `details` is false.
 export function decodeModel(payload) {
   const {columns, rows} = payload.tensors;
-  const tensors = rows.map((row) => Object.fromEntries(columns.map((key, i) => [key, row[i]])));
+  const file = columns.indexOf("file");
+  const tensors = rows.map((row) => {
+    const record = Object.fromEntries(columns.map((key, i) => [key, row[i]]));
+    record.file = payload.files[row[file]] ?? null;
+    return record;
+  });
   const byName = new Map(tensors.map((t) => [t.name, t]));
-  return {...payload, tensors, tensor: (name) => byName.get(name) || null};
+  return {...payload, moe: null, architecture: null, memory: null, details: false, tensors,
+          tensor: (name) => byName.get(name) || null};
+}
+
+// The worker's model_details reply ({moe, architecture, memory}) added to the model.
+export function withDetails(model, details) {
+  return Object.assign(model, {moe: details.moe, architecture: details.architecture,
+                               memory: details.memory, details: true});
 }
 
 // The tensor shown first: the first readable matrix, else the first tensor.

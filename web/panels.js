@@ -19,6 +19,8 @@
 // and may export:
 //   available(model)    false hides the tab for this model (Experts: only for MoE checkpoints)
 //   select(tensor, {expert})   a tensor was chosen, on any panel (tensor: a model.js record)
+//   details(model)      the model's MoE structure and architecture block arrived (model.js
+//                       withDetails; show() ran without them): draw what depends on them
 //   relayout()          the panel became visible or changed size: redraw what depends on it
 //   io(io)              the bytes read so far changed
 //
@@ -77,6 +79,11 @@ export function showModel(model) {
   for (const view of VIEWS) view.show(model);
   for (const view of TABS) $(`tab-${view.id}`).hidden = view.available ? !view.available(model) : false;
   if ($(`tab-${current}`).hidden) showTab(TABS[0].id);
+}
+
+export function showDetails(model) {
+  for (const view of VIEWS) view.details?.(model);
+  for (const view of TABS) $(`tab-${view.id}`).hidden = view.available ? !view.available(model) : false;
 }
 
 export function selectTensor(record, options) {

@@ -21,6 +21,11 @@ export function show(model) {
   render(panel, model, ctx.io);
 }
 
+// The architecture cards replace the note that stood in for them.
+export function details(model) {
+  document.getElementById("architecture-pending")?.replaceWith(...architectureCards(model, ctx.request));
+}
+
 export function io(io) {
   const value = document.getElementById("io-value");
   if (!value || !io) return;

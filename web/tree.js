@@ -9,10 +9,13 @@ const ROW_HEIGHT = 26;
 const OVERSCAN = 12;
 const NUMERIC = /^\d+$/;
 
+// `children` is made for the first child: most nodes are leaves, and a Map for each of 100k
+// of them was most of the time spent building the tree (in the garbage collector).
 function newNode(label, parent) {
-  return {label, parent, children: new Map(), kids: null, tensor: -1, count: 0, bytes: 0, id: 0,
+  return {label, parent, children: null, kids: null, tensor: -1, count: 0, bytes: 0, id: 0,
           depth: 0, numeric: false, matches: 0};
 }
+const NO_KIDS = [];
 
 // Build the tree of dotted names; single-child chains are merged ("model.embed_tokens.weight"
 // is one row, not three), numbered children sort as numbers (layers 2 before 10).
@@ -21,10 +24,10 @@ export function buildTree(tensors) {
   tensors.forEach((t, index) => {
     let node = root;
     for (const part of t.name.split(".")) {
-      let child = node.children.get(part);
+      let child = node.children?.get(part);
       if (!child) {
         child = newNode(part, node);
-        node.children.set(part, child);
+        (node.children ??= new Map()).set(part, child);
       }
       node = child;
     }
@@ -32,16 +35,16 @@ export function buildTree(tensors) {
   });
   let nextId = 0;
   const finish = (node, depth) => {
-    while (node.parent && node.tensor < 0 && node.children.size === 1) {
+    while (node.parent && node.tensor < 0 && node.children?.size === 1) {
       const [only] = node.children.values();
       node.label = `${node.label}.${only.label}`;
       node.children = only.children;
       node.tensor = only.tensor;
-      for (const child of node.children.values()) child.parent = node;
+      for (const child of node.children?.values() ?? NO_KIDS) child.parent = node;
     }
     node.id = nextId++;
     node.depth = depth;
-    node.kids = [...node.children.values()];
+    node.kids = node.children ? [...node.children.values()] : NO_KIDS;
     node.numeric = node.kids.length > 1 && node.kids.every((k) => NUMERIC.test(k.label));
     if (node.numeric) node.kids.sort((a, b) => Number(a.label) - Number(b.label));
     node.count = node.tensor >= 0 ? 1 : 0;

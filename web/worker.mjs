@@ -30,6 +30,7 @@ const JSPI = typeof WebAssembly.Suspending === "function"
   && new URL(self.location.href).searchParams.get("jspi") !== "0";
 const files = new Map();     // mounted path -> File, for the slices Python asks for all at once
 const heads = new Map();     // url -> the probe's first bytes (the header), until Python took them
+const probing = new Map();   // url -> its probe (a promise), while the URLs are being opened
 
 let JOBS = new Set();        // the ops that are jobs (from Python's "hello")
 const queue = [];            // requests waiting for Python, in arrival order
@@ -162,14 +163,17 @@ function mount(given) {
 
 // A synchronous XHR cannot be stopped once sent: sent to a server that ignores Range it would
 // download the whole file before Python could refuse it. So the first request to each URL is
-// this asynchronous fetch of byte 0, aborted as soon as the answer is not 206; Python (web/
-// remote.py) judges what it saw and reads everything else by synchronous XHR. Only the URLs the
-// user gave are ever requested.
+// this asynchronous fetch of its first bytes, aborted as soon as the answer is not 206; Python
+// (web/remote.py) judges what it saw and reads everything else by synchronous XHR. Only the URLs
+// the user gave are ever requested.
 async function probe(url) {
   const controller = new AbortController();
   try {
     // The first 64 KiB, not one byte: the header every reader starts with comes in this request.
-    const response = await fetch(url, {headers: {Range: `bytes=0-${HEAD_BYTES - 1}`}, cache: "no-store", signal: controller.signal});
+    // A .json file (a shard index, config.json) is read whole, up to JSON_BYTES: its rest would
+    // be a request queued behind every shard's probe.
+    const end = (isJson(url) ? JSON_BYTES : HEAD_BYTES) - 1;
+    const response = await fetch(url, {headers: {Range: `bytes=0-${end}`}, cache: "no-store", signal: controller.signal});
     const seen = {status: response.status, reason: response.statusText, total: null};
     if (response.status === 206) {
       seen.total = rangeTotal(response.headers.get("Content-Range"));
@@ -191,6 +195,8 @@ async function probe(url) {
 }
 
 const HEAD_BYTES = 1 << 16;   // = tensorloupe.source.HEAD_BYTES
+const JSON_BYTES = 16 << 20;  // transformers' indexes: a few MB for the largest models
+const isJson = (url) => new URL(url).pathname.toLowerCase().endsWith(".json");
 
 // Python's vectored reads (web/blobs.py, web/remote.py): every slice or Range request started
 // together; Python waits for all of them in one suspension (run_sync).
@@ -211,6 +217,8 @@ self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, 
     return {error: String(error && error.message || error)};
   }
 }));
+// A URL's probe, for Python to await (web/remote.py worker_probe); null if it was not probed.
+self.tensorloupeProbe = (url) => probing.get(url) || Promise.resolve(null);
 self.tensorloupeHead = (url) => {
   const head = heads.get(url);
   heads.delete(url);
@@ -222,15 +230,30 @@ function rangeTotal(header) {
   return match ? Number(match[1]) : null;
 }
 
+// Every URL's probe starts at once (.json files first: Python reads an index before the shards).
+// With JSPI Python is called at once and awaits each probe as it reads that file (web/remote.py
+// worker_probe), so shard headers are parsed while later ones are still on their way; without
+// it, every probe is awaited first and handed over with the request.
 async function openUrls(id, args, op = "open_url") {
+  const urls = [...(args.urls || []), ...(args.config ? [args.config] : [])];
   try {
-    const urls = [...(args.urls || []), ...(args.config ? [args.config] : [])];
-    const seen = await Promise.all(urls.map(probe));
-    const probes = Object.fromEntries(urls.map((url, i) => [url, seen[i]]));
+    for (const url of [...urls.filter(isJson), ...urls.filter((url) => !isJson(url))]) {
+      if (!probing.has(url)) probing.set(url, probe(url));
+    }
+    let probes = null;
+    if (!JSPI) {
+      const seen = await Promise.all(urls.map((url) => probing.get(url)));
+      probes = Object.fromEntries(urls.map((url, i) => [url, seen[i]]));
+    }
     reply(id, (await call(op, {...args, probes})).envelope);
-    for (const url of urls) heads.delete(url);
   } catch (error) {
     reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+  } finally {
+    await Promise.all(urls.map((url) => probing.get(url)));   // none still writing to `heads`
+    for (const url of urls) {
+      probing.delete(url);
+      heads.delete(url);
+    }
   }
 }
 

@@ -9,9 +9,10 @@ from .model import Checkpoint
 
 
 def describe(ckpt: Checkpoint, config: dict | None = None, config_where: str = "config.json",
-             context: int | None = None, cache_type: str = "f16") -> dict:
-    """{"architecture": ..., "memory": ...} (schema in README.md, "JSON output")."""
-    arch = architecture.summarize(ckpt, config, config_where)
+             context: int | None = None, cache_type: str = "f16", found_moe=None) -> dict:
+    """{"architecture": ..., "memory": ...} (schema in README.md, "JSON output"); `found_moe` is
+    moe.detect(ckpt, config) if the caller has it."""
+    arch = architecture.summarize(ckpt, config, config_where, found_moe)
     return {"architecture": arch.to_json(), "memory": memory.estimate(arch, context, cache_type)}
 
 

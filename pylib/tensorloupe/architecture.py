@@ -125,12 +125,16 @@ class Architecture:
                                **self.parameters.to_json()}}
 
 
-def summarize(checkpoint: Checkpoint, config: dict | None = None, config_where: str = "config.json") -> Architecture:
+def summarize(checkpoint: Checkpoint, config: dict | None = None, config_where: str = "config.json",
+              found_moe: moe_detect.MoE | None = None) -> Architecture:
+    """`found_moe`: moe_detect.detect(checkpoint, config), if the caller has it already."""
     configs = []
     if isinstance(config, dict):
         configs.append(("config.json", config))
     configs += embedded_configs(checkpoint)
-    found_moe = moe_detect.detect(checkpoint, config)
+    if found_moe is None:
+        found_moe = moe_detect.detect(checkpoint, config)
+    parameters = breakdown(checkpoint, found_moe)
     fields: dict[str, Value] = {}
     arch = checkpoint.metadata.get("general.architecture") if checkpoint.format == "gguf" else None
     for spec in FIELDS:
@@ -140,13 +144,14 @@ def summarize(checkpoint: Checkpoint, config: dict | None = None, config_where: 
         if got is not None:
             fields[spec.key] = got
     _disable_sliding(fields, configs)
-    for key, (value, source) in inferred.infer(checkpoint, found_moe, fields.get("hidden_size")).items():
+    for key, (value, source) in inferred.infer(checkpoint, found_moe, fields.get("hidden_size"),
+                                               parameters.not_training).items():
         fields.setdefault(key, Value(value, source))
     _derive(fields, configs, checkpoint.metadata, arch)
     ordered = {s.key: fields[s.key] for s in FIELDS if s.key in fields}
     sources = ([config_where] if isinstance(config, dict) else []) + [label for label, _ in configs
                                                                       if label != "config.json"]
-    return Architecture(ordered, breakdown(checkpoint, found_moe), found_moe, sources)
+    return Architecture(ordered, parameters, found_moe, sources)
 
 
 def embedded_configs(checkpoint: Checkpoint) -> list[tuple[str, dict]]:

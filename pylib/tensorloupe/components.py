@@ -22,18 +22,28 @@ from .model import Checkpoint, Tensor
 from .moe import MoE
 from .roles import role_of
 
-# (group, pattern on the full tensor name), first match wins. Segments are whole path parts.
+# (group, where, ignore case, words), first match wins: the name has one of the words as a whole
+# path segment, anywhere, as its last segment or as its first.
+ANY, LAST, FIRST = "any", "last", "first"
 TRAINING_STATE = [
-    ("optimizer", re.compile(r"(^|\.)(optimizer_states?|optimizers?|optim|optimizer_state_dict|"
-                             r"opt_state|optim_state)(\.|$)", re.I)),
-    ("optimizer", re.compile(r"(^|\.)(exp_avg|exp_avg_sq|max_exp_avg_sq|momentum_buffer|"
-                             r"square_avg|acc_delta)$")),
-    ("ema", re.compile(r"(^|\.)(ema|model_ema|ema_model|ema_state_dict|ema_params|ema_weights|"
-                       r"shadow_params|averaged_model|swa_model|module_ema)(\.|$)", re.I)),
-    ("scheduler", re.compile(r"(^|\.)(lr_schedulers?|schedulers?|lr_scheduler_state)(\.|$)", re.I)),
-    ("loss scaler", re.compile(r"(^|\.)(grad_scaler|scaler|amp_scaler)(\.|$)", re.I)),
-    ("trainer state", re.compile(r"^(callbacks|loops)(\.|$)")),
+    ("optimizer", ANY, True, ("optimizer_state", "optimizer_states", "optimizer", "optimizers", "optim",
+                              "optimizer_state_dict", "opt_state", "optim_state")),
+    ("optimizer", LAST, False, ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer",
+                                "square_avg", "acc_delta")),
+    ("ema", ANY, True, ("ema", "model_ema", "ema_model", "ema_state_dict", "ema_params", "ema_weights",
+                        "shadow_params", "averaged_model", "swa_model", "module_ema")),
+    ("scheduler", ANY, True, ("lr_scheduler", "lr_schedulers", "scheduler", "schedulers",
+                              "lr_scheduler_state")),
+    ("loss scaler", ANY, True, ("grad_scaler", "scaler", "amp_scaler")),
+    ("trainer state", FIRST, False, ("callbacks", "loops")),
 ]
+_ANCHORS = {ANY: (r"(^|\.)(", r")(\.|$)"), LAST: (r"(^|\.)(", r")$"), FIRST: (r"^(", r")(\.|$)")}
+# The same rows as regular expressions, for names that are not ASCII (where re.IGNORECASE also
+# matches a few non-ASCII letters, e.g. the Kelvin sign with k, that str.lower() does not give).
+_TRAINING_RE = [(group, re.compile(_ANCHORS[where][0] + "|".join(words) + _ANCHORS[where][1],
+                                   re.I if fold else 0))
+                for group, where, fold, words in TRAINING_STATE]
+_TRAINING_SETS = [(group, where, fold, frozenset(words)) for group, where, fold, words in TRAINING_STATE]
 
 # Registered buffers that checkpoints store beside the weights but that are not parameters
 # (torch's model.parameters() leaves them out): BERT's position_ids, BatchNorm's statistics, RoPE's
@@ -62,9 +72,23 @@ BY_ROLE = [
 
 
 def training_group(name: str) -> str | None:
-    """The training-state group of a tensor name, or None if it is (part of) the model."""
-    for group, pattern in TRAINING_STATE:
-        if pattern.search(name):
+    """The training-state group of a tensor name, or None if it is (part of) the model.
+
+    ASCII names (all real ones) are split into segments and looked up in sets: six regular
+    expressions per name cost ~0.4 s for 39,120 tensors in the browser. The others, and names
+    with a newline (`$` matches before a final one), go through the regular expressions."""
+    if not name.isascii() or "\n" in name:
+        return next((group for group, pattern in _TRAINING_RE if pattern.search(name)), None)
+    segments = name.split(".")
+    folded = None
+    for group, where, fold, words in _TRAINING_SETS:
+        if fold and folded is None:
+            folded = name.lower().split(".")
+        parts = folded if fold else segments
+        if where == ANY:
+            if not words.isdisjoint(parts):
+                return group
+        elif parts[-1 if where == LAST else 0] in words:
             return group
     return None
 
@@ -95,6 +119,7 @@ class Breakdown:
     buffers: Count = field(default_factory=Count)
     tied: Count = field(default_factory=Count)   # the same storage view as a tensor counted already
     model_tensors: list[Tensor] = field(default_factory=list)
+    not_training: list[Tensor] = field(default_factory=list)   # all but training state, in order
 
     @property
     def total(self) -> int:
@@ -139,6 +164,7 @@ def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
         if group is not None:
             out.training.setdefault(group, Count()).add(t)
             continue
+        out.not_training.append(t)
         if BUFFER.search(t.name):
             out.buffers.add(t)
             continue

@@ -19,16 +19,21 @@ from .roles import role_of
 EMBEDDING_ROLES = ("embed_tokens", "wte", "word_embeddings", "token_embd", "tok_embeddings", "embed_in")
 HEAD_ROLES = ("lm_head.weight", "output.weight", "embed_out.weight")
 UP_ROLES = ("up_proj", "ffn_up", "fc1", "w1.", "intermediate.dense", "c_fc", "dense_h_to_4h")
+# What DeepSeek MLA's kv_a_layernorm, kv_a_proj_with_mqa and q_a_layernorm are called (HF, GGUF).
+MLA_WORDS = (("kv_a_layernorm", "attn_kv_a_norm"), ("kv_a_proj_with_mqa", "attn_kv_a_mqa"),
+             ("q_a_layernorm", "attn_q_a_norm"))
 
 
 class Known(NamedTuple):
     value: object
 
 
-def infer(ckpt: Checkpoint, found_moe: MoE, hidden=None) -> dict[str, tuple]:
+def infer(ckpt: Checkpoint, found_moe: MoE, hidden=None, model=None) -> dict[str, tuple]:
     """{field: (value, source)} for what the tensors tell; `hidden` is the hidden size already
-    known (a Value), which picks out the MLP's other dimension."""
-    model = [t for t in ckpt.tensors if training_group(t.name) is None]
+    known (a Value), which picks out the MLP's other dimension; `model` the tensors that are not
+    training state, if the caller has them (components.Breakdown.not_training)."""
+    if model is None:
+        model = [t for t in ckpt.tensors if training_group(t.name) is None]
     roles = [(t, role_of(t.name)) for t in model]
     found: dict[str, tuple] = {}
 
@@ -86,15 +91,28 @@ def infer(ckpt: Checkpoint, found_moe: MoE, hidden=None) -> dict[str, tuple]:
 def _infer_mla(put, roles) -> None:
     """DeepSeek MLA: kv_a_proj_with_mqa is [kv_lora_rank + qk_rope_head_dim, hidden] and
     kv_a_layernorm is [kv_lora_rank] (GGUF: attn_kv_a_mqa, attn_kv_a_norm, attn_q_a_norm)."""
-    def first(*words):
-        return next((t for t, r in roles if r.layer is not None and any(w in r.role for w in words)), None)
-    norm = first("kv_a_layernorm", "attn_kv_a_norm")
-    mqa = first("kv_a_proj_with_mqa", "attn_kv_a_mqa")
+    norm, mqa, q_norm = _first_in_layers(roles, MLA_WORDS)
     if norm is not None and norm.shape:
         put("kv_lora_rank", norm.shape[0], f"inferred from tensor {norm.name} shape {list(norm.shape)}")
         if mqa is not None and len(mqa.shape) == 2:
             put("qk_rope_head_dim", mqa.shape[0] - norm.shape[0],
                 f"inferred from tensor {mqa.name} shape {list(mqa.shape)} minus kv_lora_rank")
-    q_norm = first("q_a_layernorm", "attn_q_a_norm")
     if q_norm is not None and q_norm.shape:
         put("q_lora_rank", q_norm.shape[0], f"inferred from tensor {q_norm.name} shape {list(q_norm.shape)}")
+
+
+def _first_in_layers(roles, wanted: tuple) -> list:
+    """For each tuple of words, the first tensor inside a layer whose role contains one of them
+    (or None): one pass over the tensors for all of them, which stops once all are found."""
+    found = [None] * len(wanted)
+    left = len(wanted)
+    for t, r in roles:
+        if r.layer is None:
+            continue
+        for i, words in enumerate(wanted):
+            if found[i] is None and any(w in r.role for w in words):
+                found[i] = t
+                left -= 1
+        if not left:
+            break
+    return found

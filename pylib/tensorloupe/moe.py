@@ -28,6 +28,7 @@ ROUTER_LEAVES = ("gate.weight", "router.weight", "gate.e_score_correction_bias",
 GGUF_EXPS = re.compile(r"^(?P<prefix>blk\.\d+)\.ffn_(?P<leaf>\w+)_exps\.weight$")
 GGUF_SHEXP = re.compile(r"^(?P<prefix>blk\.\d+)\.ffn_(?P<leaf>\w+)_shexp\.weight$")
 GGUF_ROUTER = "ffn_gate_inp.weight"
+ROUTER_ALL = tuple("." + leaf for leaf in ROUTER_LEAVES + (GGUF_ROUTER,))
 # config.json keys that say how many experts each token is routed to (Mixtral/Qwen/DeepSeek/...).
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts",
               "experts_per_token", "num_experts_per_token", "moe_top_k")
@@ -104,8 +105,10 @@ def detect(checkpoint: Checkpoint, config: dict | None = None) -> MoE:
         if m and m["prefix"] in layers:
             layers[m["prefix"]].shared.append(name)
             continue
-        for prefix, entry in layers.items():
-            if name.startswith(prefix + ".") and name[len(prefix) + 1:] in ROUTER_LEAVES + (GGUF_ROUTER,):
+        # A router is `{prefix}.{leaf}`: look its prefix up (one dict lookup per leaf, not a
+        # walk over every layer for every tensor: 39,120 tensors x 163 layers took seconds).
+        for leaf in ROUTER_ALL:
+            if name.endswith(leaf) and (entry := layers.get(name[:-len(leaf)])) is not None:
                 entry.router.append(name)
 
     found = [entry for entry in layers.values() if entry.experts]

@@ -46,11 +46,13 @@ MAX_SPLIT_COUNT = 65535
 MAX_LISTED = 20
 
 
-def open_all(sources: list[ByteSource]) -> Checkpoint:
+def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpoint:
+    """`read(source)` reads one of them (default read_one); a caller that has read some already
+    (the page reads each shard's header as it arrives) passes its own."""
     if not sources:
         raise UsageError("no files were given")
-    indexes = [s for s in sources if s.name.lower().endswith(INDEX_SUFFIX)]
-    files = [s for s in sources if not s.name.lower().endswith(INDEX_SUFFIX)]
+    indexes = [s for s in sources if is_index(s.name)]
+    files = [s for s in sources if not is_index(s.name)]
     try:
         if not files:
             raise UsageError("only index files were given; add the checkpoint files",
@@ -59,8 +61,11 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
             raise UsageError("more than one index file was given",
                              found=", ".join(s.name for s in indexes))
         # Remote parts are opened side by side: each header is a round trip or two of waiting.
-        workers = MAX_WORKERS if any(s.root().waits for s in files) else 1
-        parts = map_parallel(_read_part, files, workers)
+        # So is the index, first (the rest of a large one is a request of its own); its errors
+        # are raised where the merge reads it, after the checks that need no index.
+        workers = MAX_WORKERS if any(s.root().waits for s in sources) else 1
+        done = map_parallel(read or read_one, indexes + files, workers)
+        indexes, parts = done[:len(indexes)], done[len(indexes):]
         formats = sorted({p.format for p in parts})
         if len(formats) > 1:
             raise FormatError("the files are not shards of one checkpoint: they are of different "
@@ -78,16 +83,37 @@ def open_all(sources: list[ByteSource]) -> Checkpoint:
         raise
 
 
-def _read_part(source: ByteSource) -> Checkpoint:
+def is_index(name: str) -> bool:
+    return name.lower().endswith(INDEX_SUFFIX)
+
+
+def read_one(source: ByteSource):
+    """A part's Checkpoint, or for an index a ReadIndex (its contents or the error reading it)."""
+    if is_index(source.name):
+        try:
+            return ReadIndex(source.name, read_index(source), None)
+        except TensorloupeError as e:
+            return ReadIndex(source.name, None, e)
     try:
         return detect.read(source)
     except TensorloupeError as e:
         raise e.located(file=source.name)
 
 
+class ReadIndex(NamedTuple):
+    name: str
+    index: dict | None
+    error: TensorloupeError | None
+
+    def get(self) -> dict:
+        if self.error is not None:
+            raise self.error
+        return self.index
+
+
 # --- split GGUF -------------------------------------------------------------------------------
 
-def _merge_gguf(parts: list[Checkpoint], indexes: list[ByteSource]) -> Checkpoint:
+def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
     if indexes:
         raise UsageError("an index file only goes with sharded safetensors", file=indexes[0].name)
     numbered = []
@@ -167,12 +193,14 @@ def read_index(source: ByteSource) -> dict:
             isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
         raise error(FormatError, "the index has no weight_map of tensor names to file names")
     metadata = index.get("metadata")
-    return {"weight_map": {k: _basename(v) for k, v in weight_map.items()},
+    # Tens of thousands of tensors name a few hundred files: each file name is cut once.
+    bases = {v: _basename(v) for v in set(weight_map.values())}
+    return {"weight_map": {k: bases[v] for k, v in weight_map.items()},
             "metadata": metadata if isinstance(metadata, dict) else {}}
 
 
-def _merge_safetensors(parts: list[Checkpoint], indexes: list[ByteSource]) -> Checkpoint:
-    index = read_index(indexes[0]) if indexes else None
+def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
+    index = indexes[0].get() if indexes else None
     index_name = indexes[0].name if indexes else None
     warnings: list[str] = []
     names = {p.name: p for p in parts}
@@ -288,7 +316,7 @@ def _shards_report(ordered, numbers, count, missing, missing_count) -> dict:
 
 class Merger(NamedTuple):
     is_part: Callable[[Checkpoint], bool]   # whether a lone file says it is one of several
-    merge: Callable[[list[Checkpoint], list[ByteSource]], Checkpoint]
+    merge: Callable[[list[Checkpoint], list["ReadIndex"]], Checkpoint]
 
 
 # Keyed by each reader's FORMAT: the formats that can be split, and how.

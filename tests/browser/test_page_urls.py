@@ -7,6 +7,7 @@ Also `python3 build.py serve FILE ...`, run as a user runs it, and the worker's 
 from __future__ import annotations
 
 import http.server
+import json
 import re
 import signal
 import subprocess
@@ -300,3 +301,57 @@ def test_build_py_serve_with_files_opens_them(page_factory, dist, shards):
         process.wait(timeout=30)
         process.stdout.close()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def remote_shards(shards, tmp_path_factory):
+    """The sharded MoE (three shards and their index) on another origin, with CORS, logging."""
+    folder = tmp_path_factory.mktemp("remote-shards")
+    names = {}
+    for key in ("shard_1", "shard_2", "shard_3", "shard_index"):
+        (folder / shards[key].name).symlink_to(shards[key])
+        names[key] = shards[key].name
+    server, base, (log, _) = other_origin(folder)
+    yield base, names, log
+    server.shutdown()
+    server.server_close()
+
+
+def test_remote_shards_typed_in_the_box_open_with_one_request_each(url_page, site, remote_shards,
+                                                                   shards, capsys):
+    # The set opens as `tensorloupe inspect --json` opens the local files, with one request per
+    # file (a shard's header and all of the index come in its first request); the tree comes
+    # first, then the architecture and the Experts tab (model_details).
+    from tensorloupe.cli import main
+    app, requests = url_page
+    base, names, log = remote_shards
+    urls = [f"{base}/{names[k]}" for k in ("shard_1", "shard_2", "shard_3", "shard_index")]
+    seen_before, logged_before = len(requests.urls), len(log)
+    before = app.opened()
+    app.page.fill("#url-input", "\n".join(urls))
+    app.page.click("#url-form button[type=submit]")
+    app.wait_model("model-{00001..00003}-of-00003.safetensors", before)
+    assert main(["inspect", "--json", *(str(shards[k]) for k in ("shard_1", "shard_2", "shard_3",
+                                                                   "shard_index"))]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    app.tab("summary")
+    assert app.fact("tensor_count") == str(cli["tensor_count"]) == "48"
+    assert app.page.inner_text("#tree-count") == f"{cli['tensor_count']} tensors"
+    assert app.page.locator("#architecture-pending").count() == 0      # the details came
+    assert app.page.locator("#architecture").count() == 1
+    assert not app.page.locator("#tab-moe").is_hidden()
+    # One ranged GET per file: a shard's first 64 KiB (its header), all of the index. Only the
+    # shard of the tensor shown first is read again (its sampled values, after the tree).
+    shown = app.page.inner_text("#tensor-name")
+    read_again = "/" + next(t["file"] for t in cli["tensors"] if t["name"] == shown)
+    opened = log[logged_before:]
+    assert all(method == "GET" and rng for method, _, rng in opened), opened
+    firsts = {}
+    for _, path, rng in opened:
+        firsts.setdefault(path, rng)
+    assert firsts == {**{f"/{names[k]}": "bytes=0-65535" for k in ("shard_1", "shard_2", "shard_3")},
+                      f"/{names['shard_index']}": f"bytes=0-{(16 << 20) - 1}"}
+    counts = {path: sum(p == path for _, p, _ in opened) for path in firsts}
+    assert all(n == 1 for path, n in counts.items() if path != read_again), counts
+    contacted = requests.urls[seen_before:]
+    assert all(u in urls or origin(u) == site for u in contacted), contacted

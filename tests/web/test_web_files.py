@@ -176,18 +176,20 @@ def test_open_paths_with_a_config(model_folder):
     paths = [str(model_folder[k]) for k in ("shard_2", "shard_1", "shard_3", "shard_index")]
     result, _ = s.handle("open", {"paths": paths, "config": str(model_folder["shard_config"])})
     assert result["tensor_count"] == 48 and result["warnings"] == []
-    assert (result["moe"]["top_k"], result["moe"]["top_k_source"]) == (3, "config.json num_experts_per_tok")
+    found = s.handle("model_details", {})[0]["moe"]
+    assert (found["top_k"], found["top_k_source"]) == (3, "config.json num_experts_per_tok")
     result, _ = s.handle("open", {"paths": paths[:1]})
     assert result["warnings"][0].startswith("part 1 of 3 (model-00001-of-00003.safetensors) is missing")
 
 
 def test_a_broken_config_is_a_warning_not_a_failure(model_folder, tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    result, _ = Session().handle("open", {"paths": [str(model_folder["shard_1"])],
-                                          "config": str(tmp_path / "config.json")})
+    s = Session()
+    result, _ = s.handle("open", {"paths": [str(model_folder["shard_1"])],
+                                  "config": str(tmp_path / "config.json")})
     assert any("config.json" in w and "not valid JSON" in w and "top-k is not taken from it" in w
                for w in result["warnings"])
-    assert result["moe"]["top_k"] is None
+    assert s.handle("model_details", {})[0]["moe"]["top_k"] is None
 
 
 def test_open_url_reads_shards_by_ranges(served, model_folder, monkeypatch):
@@ -199,7 +201,7 @@ def test_open_url_reads_shards_by_ranges(served, model_folder, monkeypatch):
     s = Session()
     result, _ = s.handle("open_url", {"urls": urls, "config": config,
                                       "probes": {u: probe(u) for u in urls + [config]}})
-    assert result["tensor_count"] == 48 and result["moe"]["top_k"] == 3
+    assert result["tensor_count"] == 48 and s.handle("model_details", {})[0]["moe"]["top_k"] == 3
     name = "model.layers.2.mlp.experts.3.down_proj.weight"
     local = tensorloupe.open([str(model_folder[k]) for k in ("shard_1", "shard_2", "shard_3")])
     got, _ = s.handle("tensor", {"name": name})
@@ -218,3 +220,16 @@ def test_group_op():
     result, _ = Session().handle("group", {"files": [{"rel": "a-00001-of-00002.gguf", "path": "/x/a1"},
                                                      {"rel": "a-00002-of-00002.gguf", "path": "/x/a2"}]})
     assert json.loads(json.dumps(result))["entries"][0]["paths"] == ["/x/a1", "/x/a2"]
+
+
+def test_compare_open_url_reads_b_by_ranges_and_needs_its_probes(served, model_folder, monkeypatch):
+    monkeypatch.setattr(remote, "xhr_range", urllib_range)
+    urls = [f"{served}/model-0000{n}-of-00003.safetensors" for n in (1, 2, 3)]
+    s = Session()
+    s.handle("open", {"paths": [str(model_folder[k]) for k in ("shard_1", "shard_2", "shard_3")]})
+    other, _ = s.handle("compare_open_url", {"urls": urls, "probes": {u: probe(u) for u in urls}})
+    assert other["file"] == "model-{00001..00003}-of-00003.safetensors"
+    # Without the probes (and no JSPI to await them, as here in CPython) a URL is refused readably.
+    with pytest.raises(UsageError, match="the worker did not probe this URL"):
+        s.handle("compare_open_url", {"urls": urls, "probes": None})
+    assert s.other.name == other["file"]      # B is unchanged

@@ -35,9 +35,13 @@ def files(tmp_path):
 
 
 def records(result) -> list[dict]:
-    """The page's tensor table as records (what web/model.js decodes)."""
+    """The page's tensor table as records (what web/model.js decodes: "file" is a position in
+    the payload's "files")."""
     table = result["tensors"]
-    return [dict(zip(table["columns"], row)) for row in table["rows"]]
+    out = [dict(zip(table["columns"], row)) for row in table["rows"]]
+    for r in out:
+        r["file"] = result["files"][r["file"]]
+    return out
 
 
 def test_open_reports_summary_tensors_and_moe(files):
@@ -50,29 +54,34 @@ def test_open_reports_summary_tensors_and_moe(files):
     assert result["bytes_by_dtype"] == {"F32": 600000, "F16": 3600}
     assert sorted((t["name"], t["dtype"], t["shape"], t["nbytes"]) for t in records(result)) == [
         ("cube", "F16", [3, 20, 30], 3600), ("x", "F32", [300, 500], 600000)]
-    assert result["moe"]["detected"] is False
+    assert "moe" not in result                  # it comes next, with the architecture
+    assert call(s, "model_details")[0]["moe"]["detected"] is False
 
 
 def test_the_page_payload_is_inspect_json(files):
     # One serialisation of a checkpoint: the page gets `inspect --json`'s fields and tensor
-    # records (less `info`, which the "tensor" reply carries), plus page-only fields.
+    # records (less `info`, which the "tensor" reply carries), plus page-only fields; the
+    # architecture block and the MoE structure come in the next reply (model_details).
     s = Session()
     result, _ = call(s, "open", path=str(files / "a.safetensors"))
+    details, _ = call(s, "model_details")
     ckpt = tensorloupe.open(str(files / "a.safetensors"))
     listing = {**report.inspect_json(ckpt), **arch_report.describe(ckpt)}  # what inspect --json prints
     assert records(result) == [{k: t.get(k) for k in result["tensors"]["columns"]} for t in listing["tensors"]]
     assert all(set(t) - {"info"} <= set(result["tensors"]["columns"]) for t in listing["tensors"])
-    page_only = {"bytes_by_dtype", "moe", "tokenizer"}
-    assert set(result) == set(listing) | page_only
-    assert {k: v for k, v in result.items() if k not in page_only | {"tensors"}} == {
+    page_only = {"bytes_by_dtype", "tokenizer"}
+    assert set(result) | {"architecture", "memory"} == set(listing) | page_only
+    assert {k: v for k, v in {**result, **details}.items() if k not in page_only | {"tensors", "moe"}} == {
         k: v for k, v in listing.items() if k != "tensors"}
+    assert details["moe"] == json.loads(json.dumps(tensorloupe.moe.detect(ckpt).to_json()))
 
 
 def test_open_demo_detects_experts():
     s = Session()
     result, _ = call(s, "open_demo")
     assert result["file"] == "demo-moe.safetensors"
-    assert result["moe"]["detected"] and result["moe"]["expert_count"] == 8 and result["moe"]["top_k"] == 2
+    found = call(s, "model_details")[0]["moe"]
+    assert found["detected"] and found["expert_count"] == 8 and found["top_k"] == 2
 
 
 def test_tensor_stats_are_the_cli_sample(files):
@@ -316,7 +325,8 @@ def test_open_carries_the_architecture_and_memory_the_cli_prints(capsys, demo_pa
     (tmp_path / "demo-moe.safetensors").write_bytes(demo_path.read_bytes())
     (tmp_path / "config.json").write_text(json.dumps({"num_experts_per_tok": 3}))
     s = Session()
-    result, _ = call(s, "open", path=str(tmp_path / "demo-moe.safetensors"), config=str(tmp_path / "config.json"))
+    call(s, "open", path=str(tmp_path / "demo-moe.safetensors"), config=str(tmp_path / "config.json"))
+    result, _ = call(s, "model_details")
     assert main(["inspect", str(tmp_path / "demo-moe.safetensors"), "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
     assert result["architecture"] == cli["architecture"]

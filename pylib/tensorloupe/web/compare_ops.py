@@ -69,13 +69,13 @@ class CompareOps:
 
     def op_compare_open_url(self, args):
         """B from URLs; `probes` are the worker's first answers (remote.py), as for op_open_url."""
-        urls, probes = list(args.get("urls", [])), args.get("probes", {})
+        urls, probes = list(args.get("urls", [])), args.get("probes")
         if not urls:
             raise UsageError("no URL was given")
         sources = []
         try:
             for url in urls:
-                sources.append(remote.open_url(url, probes.get(url, {"error": "the worker did not probe this URL"})))
+                sources.append(remote.open_url(url, remote.probe_of(probes, url)))
         except TensorloupeError:
             for source in sources:
                 source.close()

@@ -14,7 +14,7 @@ import json
 import sys
 import traceback
 
-from .. import colormap, moe, npy, report
+from .. import colormap, moe, npy, report, shards
 from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
@@ -47,9 +47,20 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     def __init__(self) -> None:
         self.checkpoint: Checkpoint | None = None
-        self.moe = None
+        self._moe = None
         self.analysis = None          # the last expert analysis, as measured (moe_ops)
         self.jobs = Jobs()
+
+    @property
+    def moe(self) -> moe.MoE | None:
+        """The open checkpoint's MoE structure, found when first needed (model_details, the
+        Experts tab): not before the tree is drawn (39,120 names take ~0.3 s in the browser)."""
+        if self._moe is None and self.checkpoint is not None:
+            try:
+                self._moe = moe.detect(self.checkpoint, self.config)
+            except TensorloupeError as e:
+                self._moe = moe.MoE(False, f"MoE detection failed: {e}")
+        return self._moe
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -106,23 +117,37 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
                            *config, args.get("config"), [args["path"]])
 
     def op_open_url(self, args):
-        """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py)."""
-        urls, probes = list(args.get("urls", [])), args.get("probes", {})
+        """URLs read by Range requests; `probes` are the worker's first answers (web/remote.py),
+        or, with JSPI, awaited here one by one as they come in (remote.worker_probe): each shard's
+        header is read while the others are still on their way."""
+        urls, probes = list(args.get("urls", [])), args.get("probes")
         if not urls:
             raise UsageError("no URL was given")
 
         def probe(url):
-            return probes.get(url, {"error": "the worker did not probe this URL"})
+            return remote.probe_of(probes, url)
         config = self._config(args.get("config"), lambda url: remote.read_config(url, probe(url)))
-        sources = []
-        try:
-            for url in urls:
-                sources.append(remote.open_url(url, probe(url)))
-        except TensorloupeError:
-            for source in sources:
+        sources, read, failed = [None] * len(urls), {}, {}
+        # In the order shards.open_all reads them (the index first: the worker fetched it first);
+        # failures are kept and raised as the plain open would raise them (the first URL that
+        # cannot be opened, in the order given; then open_all's own order).
+        for i in sorted(range(len(urls)), key=lambda i: not shards.is_index(urls[i])):
+            try:
+                sources[i] = remote.open_url(urls[i], probe(urls[i]))
+                read[sources[i]] = shards.read_one(sources[i])
+            except TensorloupeError as e:
+                failed[sources[i] or i] = e
+        opened = [s for s in sources if s is not None]
+        if len(opened) < len(urls):
+            for source in opened:
                 source.close()
-            raise
-        return self._adopt(open_checkpoint(sources), *config, args.get("config"))
+            raise failed[min(k for k in failed if isinstance(k, int))]
+
+        def known(source):
+            if source in failed:
+                raise failed[source]
+            return read[source]
+        return self._adopt(shards.open_all(opened, known), *config, args.get("config"))
 
     @staticmethod
     def _config(where, load) -> tuple[dict | None, str | None]:
@@ -139,34 +164,36 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         """Make a successfully opened checkpoint current (only now is the old one closed)."""
         if config_warning:
             ckpt.warnings.append(config_warning)
-        try:
-            found = moe.detect(ckpt, config)
-        except TensorloupeError as e:
-            found = moe.MoE(False, f"MoE detection failed: {e}")
         if self.checkpoint is not None:
             self.checkpoint.close()
-        self.checkpoint, self.moe, self.analysis = ckpt, found, None
+        self.checkpoint, self._moe, self.analysis = ckpt, None, None
         self.config, self.config_where = config, config_where or "config.json"
         self.opened_paths = [p for p in paths or [] if isinstance(p, str)]   # local: tokenizer.json beside
         self.jobs.clear()
         return self.model_payload(), []
 
     def model_payload(self) -> dict:
-        """`report.checkpoint_json` (what `inspect --json` prints, metadata and extras bounded),
-        its tensors as a table (page_table), its architecture and memory block (model_ops), plus
-        what only the page needs: bytes by dtype, the MoE structure, where its tokenizer is."""
+        """What the page needs to draw the tree and the file's facts: `report.checkpoint_json`
+        (what `inspect --json` prints, metadata and extras bounded) with its tensors as a table
+        (page_table), plus bytes by dtype and where its tokenizer is. The MoE structure and the
+        architecture block follow in model_details, which the page asks for next."""
         ckpt = self.current()
         out = report.checkpoint_json(ckpt, PREVIEW)
-        out["tensors"] = page_table(out["tensors"])
+        out["tensors"] = page_table(out["tensors"], out["files"])
         bytes_by_dtype: dict[str, int] = {}
         for t in ckpt.tensors:
             bytes_by_dtype[t.dtype] = bytes_by_dtype.get(t.dtype, 0) + t.nbytes
         out["metadata"] = report.shown_metadata(ckpt, PREVIEW)   # torch: no tensor list again
         out["bytes_by_dtype"] = bytes_by_dtype
-        out["moe"] = self.moe.to_json() if self.moe else None
-        out.update(self.architecture_payload())  # "architecture" and "memory", as in inspect --json
         out["tokenizer"] = self.tokenizer_payload()
         return out
+
+    def op_model_details(self, args):
+        """The rest of the model payload: the MoE structure (moe.detect) and the architecture and
+        memory block (model_ops: "architecture" and "memory", as in inspect --json)."""
+        found = self.moe
+        return {"file": self.current().name, "moe": found.to_json() if found else None,
+                **self.architecture_payload()}, []
 
     # --- one tensor --------------------------------------------------------------------------
 
@@ -242,13 +269,18 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 # The tensor records of `inspect --json`, less `info` (format-specific extras: half the bytes;
 # the "tensor" reply carries them for the tensor on show), as named columns and rows of values:
 # the key names are not repeated 90k times (2,882 torch tensors: 255 kB instead of 367 kB as
-# records). The page turns the rows back into records in one place (web/model.js).
+# records), and "file" is a position in the payload's "files" (a shard name per tensor was 1.7 MB
+# of 163 shards' 39,120 tensors). The page turns the rows back into records in one place
+# (web/model.js).
 PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "strides", "problem", "file")
 
 
-def page_table(records: list[dict]) -> dict:
+def page_table(records: list[dict], files: list[str]) -> dict:
+    where = {name: i for i, name in enumerate(files)}
     return {"columns": list(PAGE_TENSOR_COLUMNS),
-            "rows": [[r.get(key) for key in PAGE_TENSOR_COLUMNS] for r in records]}
+            "rows": [[r.get("name"), r.get("dtype"), r.get("shape"), r.get("numel"), r.get("nbytes"),
+                      r.get("offset"), r.get("strides"), r.get("problem"), where.get(r.get("file"))]
+                     for r in records]}
 
 
 session = Session()

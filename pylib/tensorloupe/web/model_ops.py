@@ -22,12 +22,13 @@ MAX_CONTEXT = 1 << 40
 class ModelOps:
     config: dict | None = None
     config_where: str = "config.json"
+    moe = None      # moe.detect(current(), config), found when the model was opened
     opened_paths: list[str] = []
     _vocab = None   # (checkpoint, its Vocabulary): a tokenizer.json is parsed once per model
 
     def architecture_payload(self, context: int | None = None, cache_type: str = "f16") -> dict:
         return bounded(arch_report.describe(self.current(), self.config, self.config_where,
-                                            context, cache_type))
+                                            context, cache_type, self.moe))
 
     def tokenizer_payload(self) -> str | None:
         """Where the tokenizer is (tokens.available): the page offers a Tokens tab if anywhere."""

@@ -7,10 +7,12 @@ no CORS permission for this page to read it) says so.
 
 Why the first request is not made here: a synchronous XHR cannot be aborted, so one sent to a
 server that ignores Range would download the whole file (tens of GB) before we could refuse it.
-The worker (web/worker.mjs) therefore makes one asynchronous `fetch` with `Range: bytes=0-0` per
-URL, aborts it as soon as the status is not 206, and hands us what it saw: the *probe*
-{"status", "reason", "total"} or {"error"}. Every later read is a synchronous XHR (the library's
-reads are synchronous), so all reads go through source.CachedSource: each costs ~5-13 ms however
+The worker (web/worker.mjs) therefore makes one asynchronous `fetch` per URL for its first 64 KiB
+(the header every reader starts with; all of a .json file, up to 16 MiB), aborts it as soon as
+the status is not 206, and hands us what it saw: the *probe* {"status", "reason", "total",
+"head"} or {"error"}, with the request or, with JSPI, when we await it (worker_probe). Every
+later read is a synchronous XHR (the library's reads are synchronous) or, with JSPI, concurrent
+fetches (fetch_ranges), so all reads go through source.CachedSource: each costs ~5-13 ms however
 small.
 
 The transport is a parameter so that this module is tested in CPython; only `xhr_range` touches
@@ -197,6 +199,27 @@ def fetch_ranges(url: str, ranges: list[tuple[int, int]]) -> list | None:
                          content_range if isinstance(content_range, str) else None,
                          answer.data.to_bytes() if answer.data else b""))
     return out
+
+
+def probe_of(probes: dict | None, url: str) -> dict:
+    """`url`'s probe: handed over with the request (`probes`), else awaited (worker_probe)."""
+    return ((probes or {}).get(url) or worker_probe(url)
+            or {"error": "the worker did not probe this URL"})
+
+
+def worker_probe(url: str) -> dict | None:
+    """The worker's probe of `url` (`tensorloupeProbe` in web/worker.mjs: started with every other
+    URL's when the page asked), awaited in one suspension if it is still on its way; None where
+    this call stack cannot suspend (no JSPI: the worker then awaits every probe first)."""
+    try:
+        from pyodide.ffi import can_run_sync, run_sync
+    except ImportError:       # CPython
+        return None
+    if not can_run_sync():
+        return None
+    import js
+    answer = run_sync(js.tensorloupeProbe(url))
+    return answer.to_py() if answer else None
 
 
 def js_head(url: str) -> bytes:
