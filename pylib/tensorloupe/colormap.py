@@ -59,14 +59,13 @@ def indices(values, scale: float) -> bytes:
         values = [v if isinstance(v, float) else _as_float(v) for v in values]
     if not values:
         return b""
-    k = float(CENTRE / scale) if (scale > 0 and math.isfinite(scale)) else 0.0
+    k = CENTRE / scale if (scale > 0 and math.isfinite(scale)) else 0.0
     offset = CENTRE + 0.5
     if math.isfinite(sum(values)):  # any NaN or Inf (or an overflow) takes the careful path
         lo, hi = min(values), max(values)
         if lo * k + offset >= 0 and hi * k + offset < GRADIENT_LEVELS:
             # int() truncates toward zero, which is floor here because every argument is >= 0.
-            # int(v * k + offset) for each value, by map over builtins: no Python frame per value.
-            return bytes(map(int, map(offset.__add__, map(k.__mul__, values))))
+            return bytes([int(v * k + offset) for v in values])
     return bytes([_index(v, k, offset) for v in values])
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left
-from itertools import compress, count, islice
+from itertools import islice
 from typing import Iterable, Iterator
 
 from .dtypes import DType
@@ -91,7 +91,7 @@ def _gather_ascending(tensor: Tensor, info, positions: list[int]) -> list:
     bb = info.block_bytes
     limit = GAP_BYTES // bb + 1      # a step of more elements than this starts a new read
     steps = map(operator.sub, islice(positions, 1, None), positions)
-    breaks = [0, *compress(count(1), map(limit.__lt__, steps)), len(positions)]
+    breaks = [0] + [i for i, d in enumerate(steps, 1) if d > limit] + [len(positions)]
     runs = []
     max_blocks = max(1, MAX_READ_BYTES // bb)
     for lo, hi in zip(breaks, breaks[1:]):

@@ -149,10 +149,7 @@ class Grid:
 
     @property
     def amax(self) -> float:
-        floats = self.floats()
-        if math.isfinite(sum(floats)):   # no NaN or Inf: two C-level passes, no abs() per value
-            return abs(max(max(floats), -min(floats))) if floats else 0.0
-        return max(map(abs, filter(math.isfinite, floats)), default=0.0)
+        return max(map(abs, filter(math.isfinite, self.floats())), default=0.0)
 
     def floats(self) -> list[float]:
         # One type per tensor: convert at C speed (complex values show their magnitude).
@@ -238,9 +235,8 @@ def grid(tensor: Tensor, rows: int = 256, cols: int = 256,
     row_index, col_index = lattice(r0, r1, rows), lattice(c0, c1, cols)
     if view.unravel_cols is None:   # linear in r and c: add row and column offsets
         across = [c * view.steps[1] for c in col_index]
-        positions = []
-        for r in row_index:         # each row's offsets added at C speed (a 256 x 256 lattice)
-            positions += map((view.base + r * view.steps[0]).__add__, across)
+        positions = [start + o for start in (view.base + r * view.steps[0] for r in row_index)
+                     for o in across]
     else:
         positions = [view.position(r, c) for r in row_index for c in col_index]
     cells = gather(tensor, positions)
