@@ -179,7 +179,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     def op_tensor(self, args):
         """Descriptor, sampled statistics and histogram: what the tensor view shows first.
-        `first_look`: from a quarter of the sample's windows when the sample has several (the
+        `first_look`: from every 8th of the sample's windows when it has several (the
         reply says `first_look`; the page then asks again without it for the whole sample)."""
         t = self.current().tensor(args["name"])
         out = {}
@@ -197,7 +197,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     def op_heatmap(self, args):
         """A lattice over (a region of) a 2-D view: RGBA pixels and float64 values, row-major.
-        `first_look`: every 4th row and column when the lattice's rows are many separate reads
+        `first_look`: every 8th row and column (staged.py) when the lattice's rows are many separate reads
         (the reply says `first_look`; the page then asks again without it)."""
         t = self.current().tensor(args["name"])
         staged = staged_lattice(t, args)
