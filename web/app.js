@@ -60,11 +60,11 @@ const ctx = {
     if (!record) return;
     state.tensor = name;
     state.view = null;
+    if (history) link(history === "push");   // before the views replace it with the heatmap's view
     // The views learn the selection before the Tensor tab is shown: showing it first would draw
     // the previous tensor's heatmap, whose lattice the worker would read before the new stats.
     selectTensor(record, {expert, heatmap});
     if (switchTab) showTab("tensor");
-    if (history) link(history === "push");
   },
 };
 
