@@ -17,7 +17,7 @@ LAYERS = [
     ["model"],
     ["formats"],
     ["detect", "shards", "targets"],
-    ["gather", "stats", "sample", "colormap", "gram"],
+    ["gather", "stats", "sample", "staged", "colormap", "gram"],
     ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health", "npy",
      "compare", "namemap", "roles", "beside", "components", "arch_report", "vocab",
      "tokenizer_json", "inferred"],

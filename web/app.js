@@ -58,11 +58,13 @@ const ctx = {
   selectTensor(name, {expert = null, switchTab = true, history = "push", heatmap = null} = {}) {
     const record = state.model?.tensor(name);
     if (!record) return;
-    if (switchTab) showTab("tensor");
     state.tensor = name;
     state.view = null;
-    if (history) link(history === "push");
+    if (history) link(history === "push");   // before the views replace it with the heatmap's view
+    // The views learn the selection before the Tensor tab is shown: showing it first would draw
+    // the previous tensor's heatmap, whose lattice the worker would read before the new stats.
     selectTensor(record, {expert, heatmap});
+    if (switchTab) showTab("tensor");
   },
 };
 

@@ -52,6 +52,7 @@ export class Heatmap {
     this.heat = null;          // the last lattice drawn: {meta, args, image, values}
     this.inflight = false;
     this.again = false;
+    this.refine = false;       // the lattice drawn is a first look: the full one is asked next
     this.robustScale = null;
     this.drawSeq = 0;
     this.bind();
@@ -210,6 +211,10 @@ export class Heatmap {
     // Colour range: the largest |value| in view (default), or the sample's 1st/99th percentile
     // so that a few outliers do not wash out the rest.
     if (this.dom.scaleMode.value === "p99" && this.robustScale) args.scale = this.robustScale;
+    // Nothing drawn for this view yet: ask for a first look. The worker makes one where the
+    // lattice's rows are many separate reads (every 8th row and column, labelled), and the full
+    // lattice is asked for as soon as it is drawn; the two read each byte once (staged.py).
+    if (!this.heat) args.first_look = true;
     this.inflight = true;
     this.dom.canvas.dataset.loading = "true";
     this.app.request("heatmap", args, {label: "Drawing the heatmap…"}).then(({result, buffers}) => {
@@ -217,14 +222,15 @@ export class Heatmap {
       const [pixels, cells] = buffers;
       const image = bitmap(pixels, result.rows, result.cols);
       this.heat = {meta: result, args, image, values: new Float64Array(cells.buffer, cells.byteOffset, cells.byteLength / 8)};
+      this.refine = Boolean(result.first_look);
       this.draw();
     }).catch((error) => {
       if (generation !== this.generation) return;
       this.dom.readout.textContent = error.message;
     }).finally(() => {
       this.inflight = false;
-      if (this.again) {
-        this.again = false;
+      if (this.again || this.refine) {
+        this.again = this.refine = false;
         this.requestHeatmap();
       } else {
         this.dom.canvas.dataset.loading = "false";
@@ -249,6 +255,7 @@ export class Heatmap {
     ctx.drawImage(this.heat.image, (ic0 - c0) * sx, (ir0 - r0) * sy, (ic1 - ic0) * sx, (ir1 - ir0) * sy);
     const m = this.heat.meta;
     Object.assign(canvas.dataset, {rows: String(m.rows), cols: String(m.cols), exact: String(m.exact),
+      firstLook: String(Boolean(m.first_look)),
       scale: String(m.scale), region: JSON.stringify(m.region), request: JSON.stringify(this.heat.args),
       view: JSON.stringify(this.view.region),
       seq: String(++this.drawSeq)});
@@ -256,7 +263,8 @@ export class Heatmap {
     this.dom.cbHi.textContent = `+${fmt(m.scale, 3)}`;
     const [height, width] = this.view.viewShape;
     const sampled = m.exact ? "every element" : `1 cell ≈ ${fmt((ir1 - ir0) / m.rows, 3)} × ${fmt((ic1 - ic0) / m.cols, 3)} elements`;
-    this.dom.region.textContent = `rows ${grouped(ir0)}–${grouped(ir1 - 1)} of ${grouped(height)} · cols ${grouped(ic0)}–${grouped(ic1 - 1)} of ${grouped(width)} · ${m.rows}×${m.cols} cells, ${sampled}`;
+    const look = m.first_look ? " · a first look: the full lattice follows" : "";
+    this.dom.region.textContent = `rows ${grouped(ir0)}–${grouped(ir1 - 1)} of ${grouped(height)} · cols ${grouped(ic0)}–${grouped(ic1 - 1)} of ${grouped(width)} · ${m.rows}×${m.cols} cells, ${sampled}${look}`;
   }
 
   // --- zoom, pan, readout --------------------------------------------------------------------

@@ -136,14 +136,20 @@ class TensorView {
     this.hist.show(null);
     if (problem) return this.heatmap.clear();
     // The statistics are asked for first: the worker answers in order, so the stats line does
-    // not wait behind the heatmap's lattice.
-    const stats = this.app.request("tensor", {name}, {label: `Sampling ${name}…`});
+    // not wait behind the heatmap's lattice. A large tensor's first answer is a first look (a
+    // part of the sample's windows, labelled as such); the whole sample is asked for when it
+    // arrives, so it comes after the heatmap's own first look and replaces the first look here.
+    const first = this.app.request("tensor", {name, first_look: true}, {label: `Sampling ${name}…`});
     this.heatmap.show(tensor, expert, heatmap);
     try {
-      const {result} = await stats;
+      let {result} = await first;
       if (generation !== this.generation) return;
       // torch ZIP storages are positioned when first read: the offset arrives with the values.
       d.facts.querySelector(".chip.offset").textContent = `@ ${grouped(result.tensor.offset)}`;
+      this.renderStats(result);
+      if (!result.sample?.first_look) return;
+      ({result} = await this.app.request("tensor", {name}, {label: `Sampling ${name}…`}));
+      if (generation !== this.generation) return;
       this.renderStats(result);
     } catch (error) {
       if (generation !== this.generation) return;
@@ -156,15 +162,19 @@ class TensorView {
     const s = result.sample.stats;
     this.fillStats(d.stats, s);
     const sample = result.sample;
+    const look = Boolean(sample.first_look);
     d.stats.dataset.samples = String(sample.samples);
-    // A sample's min and max are not the tensor's: every sampled figure says it is sampled.
-    const kind = sample.exhaustive ? "all elements" : "sampled";
+    d.stats.dataset.firstLook = String(look);
+    // A sample's min and max are not the tensor's: every sampled figure says it is sampled, and
+    // a first look says it is one until the whole sample replaces it.
+    const kind = sample.exhaustive ? "all elements" : look ? `sampled: ${grouped(sample.samples)}, a first look` : "sampled";
     d.stats.dataset.kind = sample.exhaustive ? "exact" : "sampled";
     d.stats.prepend(el("span", {class: "stat-kind", text: kind}));
     this.hist.element.querySelector(".toolbar-title").textContent =
-      sample.exhaustive ? "Histogram" : "Histogram (sampled)";
+      sample.exhaustive ? "Histogram" : look ? "Histogram (sampled, a first look)" : "Histogram (sampled)";
     d.statsSub.textContent = sample.exhaustive
       ? `all ${grouped(sample.numel)} elements`
+      : look ? `a first look at ${grouped(sample.samples)} of ${grouped(sample.numel)} elements, spread over the whole tensor: the full sample follows`
       : `${grouped(sample.samples)} of ${grouped(sample.numel)} elements sampled (${percent(sample.samples / sample.numel)}) in evenly spread windows`;
     clear(d.percentiles);
     const pct = Object.entries(s.percentiles || {});
@@ -173,6 +183,7 @@ class TensorView {
         pct.map(([k, v]) => el("tr", {dataset: {key: k}}, el("th", {text: k}), el("td", {class: "mono", text: fmt(v)}))))));
     }
     this.hist.show(result.histogram);
+    if (look) return;    // the colour range follows the full sample only (one heatmap request)
     this.heatmap.setRobustScale(Math.max(Math.abs(num(s.percentiles?.p1 ?? 0)), Math.abs(num(s.percentiles?.p99 ?? 0))));
   }
 

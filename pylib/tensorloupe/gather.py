@@ -119,6 +119,16 @@ def _gather_ascending(tensor: Tensor, info, positions: list[int]) -> list:
     return out
 
 
+def reads_apart(tensor: Tensor, spans: list[tuple[int, int]]) -> bool:
+    """Whether groups of element positions, each given by its (lowest, highest) storage offset in
+    ascending order, lie so far apart that no read joins two of them (more than GAP_BYTES
+    between neighbours). Then `gather` of any subset of the groups makes, for each group, the
+    reads that `gather` of all of them makes: staged views read every byte once."""
+    info = dtype_of(tensor)
+    be, gap = info.block_elems, GAP_BYTES // info.block_bytes
+    return all(b // be - a // be - 1 > gap for (_, a), (b, _) in zip(spans, islice(spans, 1, None)))
+
+
 def gather_range(tensor: Tensor, start: int, count: int) -> list:
     """`count` consecutive logical elements from `start`, as few reads as the bytes allow."""
     return next(gather_windows([(tensor, start, count)]))

@@ -9,6 +9,7 @@ Non-finite values are counted apart and never enter min/max/mean/std.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -45,6 +46,16 @@ class Stats:
 
 
 def compute(raw_values, percentiles: bool = True) -> Stats:
+    return summarize(raw_values, percentiles)[0]
+
+
+def summarize(raw_values, percentiles: bool = True) -> tuple[Stats, list[float] | None]:
+    """`compute`'s statistics and, with percentiles, the finite values in ascending order.
+
+    Percentiles need the values sorted; once they are, min, max, the near-zero count and a
+    histogram (`sorted_histogram`) are a few bisections instead of a pass per value each, which
+    is most of the time a 65,536-value sample takes in the browser. The numbers are the ones the
+    per-value passes give."""
     values = [to_float(v) for v in raw_values] if _needs_conversion(raw_values) else list(raw_values)
     stats = Stats(count=len(values))
     finite = [v for v in values if math.isfinite(v)] if not _all_finite(values) else values
@@ -57,8 +68,17 @@ def compute(raw_values, percentiles: bool = True) -> Stats:
             elif v == -math.inf:
                 stats.neginf += 1
     stats.finite = n = len(finite)
+    ordered = None
     if n:
-        stats.min, stats.max = min(finite), max(finite)
+        if percentiles:
+            ordered = sorted(finite)
+            # max() keeps the first of equal maxima (0.0 or -0.0): the first of them in a stable sort.
+            stats.min, stats.max = ordered[0], ordered[bisect_left(ordered, ordered[-1])]
+            near = bisect_left(ordered, NEAR_ZERO) - bisect_right(ordered, -NEAR_ZERO)
+            stats.percentiles = {f"p{p}": _percentile(ordered, p) for p in PERCENTILES}
+        else:
+            stats.min, stats.max = min(finite), max(finite)
+            near = sum(1 for v in finite if -NEAR_ZERO < v < NEAR_ZERO)
         stats.mean = mean = _mean(finite)
         try:
             stats.m2 = math.fsum((v - mean) * (v - mean) for v in finite)
@@ -66,11 +86,8 @@ def compute(raw_values, percentiles: bool = True) -> Stats:
             stats.m2 = math.inf
         stats.std = math.sqrt(stats.m2 / n)
         stats.exact_zeros = finite.count(0.0)
-        stats.zeros = sum(1 for v in finite if -NEAR_ZERO < v < NEAR_ZERO) / len(values)
-        if percentiles:
-            ordered = sorted(finite)
-            stats.percentiles = {f"p{p}": _percentile(ordered, p) for p in PERCENTILES}
-    return stats
+        stats.zeros = near / len(values)
+    return stats, ordered
 
 
 def _mean(finite: list[float]) -> float:
@@ -164,6 +181,22 @@ class Binner:
         for index, n in Counter([int((v - lo) / width) for v in finite]).items():
             counts[index if index < last else last] += n
 
+    def add_sorted(self, ordered: list[float]) -> None:
+        """`add` for finite values in ascending order: the bin index int((v - lo) / width) never
+        decreases along them, so each bin's first value is found by bisection on that same index
+        (64 bins: ~1,000 index computations instead of one per value)."""
+        start, stop = bisect_left(ordered, self.lo), bisect_right(ordered, self.hi)
+        if self.constant:
+            self.counts[0] += stop - start
+            return
+        lo, width = self.lo, self.width
+
+        def index(v):
+            return int((v - lo) / width)
+        bounds = [start, *(bisect_left(ordered, k, start, stop, key=index) for k in range(1, self.bins)), stop]
+        for k in range(self.bins):
+            self.counts[k] += bounds[k + 1] - bounds[k]
+
     def result(self, log: bool = False) -> Histogram:
         edges = [self.lo + self.width * i for i in range(self.bins)] + [self.hi]
         return Histogram(edges, self.counts, log)
@@ -176,6 +209,15 @@ def histogram(raw_values, bins: int = 64, log: bool = False,
         value_range = (min(finite), max(finite)) if finite else (math.nan, math.nan)
     binner = Binner(*value_range, bins)
     binner.add(finite)
+    return binner.result(log)
+
+
+def sorted_histogram(ordered: list[float], bins: int = 64, log: bool = False) -> Histogram:
+    """`histogram` of values whose finite ones, ascending, are `ordered` (from `summarize`)."""
+    # max() keeps the first of equal maxima (0.0 or -0.0): the first of them in a stable sort.
+    top = ordered[bisect_left(ordered, ordered[-1])] if ordered else math.nan
+    binner = Binner(ordered[0] if ordered else math.nan, top, bins)
+    binner.add_sorted(ordered)
     return binner.result(log)
 
 

@@ -110,3 +110,33 @@ def test_url_ranges_at_once_are_checked_like_single_ones():
     source = remote.XhrSource("http://x/m.bin", probe_with_head(0), many=down)
     with pytest.raises(UsageError, match="cannot fetch"):
         source.read_many([(10, 5), (20, 5)])
+
+
+def joined_slices(calls):
+    """The worker's transport as it is: one buffer of every slice back to back, cut by `split`."""
+    def slices(path, ranges):
+        calls.append(len(ranges))
+        with open(path, "rb") as f:
+            joined = b"".join((f.seek(o), f.read(n))[1] for o, n in ranges)
+        return blobs.split(joined, [n for _, n in ranges])
+    return slices
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_blob_slices_in_one_buffer_equal_single_reads(path, seed):
+    calls = []
+    joined = blobs.BlobSource(path, slices=joined_slices(calls))
+    single = blobs.BlobSource(path, slices=lambda *a: None)
+    assert joined.read_many(asked(seed)) == single.read_many(asked(seed)) == [DATA[o:o + n] for o, n in asked(seed)]
+    assert calls == [sum(1 for _, n in asked(seed) if n)] and joined.batches == 1
+    assert (joined.reads, joined.bytes_read) == (single.reads, single.bytes_read)
+
+
+def test_split_refuses_a_buffer_of_another_length():
+    assert blobs.split(b"abcdef", [2, 0, 4]) == [b"ab", b"", b"cdef"]
+    assert blobs.split(b"abcde", [2, 4]) is None and blobs.split(b"abcdefg", [2, 4]) is None
+
+
+def test_a_file_that_changed_falls_back_to_the_mount(path):
+    short = blobs.BlobSource(path, slices=lambda p, ranges: blobs.split(b"x", [n for _, n in ranges]))
+    assert short.read_many([(5, 10), (100, 3)]) == [DATA[5:15], DATA[100:103]] and short.batches == 0

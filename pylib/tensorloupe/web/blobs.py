@@ -3,8 +3,9 @@
 A dropped file is mounted with WORKERFS, where every read is a synchronous FileReaderSync call
 costing ~1-1.5 ms whatever its size: a heatmap lattice of 256 rows took ~330 ms of reads alone.
 When the planners know several ranges at once (`ByteSource.read_many`), the worker's JavaScript
-starts every `File.slice().arrayBuffer()` together (`tensorloupeSlices` in web/worker.mjs) and
-Python waits for all of them in one suspension (JSPI: `pyodide.ffi.run_sync`, possible when the
+reads every slice as one Blob of them all, back to back (`tensorloupeSlices` in web/worker.mjs:
+one read operation, one buffer that `split` cuts into the ranges' bytes), and Python waits for
+it in one suspension (JSPI: `pyodide.ffi.run_sync`, possible when the
 worker entered Python with `callPromising`). Where the browser has no JSPI, or the worker was told
 not to use it (`?jspi=0`, for the tests of this fallback), `can_run_sync()` is False and the
 ranges are read one at a time as before, through the same mount.
@@ -67,5 +68,18 @@ def js_slices(path: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
     if not can_run_sync():
         return None
     import js
-    buffers = run_sync(js.tensorloupeSlices(path, to_js([[o, n] for o, n in ranges])))
-    return [buffer.to_bytes() for buffer in buffers]
+    joined = run_sync(js.tensorloupeSlices(path, to_js([[o, n] for o, n in ranges])))
+    return split(joined.to_bytes(), [n for _, n in ranges])
+
+
+def split(joined: bytes, lengths: list[int]) -> list[bytes] | None:
+    """The ranges' bytes from their concatenation; None if it is not as long as they are
+    together (the File changed under us: the mount's single reads say how)."""
+    if len(joined) != sum(lengths):
+        return None
+    view = memoryview(joined)
+    out, start = [], 0
+    for n in lengths:
+        out.append(bytes(view[start:start + n]))
+        start += n
+    return out

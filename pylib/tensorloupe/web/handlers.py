@@ -19,7 +19,8 @@ from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..gather import dtype_of
 from ..model import Checkpoint
-from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, histogram, sample, values
+from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, values
+from ..staged import StagedGrid, StagedSample
 from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
 from . import blobs, files, hub, remote
@@ -28,7 +29,7 @@ from .compare_ops import CompareOps
 from .health_ops import HealthOps
 from .model_ops import ModelOps
 from .moe_ops import MoEOps
-from .views import heatmap_reply, lattice
+from .views import heatmap_reply, lattice_args, staged_lattice
 
 HISTOGRAM_BINS = 64
 MAX_VALUES = 4096       # elements per `values` request
@@ -167,6 +168,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.checkpoint, self._moe, self.analysis = ckpt, None, None
+        self.staged_sample = self.staged_grid = None
         self.config, self.config_where = config, config_where or "config.json"
         self.opened_paths = [p for p in paths or [] if isinstance(p, str)]   # local: tokenizer.json beside
         self.jobs.clear()
@@ -197,21 +199,41 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     # --- one tensor --------------------------------------------------------------------------
 
+    # A first look (staged.py) keeps what it read here, for the request that refines it; the
+    # page asks for that next, so one of each is enough (another tensor or view replaces it).
+    staged_sample: StagedSample | None = None
+    staged_grid: StagedGrid | None = None
+
     def op_tensor(self, args):
-        """Descriptor, sampled statistics and histogram: what the tensor view shows first."""
+        """Descriptor, sampled statistics and histogram: what the tensor view shows first.
+        `first_look`: from every 8th of the sample's windows when it has several (the
+        reply says `first_look`; the page then asks again without it for the whole sample)."""
         t = self.current().tensor(args["name"])
         out = {}
         if t.problem is None:
-            s = sample(t)
+            staged = self.staged_sample
+            if args.get("first_look") or staged is None or staged.tensor is not t:
+                staged = StagedSample(t)
+            s = args.get("first_look") and staged.first_look()
+            self.staged_sample = staged if s else None
+            s = s or staged.sample()
             out["sample"] = s.to_json()
-            out["histogram"] = histogram(s.values, int(args.get("bins", HISTOGRAM_BINS))).to_json()
+            out["histogram"] = s.histogram(int(args.get("bins", HISTOGRAM_BINS))).to_json()
         out["tensor"] = t.to_json()  # after sampling: a torch storage's offset is known by then
         return out, []
 
     def op_heatmap(self, args):
-        """A lattice over (a region of) a 2-D view: RGBA pixels and float64 values, row-major."""
+        """A lattice over (a region of) a 2-D view: RGBA pixels and float64 values, row-major.
+        `first_look`: every 8th row and column (staged.py) when the lattice's rows are many separate reads
+        (the reply says `first_look`; the page then asks again without it)."""
         t = self.current().tensor(args["name"])
-        g, region = lattice(t, args)
+        staged = staged_lattice(t, args)
+        if not args.get("first_look") and self.staged_grid is not None and self.staged_grid.key == staged.key:
+            staged = self.staged_grid
+        g = args.get("first_look") and staged.first_look()
+        self.staged_grid = staged if g else None
+        g = g or staged.grid()
+        region = lattice_args(args)[2]
         scale = args.get("scale")
         if not isinstance(scale, (int, float)) or not scale > 0:
             scale = g.amax
