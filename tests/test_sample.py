@@ -185,3 +185,23 @@ def test_4gib_sparse_file_lists_and_samples_reading_under_1mib(tmp_path):
     assert g.rows == 128 and g.cols == 128
     assert ckpt.reads() - before[1] == 128
     assert ckpt.bytes_read() - before[0] <= 128 * cols * 4
+
+
+def test_a_range_wider_than_the_largest_float_is_binned(tmp_path):
+    # -1.7e308 .. 1.7e308: max - min overflows to inf, and the bin index of every value was NaN
+    # (a ValueError escaped from the page's and the CLI's histogram). Binned at half scale, every
+    # value lands in the bin of the exact arithmetic; the sampled and exact histograms agree.
+    data = np.array([-1.7e308, -3e307, 0.0, 5.0, 1e308, 1.7e308, 1.7e308, 2.0], dtype=np.float64)
+    path = tmp_path / "wide.safetensors"
+    path.write_bytes(np_save({"wide": data}))
+    t = tensorloupe.open(path).tensor("wide")
+    s = sample(t)
+    width = (1.7e308 / 2 + 1.7e308 / 2) / 8      # half of max - min, per bin, without overflow
+    expected = [0] * 8
+    for v in data:
+        expected[min(7, int((v / 2 + 1.7e308 / 2) / width))] += 1
+    assert expected == [1, 0, 0, 1, 3, 0, 1, 2]
+    assert histogram(s.values, 8).counts == expected
+    assert tensorloupe.exact_histogram(t, exact_stats(t), bins=8).counts == expected
+    edges = histogram(s.values, 8).edges
+    assert edges[0] == -1.7e308 and edges[-1] == 1.7e308 and all(map(math.isfinite, edges))

@@ -166,11 +166,20 @@ class Binner:
             lo, hi = 0.0, 1.0     # no finite value at all: empty bins over an arbitrary range
         self.lo, self.hi = lo, hi
         self.bins = 1 if self.constant else bins
-        self.width = (hi - lo) / self.bins
+        # A range wider than the largest float (-1e308 .. 1e308) is binned at half scale, where
+        # it fits: halving is exact, so every value lands in the bin it would at full scale.
+        self.half = not math.isfinite(hi - lo)
+        self.width = (hi * 0.5 - lo * 0.5) / self.bins * 2 if self.half else (hi - lo) / self.bins
         self.counts = [0] * self.bins
 
+    def _scaled(self):
+        """(lo, width, scale) of the bin index int((v * scale - lo) / width)."""
+        if self.half:
+            return self.lo * 0.5, self.width * 0.5, 0.5
+        return self.lo, self.width, 1.0
+
     def add(self, finite: list[float]) -> None:
-        lo, hi, width, counts, last = self.lo, self.hi, self.width, self.counts, self.bins - 1
+        lo, hi, counts, last = self.lo, self.hi, self.counts, self.bins - 1
         if self.constant:
             counts[0] += sum(1 for v in finite if v == lo)
             return
@@ -178,6 +187,9 @@ class Binner:
         # sample is binned ~3x faster than by a loop, which matters in the browser.
         if finite and not (lo <= min(finite) and max(finite) <= hi):
             finite = [v for v in finite if lo <= v <= hi]
+        lo, width, scale = self._scaled()
+        if scale != 1.0:
+            finite = [v * scale for v in finite]
         for index, n in Counter([int((v - lo) / width) for v in finite]).items():
             counts[index if index < last else last] += n
 
@@ -189,16 +201,17 @@ class Binner:
         if self.constant:
             self.counts[0] += stop - start
             return
-        lo, width = self.lo, self.width
+        lo, width, scale = self._scaled()
 
         def index(v):
-            return int((v - lo) / width)
+            return int((v * scale - lo) / width)
         bounds = [start, *(bisect_left(ordered, k, start, stop, key=index) for k in range(1, self.bins)), stop]
         for k in range(self.bins):
             self.counts[k] += bounds[k + 1] - bounds[k]
 
     def result(self, log: bool = False) -> Histogram:
-        edges = [self.lo + self.width * i for i in range(self.bins)] + [self.hi]
+        lo, width, scale = self._scaled()
+        edges = [(lo + width * i) / scale for i in range(self.bins)] + [self.hi]
         return Histogram(edges, self.counts, log)
 
 
