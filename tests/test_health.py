@@ -317,3 +317,25 @@ def test_cli_exact_reads_every_byte(faults):
     assert out["cost"]["scan_bytes"] == sum(t["numel"] for t in out["tensors"]) * 4
     assert out["cost"]["scan_bytes"] - 65536 <= out["bytes_read"] <= out["cost"]["scan_bytes"]
     assert run_cli("health", faults["health_faults"], "--budget", "0").returncode == 2
+
+
+def test_values_near_the_largest_float_are_measured_not_overflowed(tmp_path):
+    # |w| summed past the largest float (values of ±1.7e308): math.fsum raised OverflowError out
+    # of `tensorloupe health`, a traceback. The sum is kept scaled by 2**-64 (exact), so mean|w|
+    # is the exact mean, rounded once. The spread itself passes the largest float: std (and so
+    # rms, hypot(std, mean)) is inf, as numpy's is.
+    from fractions import Fraction
+    from safetensors.numpy import save
+    values = [1.7e308, -1.7e308, 1e308, -5.0, 0.25, 1.5e308]
+    path = tmp_path / "wide.safetensors"
+    path.write_bytes(save({"wide": np.array(values, dtype=np.float64)}))
+    report = health(tensorloupe.open(path))
+    (measured,) = report.measures
+    exact_mean_abs = sum(Fraction(abs(v)) for v in values) / len(values)
+    assert measured.mean_abs == float(exact_mean_abs)
+    assert measured.max_abs == 1.7e308
+    with np.errstate(over="ignore"):
+        assert measured.std == np.std(np.array(values)) == measured.rms == math.inf
+    proc = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "health", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

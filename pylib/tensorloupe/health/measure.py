@@ -18,7 +18,7 @@ from ..model import Tensor
 from ..jsonable import json_number
 from ..roles import role_of
 from ..sample import plan_windows
-from ..stats import Stats, compute, merge
+from ..stats import SCALE_DOWN, Stats, compute, merge
 
 DEFAULT_BUDGET = 32 << 10      # bytes read per tensor: a 7B model's 291 tensors cost ~9 MB
 # Few windows: every read costs ~1.5 ms in the browser and a model has hundreds of tensors.
@@ -122,6 +122,8 @@ def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
         return
     info = dtype_of(tensor)
     digest = hashlib.sha256() if tensor.contiguous else None
+    # The sum of |w| is kept scaled by 2**-64: it can pass the largest float (values near 1e308)
+    # while their mean does not, and scaling by a power of two is exact.
     stats, first, constant, abs_sum = Stats(), None, True, 0.0
     for start, count in windows(tensor, budget):
         for piece_start in range(start, start + count, PIECE_ELEMS):
@@ -129,7 +131,7 @@ def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
             values = _read(tensor, info, piece_start, n, digest, m)
             part = compute(values, percentiles=False)
             finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
-            abs_sum += math.fsum(map(abs, finite))
+            abs_sum += math.fsum([abs(v) * SCALE_DOWN for v in finite])
             stats = merge(stats, part) if stats.count else part
             if constant:
                 if first is None:
@@ -163,6 +165,6 @@ def _fill(m: Measure, stats: Stats, constant, abs_sum: float) -> None:
     m.mean, m.std = stats.mean, stats.std
     m.constant = float(constant) if constant is not None else None
     if stats.finite:
-        m.rms = math.sqrt(stats.std * stats.std + stats.mean * stats.mean)
+        m.rms = math.hypot(stats.std, stats.mean)     # sqrt(std² + mean²), without overflow
         m.max_abs = max(abs(stats.min), abs(stats.max))
-        m.mean_abs = abs_sum / stats.finite
+        m.mean_abs = abs_sum / stats.finite / SCALE_DOWN
