@@ -8,7 +8,6 @@ tensors are measured on their dequantized values, block by block; the digest is 
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -121,6 +120,7 @@ def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
         yield m
         return
     info = dtype_of(tensor)
+    import hashlib   # here: importing tensorloupe brings this module
     digest = hashlib.sha256() if tensor.contiguous else None
     stats, first, constant, abs_sum = Stats(), None, True, 0.0
     for start, count in windows(tensor, budget):
