@@ -348,11 +348,15 @@ if "${LIBRARY}" not in sys.path:
 `);
 }
 
-// The message handlers and what they import, imported before the snapshot is taken. Not every
-// module: with all of them (architecture, tokenizers, compare, ...) the heap outgrew what
-// _loadSnapshot restores ("offset is out of bounds"); those are imported when first used.
+// What every visit's first screen needs, imported before the snapshot is taken: the message
+// handlers and what they import, the demo's generator, and the ggml table (the memory block
+// prices weights at q8_0 and q4_k). Not every module: with all of them (torch readers,
+// tokenizers, compare, ...) the heap outgrew what _loadSnapshot restores ("offset is out of
+// bounds"), and a cold boot waits for each; the rest are imported when first used.
 const PRELOAD = `
 import tensorloupe.web
+import tensorloupe.synthetic
+import tensorloupe.dtypes.ggml
 `;
 
 async function boot() {
@@ -367,8 +371,9 @@ async function boot() {
   };
   try {
     status("runtime", "Loading the Python runtime…");
-    const {loadPyodide} = await import("./pyodide/pyodide.mjs");
-    const saved = SNAPSHOTS ? await savedSnapshot() : null;
+    // The stored snapshot is looked up while the runtime's script loads.
+    const [{loadPyodide}, saved] = await Promise.all([
+      import("./pyodide/pyodide.mjs"), SNAPSHOTS ? savedSnapshot() : null]);
     mark("lookup");
     let snapshot = null;
     timings.boot = "fresh";
