@@ -11,7 +11,10 @@ project site, a folder on a USB stick served by anything):
 
     index.html style.css *.js worker.mjs manifest.webmanifest icons/     our page (web/)
     sw.js                                  the service worker, with the precache list and version
-    tensorloupe-<version>-py3-none-any.whl our library (pylib/), loaded by Pyodide in the worker
+    tensorloupe-<version>-py3-none-any.whl our library (pylib/), imported by Pyodide in the worker
+                                           straight from the zip, with bytecode compiled by
+                                           Pyodide's interpreter next to each source (zipimport
+                                           loads the .pyc: no compiling, no unpacking at boot)
     pyodide/                               the Pyodide runtime from the pinned npm package
     build.json                             version, wheel name and file list (for tests and tools)
 
@@ -36,7 +39,7 @@ import sys
 import tomllib
 import urllib.parse
 import zipfile
-from base64 import urlsafe_b64encode
+from base64 import b64decode, urlsafe_b64encode
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -124,11 +127,16 @@ def package_files() -> list[Path]:
 
 
 def build_wheel(out_dir: Path) -> str:
-    """A pure-Python wheel of pylib/tensorloupe, byte-for-byte reproducible; returns its file name."""
+    """A wheel of pylib/tensorloupe, sources and Pyodide bytecode, byte-for-byte reproducible;
+    returns its file name. The bytecode sits beside each source (`x.pyc` next to `x.py`), where
+    zipimport looks first; a CPython installing the wheel would use the sources (its loaders
+    prefer a source to a bytecode file beside it), but the wheel is for the browser app."""
     version = project_version()
     dist_info = f"tensorloupe-{version}.dist-info"
-    members: list[tuple[str, bytes]] = [
-        (p.relative_to(PYLIB).as_posix(), p.read_bytes()) for p in package_files()]
+    sources = {p.relative_to(PYLIB).as_posix(): p.read_bytes() for p in package_files()}
+    members: list[tuple[str, bytes]] = []
+    for name, pyc in zip(sources, pyodide_bytecode(sources)):
+        members += [(name, sources[name]), (name[:-3] + ".pyc", pyc)]
     members.append((f"{dist_info}/METADATA", (
         "Metadata-Version: 2.1\nName: tensorloupe\n"
         f"Version: {version}\nSummary: Look inside model checkpoints.\n").encode()))
@@ -146,6 +154,21 @@ def build_wheel(out_dir: Path) -> str:
             info.external_attr = 0o644 << 16
             wheel.writestr(info, data)
     return name
+
+
+def pyodide_bytecode(sources: dict[str, bytes]) -> list[bytes]:
+    """Each source compiled by Pyodide's interpreter under Node (tools/pyodide_compile.mjs), in
+    order: bytecode is specific to a Python version, and the host's is not Pyodide's."""
+    node = shutil.which("node")
+    if node is None:
+        sys.exit("build.py: node is needed to compile the library for Pyodide; install Node.js 20+")
+    request = json.dumps({"files": {name: data.decode("utf-8") for name, data in sources.items()}})
+    done = subprocess.run([node, str(ROOT / "tools" / "pyodide_compile.mjs")], input=request.encode(),
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"build.py: compiling for Pyodide failed:\n{done.stderr.decode(errors='replace')}")
+    pycs = json.loads(done.stdout)["pycs"]
+    return [b64decode(pycs[name]) for name in sources]
 
 
 def _digest(data: bytes) -> str:

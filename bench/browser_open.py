@@ -6,6 +6,13 @@ Measures, with the app built and served from 127.0.0.1 like `python build.py ser
   * page load -> Python ready, cold (empty profile: every file from the server; this boot also
     makes the memory snapshot), warm (the service worker's cache, booted from scratch:
     ?snapshot=0) and from the memory snapshot the first visit stored, each the median of --runs;
+  * the reference for the cold figure, in the same run: bare Pyodide (a page whose module worker
+    only calls loadPyodide() on the same files, from the same server, empty profile), page load
+    -> first Python statement, its cold runs interleaved with the app's; the difference and the
+    ratio, and where the app's worker spends the difference (its boot stages, medians);
+  * the CLI's imports: `python -X importtime -m tensorloupe.cli inspect FILE` on a small
+    safetensors file, the import time of everything the command imports (stdlib included,
+    interpreter start-up excluded) and how many tensorloupe modules that is, median of 5;
   * selecting an 8 GiB sparse safetensors file (a Llama-shaped header over holes) -> its tensor
     list on screen, and the bytes that took;
   * renderer memory (resident set of the profile's renderer processes, and the worker's wasm heap);
@@ -104,6 +111,59 @@ def _descends_from_profile(pid: int, profile: bytes) -> bool:
     return False
 
 
+# Bare Pyodide, for the cold reference: the same runtime files, booted the same way (a module
+# worker), with nothing of ours. Written into the build folder next to the app (scripts in files:
+# the server's Content-Security-Policy refuses inline ones).
+BARE_PAGE = """<!doctype html><meta charset="utf-8"><title>bare pyodide</title>
+<script type="module" src="bare.js"></script><body>"""
+BARE_SCRIPT = """const worker = new Worker("./bare-worker.mjs", {type: "module"});
+worker.onmessage = ({data}) => {
+  document.body.dataset.bootStages = JSON.stringify({...data, worker_start_ms: data.worker_origin - performance.timeOrigin});
+  document.body.dataset.readyMs = String(Math.round(performance.now()));
+};
+"""
+BARE_WORKER = """const started = performance.now();
+const {loadPyodide} = await import("./pyodide/pyodide.mjs");
+const pyodide = await loadPyodide({indexURL: new URL("./pyodide/", import.meta.url).href});
+pyodide.runPython("1");
+self.postMessage({worker_origin: performance.timeOrigin, runtime_ms: performance.now() - started});
+"""
+
+
+def bare_ready_ms(page) -> float:
+    page.wait_for_selector("body[data-ready-ms]", state="attached", timeout=120_000)
+    return float(page.evaluate("document.body.dataset.readyMs"))
+
+
+def stages(page) -> dict:
+    """The worker's boot stages (ms since it started; worker_start_ms: after the navigation)."""
+    shown = page.evaluate("document.body.dataset.bootStages")
+    return {k: v for k, v in json.loads(shown or "{}").items() if k.endswith("_ms")}
+
+
+def median_stages(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0] if all(k in r for r in runs)}
+
+
+def cli_imports(path: Path, env: dict) -> tuple[float, int]:
+    """What `tensorloupe inspect PATH` spends importing: the cumulative times of the imports made
+    after start-up (from runpy's import of the package on), in ms, and the tensorloupe modules."""
+    err = subprocess.run([sys.executable, "-X", "importtime", "-m", "tensorloupe.cli", "inspect", str(path)],
+                         capture_output=True, text=True, check=True, env=env).stderr
+    total, ours, started = 0, set(), False
+    for line in err.splitlines():
+        parts = line.split("|")
+        if len(parts) != 3 or not parts[1].strip().isdigit():
+            continue
+        name = parts[2].strip()
+        started = started or name.startswith("tensorloupe")
+        if started and parts[2].startswith(" ") and not parts[2].startswith("  "):
+            total += int(parts[1])          # a top-level import: its whole tree
+        if name.startswith("tensorloupe"):
+            ours.add(name)
+    return total / 1000, len(ours)
+
+
 def ready_ms(page) -> float:
     page.wait_for_selector("body[data-python=ready]", state="attached", timeout=120_000)
     page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'", timeout=60_000)
@@ -127,15 +187,23 @@ def main() -> None:
     model = work / "llama-shaped-8gib.safetensors"
     tensors, size = write_sparse_model(model)
 
-    # Same-run references: the CLI in a fresh process, and the library in this one.
+    (dist / "bare.html").write_text(BARE_PAGE)
+    (dist / "bare.js").write_text(BARE_SCRIPT)
+    (dist / "bare-worker.mjs").write_text(BARE_WORKER)
+
+    # Same-run references: the CLI in a fresh process (this checkout's pylib), and the library in this one.
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "pylib")}
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", str(model), "--json"],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, env=env)
     cli_s = time.perf_counter() - started
     assert json.loads(done.stdout)["tensor_count"] == tensors
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import tensorloupe.cli"], check=True)
+    subprocess.run([sys.executable, "-c", "import tensorloupe.cli"], check=True, env=env)
     import_s = time.perf_counter() - started
+    small = ROOT / "fixtures" / "out" / "small.safetensors"
+    imports = [cli_imports(small, env) for _ in range(5)]
+    import_ms, import_modules = statistics.median(t for t, _ in imports), imports[0][1]
     sys.path.insert(0, str(ROOT / "pylib"))
     import tensorloupe
     started = time.perf_counter()
@@ -145,14 +213,23 @@ def main() -> None:
 
     results: dict[str, object] = {}
     with sync_playwright() as p:
-        cold = []
+        cold, bare, cold_stages, bare_stages = [], [], [], []
         for run in range(args.runs):
+            # Bare Pyodide first, then the app, each in an empty profile: load drifts alike.
+            profile = work / f"profile-bare-{run}"
+            context = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, args=ARGS)
+            page = context.pages[0] if context.pages else context.new_page()
+            page.goto(f"{url}bare.html")
+            bare.append(bare_ready_ms(page))
+            bare_stages.append(stages(page))
+            context.close()
             profile = work / f"profile-cold-{run}"
             context = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, args=ARGS,
                                                            viewport={"width": 1400, "height": 900})
             page = context.pages[0] if context.pages else context.new_page()
             page.goto(url)
             cold.append(ready_ms(page))
+            cold_stages.append(stages(page))
             if run < args.runs - 1:
                 context.close()
         # The last cold profile goes on: its service worker now holds the app.
@@ -191,6 +268,10 @@ def main() -> None:
     results = {
         "python_ready_cold_ms": statistics.median(cold), "python_ready_warm_ms": statistics.median(warm),
         "cold_runs_ms": cold, "warm_runs_ms": warm,
+        "bare_pyodide_ready_ms": statistics.median(bare), "bare_runs_ms": bare,
+        "cold_over_bare_ms": statistics.median(cold) - statistics.median(bare),
+        "cold_stages_ms": median_stages(cold_stages), "bare_stages_ms": median_stages(bare_stages),
+        "cli_inspect_import_ms": import_ms, "cli_inspect_modules": import_modules,
         "python_ready_snapshot_ms": statistics.median(restored), "snapshot_runs_ms": restored,
         "open_8gib_in_page_ms": in_page_ms, "open_8gib_wall_ms": wall_s * 1000,
         "open_8gib_bytes_read": open_bytes, "file_size": size, "tensors": tensors,
@@ -201,6 +282,18 @@ def main() -> None:
     mib = 1 << 20
     print(f"tensorloupe browser benchmark  (Chromium headless, {os.cpu_count()} cores; medians of {args.runs})")
     print(f"  page load -> Python ready, cold     {results['python_ready_cold_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in cold)}")
+    print(f"  bare Pyodide, cold (same run)       {results['bare_pyodide_ready_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in bare)}")
+    print(f"    cold app - bare Pyodide           {results['cold_over_bare_ms']:+8.0f} ms   "
+          f"(ratio {results['python_ready_cold_ms'] / results['bare_pyodide_ready_ms']:.2f}x)")
+    cs, bs = results["cold_stages_ms"], results["bare_stages_ms"]
+    if "worker_start_ms" in cs:   # (a checkout whose worker reports no stages shows none)
+        print(f"    worker started after the navigation: app {cs['worker_start_ms']:.0f} ms, "
+              f"bare {bs['worker_start_ms']:.0f} ms; loadPyodide: app {cs['runtime_ms'] - cs['lookup_ms']:.0f} ms, "
+              f"bare {bs['runtime_ms']:.0f} ms")
+        print("    app's worker after loadPyodide: " + ", ".join(
+            f"{stage} {cs[f'{stage}_ms'] - cs[f'{before}_ms']:.0f} ms" for before, stage in
+            (("runtime", "library"), ("library", "preload"), ("preload", "snapshot"), ("snapshot", "ready"))
+            if f"{stage}_ms" in cs) + "  (medians per stage)")
     print(f"  page load -> Python ready, SW cache {results['python_ready_warm_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in warm)}")
     print(f"  page load -> Python ready, snapshot {results['python_ready_snapshot_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in restored)}")
     print(f"  select 8 GiB file -> tensor list    {in_page_ms:8.0f} ms   (wall {wall_s * 1000:.0f} ms; "
@@ -209,6 +302,8 @@ def main() -> None:
           f"(wasm heap {wasm / mib if wasm else float('nan'):.0f} MiB, JS heap {js_heap / mib if js_heap else float('nan'):.0f} MiB)")
     print("  same-run reference (this machine, CPython):")
     print(f"    tensorloupe inspect --json (fresh process)  {cli_s * 1000:8.0f} ms  (of which interpreter + import {import_s * 1000:.0f} ms)")
+    print(f"    imports of `inspect small.safetensors`     {import_ms:8.0f} ms  "
+          f"({import_modules} tensorloupe modules; python -X importtime, median of 5)")
     print(f"    tensorloupe.open() in process               {api_s * 1000:8.1f} ms  ({api_bytes / 1024:.0f} KiB read)")
     print(f"  ratios: browser open / CLI process {in_page_ms / (cli_s * 1000):.2f}x, "
           f"browser open / in-process open {in_page_ms / (api_s * 1000):.1f}x")

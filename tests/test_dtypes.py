@@ -149,3 +149,13 @@ def test_minifloat_special_codes():
     assert e4m3[0x7E] == 448.0 and math.isnan(e4m3[0x7F]) and e4m3[0x01] == 2.0 ** -9
     e5m2 = minifloat_table(5, 2, 15, "ieee")
     assert e5m2[0x7C] == math.inf and e5m2[0xFC] == -math.inf
+
+
+def test_plain_and_ggml_names_do_not_overlap_so_lookup_tries_plain_first():
+    # lookup() imports the ggml codecs only for a name that is not plain: that is only right if
+    # no name is in both tables.
+    from tensorloupe.dtypes.ggml import QUANT_DTYPES
+    from tensorloupe.dtypes.plain import DTYPES
+    assert set(DTYPES) & set(QUANT_DTYPES) == set()
+    assert lookup("Q4_K") is QUANT_DTYPES["Q4_K"] and lookup("BF16") is DTYPES["BF16"]
+    assert lookup("Q4_2") is None   # removed from ggml: no row

@@ -28,6 +28,8 @@ const {request, cancel} = startWorker({
     document.body.dataset.boot = timings.boot;                // "snapshot" or "fresh"
     document.body.dataset.readyMs = String(Math.round(performance.now()));
     document.body.dataset.bootMs = String(Math.round(timings.ready_ms));
+    // The worker's stages, and when it started after this page's navigation (bench/browser_open.py).
+    document.body.dataset.bootStages = JSON.stringify({...timings, worker_start_ms: timings.worker_origin - performance.timeOrigin});
     $("build-info").textContent = `Python ${info.python} · build ${info.build}`;
     registerServiceWorker();   // only now: the first visit does not download the app twice at once
   },

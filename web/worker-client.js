@@ -1,5 +1,6 @@
-// The page's side of the Python worker (worker.mjs): starts it at once (Pyodide boots while the
-// user picks a file), numbers requests, and settles each one's promise with the worker's reply.
+// The page's side of the Python worker (worker.mjs), which boot.js started with the page
+// (Pyodide boots while the user picks a file): numbers requests, and settles each one's promise
+// with the worker's reply.
 // Boot messages, the bytes-read counter and the busy indicator are the caller's (hooks).
 
 export class RequestError extends Error {
@@ -13,14 +14,7 @@ export class RequestError extends Error {
 // hooks: {status(message), ready({info, palette, timings}), fatal(message), io(io),
 //         busy: {start(id, label), stop(id)}}
 export function startWorker(hooks) {
-  const script = new URL("./worker.mjs", import.meta.url);
-  // ?jspi=0 on the page's address: the worker reads one range at a time (the tested fallback).
-  // ?snapshot=0: boot from scratch without a memory snapshot (tests, benchmarks).
-  const params = new URLSearchParams(location.search);
-  for (const key of ["jspi", "snapshot"]) {
-    if (params.get(key) === "0") script.searchParams.set(key, "0");
-  }
-  const worker = new Worker(script, {type: "module"});
+  const {worker, early} = window.tensorloupeWorker;
   const pending = new Map();
   let nextId = 1;
   const showPending = () => { document.body.dataset.pending = String(pending.size); };
@@ -61,5 +55,7 @@ export function startWorker(hooks) {
     else entry.reject(new RequestError(data.error));
   };
   worker.onerror = (event) => hooks.fatal(`The Python worker failed: ${event.message || "unknown error"}`);
+  // What the worker said before this module ran (its boot started with the page: boot.js).
+  for (const event of early.splice(0)) (event.type === "error" ? worker.onerror : worker.onmessage)(event);
   return {request, cancel};
 }

@@ -352,31 +352,43 @@ async function saveSnapshot(bytes) {
   }
 }
 
-// The library, unpacked from our wheel into site-packages by Python's zipfile (loadPackage would
-// leave JavaScript references the snapshot cannot hold). Also after a restore: the snapshot holds
-// the imported modules, not the files a later import reads.
-async function installWheel() {
-  const response = await fetch(new URL(`./${WHEEL}`, import.meta.url));
+// The library: Python imports it straight from our wheel (zipimport), whose bytecode build.py
+// compiled with Pyodide's interpreter, so nothing is unpacked or compiled at boot (loadPackage
+// would also leave JavaScript references the snapshot cannot hold). The file is written again
+// after a restore: the snapshot holds the imported modules and sys.path, not the file system.
+// Fetched from the start of the boot, while the runtime loads.
+const LIBRARY = "/lib/tensorloupe.whl";
+const wheelBytes = fetch(new URL(`./${WHEEL}`, import.meta.url)).then(async (response) => {
   if (!response.ok) throw new Error(`the library (${WHEEL}) could not be loaded: ${response.status}`);
-  pyodide.FS.writeFile("/tmp/tensorloupe.whl", new Uint8Array(await response.arrayBuffer()));
+  return new Uint8Array(await response.arrayBuffer());
+});
+wheelBytes.catch(() => {});   // reported by installWheel, not as an unhandled rejection
+
+async function installWheel() {
+  pyodide.FS.writeFile(LIBRARY, await wheelBytes);
   pyodide.runPython(`
-import importlib, sysconfig, zipfile
-with zipfile.ZipFile("/tmp/tensorloupe.whl") as wheel:
-    wheel.extractall(sysconfig.get_paths()["purelib"])
-importlib.invalidate_caches()
+import sys
+if "${LIBRARY}" not in sys.path:
+    sys.path.insert(0, "${LIBRARY}")
 `);
 }
 
-// The message handlers and what they import, imported before the snapshot is taken. Not every
-// module: with all of them (architecture, tokenizers, compare, ...) the heap outgrew what
-// _loadSnapshot restores ("offset is out of bounds"); those are imported when first used.
+// What every visit's first screen needs, imported before the snapshot is taken: the message
+// handlers and what they import, the demo's generator, and the ggml table (the memory block
+// prices weights at q8_0 and q4_k). Not every module: with all of them (torch readers,
+// tokenizers, compare, ...) the heap outgrew what _loadSnapshot restores ("offset is out of
+// bounds"), and a cold boot waits for each; the rest are imported when first used.
 const PRELOAD = `
 import tensorloupe.web
+import tensorloupe.synthetic
+import tensorloupe.dtypes.ggml
 `;
 
 async function boot() {
   const started = performance.now();
-  const timings = {};
+  // Milliseconds since this worker started, at the end of each stage (bench/browser_open.py shows them).
+  const timings = {worker_origin: performance.timeOrigin};
+  const mark = (stage) => { timings[`${stage}_ms`] = performance.now() - started; };
   const options = {
     indexURL: new URL("./pyodide/", import.meta.url).href,
     stdout: (text) => console.log(text),
@@ -384,8 +396,10 @@ async function boot() {
   };
   try {
     status("runtime", "Loading the Python runtime…");
-    const {loadPyodide} = await import("./pyodide/pyodide.mjs");
-    const saved = SNAPSHOTS ? await savedSnapshot() : null;
+    // The stored snapshot is looked up while the runtime's script loads.
+    const [{loadPyodide}, saved] = await Promise.all([
+      import("./pyodide/pyodide.mjs"), SNAPSHOTS ? savedSnapshot() : null]);
+    mark("lookup");
     let snapshot = null;
     timings.boot = "fresh";
     if (saved) {
@@ -398,17 +412,20 @@ async function boot() {
       }
     }
     if (!pyodide) pyodide = await loadPyodide({...options, _makeSnapshot: SNAPSHOTS});
-    timings.runtime_ms = performance.now() - started;
+    mark("runtime");
     status("library", "Loading tensorloupe…");
     await installWheel();
+    mark("library");
     if (timings.boot === "fresh" && SNAPSHOTS) {
       pyodide.runPython(PRELOAD);
+      mark("preload");
       snapshot = pyodide.makeMemorySnapshot();
+      mark("snapshot");
     }
     dispatch = pyodide.pyimport("tensorloupe.web").dispatch;
     const {envelope, buffers} = await call("hello", {});
     JOBS = new Set(envelope.result.jobs);
-    timings.ready_ms = performance.now() - started;
+    mark("ready");
     self.postMessage({type: "ready", info: {...envelope.result, build: BUILD, jspi: JSPI}, palette: buffers[0], timings},
                      [buffers[0].buffer]);
     schedule();

@@ -16,19 +16,18 @@ import json
 import os
 import sys
 
-from . import __version__, arch_report, beside, report, tokens
+from . import __version__, arch_report, beside, report
 from . import open as open_checkpoint
 from .model import Checkpoint
 from .source import is_url
 from .targets import resolve
 from .errors import FetchError, TensorloupeError, UsageError
 from .health import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
-from .health import text as health_text
 from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sample import DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample, values
 from .jsonable import bounded, json_number
 from .memory import CACHE_TYPES
-from .tokens import DEFAULT_PAGE
+from .vocab import DEFAULT_PAGE
 from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS = 0, 2, 3, 4
@@ -237,7 +236,10 @@ def run_inspect(args) -> int:
     return EXIT_OK
 
 
+# The commands' own modules (tokenizers, health text) are imported by the command: `inspect`
+# does not pay for them.
 def run_tokens(args) -> int:
+    from . import tokens
     if args.start < 0 or args.count < 0:
         raise UsageError("--start and --count must be >= 0")
     target = resolve(args.items)
@@ -317,6 +319,7 @@ def run_moe(args) -> int:
 def run_health(args) -> int:
     if args.budget < 1 or args.confirm_bytes < 0:
         raise UsageError("--budget must be at least 1 and --confirm-bytes at least 0")
+    from .health import text as health_text
     budget = None if args.exact else args.budget
     with open_files(args.items, args) as ckpt:
         if not args.json:

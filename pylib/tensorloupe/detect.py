@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+from types import ModuleType
+from typing import Callable, NamedTuple
 
 from .errors import UnknownFormatError
 from .model import Checkpoint
@@ -17,7 +19,7 @@ HEAD_BYTES = 1024
 
 
 # Readers are imported when their turn comes: a safetensors file never pays for importing the
-# torch and GGUF readers (a third of the CLI's start-up).
+# torch and GGUF readers (pickletools, tarfile, the ggml codecs: most of the start-up in Pyodide).
 def _safetensors():
     from .formats import safetensors
     return safetensors
@@ -43,23 +45,21 @@ def _torch_tar():
     return tar
 
 
-# The container readers in sniffing order (each imported by its function). Each has FORMAT,
-# EXTENSIONS (the names that mean "this was meant to be that format"), sniff(head, size, name)
-# and read(source).
-READERS = (_safetensors, _gguf, _torch_zip, _torch_legacy, _torch_tar)
+class Reader(NamedTuple):
+    load: Callable[[], ModuleType]   # the container reader: FORMAT, sniff(head, size, name), read(source)
+    extensions: tuple[str, ...]      # the names that mean "this was meant to be that format"
 
 
-def extensions() -> tuple[str, ...]:
-    """Every reader's file extensions, in order (imports all the readers)."""
-    return tuple(ext for load in READERS for ext in load().EXTENSIONS)
-
-
-def __getattr__(name: str):
-    # detect.EXTENSIONS stays a module attribute (PEP 562) but only callers that list file types
-    # pay for importing every reader.
-    if name == "EXTENSIONS":
-        return extensions()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The container readers in sniffing order. Their extensions are here, not in the readers, so
+# that listing file types (a dropped folder's model files) imports none of them.
+READERS = (
+    Reader(_safetensors, (".safetensors",)),
+    Reader(_gguf, (".gguf",)),
+    Reader(_torch_zip, (".pt", ".pth", ".bin", ".ckpt")),
+    Reader(_torch_legacy, (".pkl", ".pickle")),   # plain pickles: read for their safety report
+    Reader(_torch_tar, ()),          # shares .pt/.pth/... with the ZIP format: found by content only
+)
+EXTENSIONS = tuple(ext for reader in READERS for ext in reader.extensions)
 
 LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"
                          rb"(?:.*\n)*?size (\d+)", re.MULTILINE)
@@ -69,18 +69,17 @@ HTML_START = (b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")
 def read(source: ByteSource) -> Checkpoint:
     head = source.read(0, min(HEAD_BYTES, source.size))
     _refuse_impostors(source, head)
-    for load in READERS:
-        reader = load()
+    for entry in READERS:
+        reader = entry.load()
         if reader.sniff(head, source.size, source.name):
             return reader.read(source)
     extension = os.path.splitext(source.name)[1].lower()
-    for load in READERS:
-        reader = load()
-        if extension in reader.EXTENSIONS:
+    for entry in READERS:
+        if extension in entry.extensions:
             # Nothing matched, but the name says what it should be: let that reader say what is wrong.
-            return reader.read(source)
+            return entry.load().read(source)
     raise UnknownFormatError(
-        f"this is not a checkpoint tensorloupe can read ({', '.join(extensions())})",
+        f"this is not a checkpoint tensorloupe can read ({', '.join(EXTENSIONS)})",
         file=source.name, found=f"first bytes {head[:16].hex(' ')}")
 
 

@@ -21,7 +21,6 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from urllib.parse import urljoin, urlsplit
 
 from .errors import FetchError, FormatError
 
@@ -78,6 +77,9 @@ def too_slow(name: str, url: str, deadline: Deadline) -> FetchError:
 def redirect_target(name: str, url: str, location: str, follow_any: bool) -> str:
     """Where a redirect leads, if it may be followed: same origin (scheme, host and port) always,
     another web site only when the user asked, another scheme never."""
+    # Imported here: urllib.parse (with ipaddress) is a slow import in Pyodide, and every source
+    # imports this module, most of them never redirected.
+    from urllib.parse import urljoin, urlsplit
     target = urljoin(url, location)
     here, there = urlsplit(url), urlsplit(target)
     if there.scheme not in ("http", "https"):

@@ -32,8 +32,6 @@ from .model import Checkpoint, Tensor
 from .parallel import MAX_WORKERS, map_parallel
 from .source import ByteSource
 from .formats import safetensors
-from .formats.gguf import reader as gguf
-from .formats.gguf.card import model_card
 
 PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors)$")
 INDEX_SUFFIX = ".json"
@@ -114,6 +112,9 @@ class ReadIndex(NamedTuple):
 # --- split GGUF -------------------------------------------------------------------------------
 
 def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
+    # Imported here: the GGUF reader brings the ggml codecs, which other sets never need.
+    from .formats.gguf import reader as gguf
+    from .formats.gguf.card import model_card
     if indexes:
         raise UsageError("an index file only goes with sharded safetensors", file=indexes[0].name)
     numbered = []
@@ -319,9 +320,10 @@ class Merger(NamedTuple):
     merge: Callable[[list[Checkpoint], list["ReadIndex"]], Checkpoint]
 
 
-# Keyed by each reader's FORMAT: the formats that can be split, and how.
+# Keyed by each reader's FORMAT (the GGUF reader's "gguf", named without importing it): the
+# formats that can be split, and how.
 MERGERS = {
-    gguf.FORMAT: Merger(lambda c: "split" in c.extras and c.extras["split"]["count"] > 1, _merge_gguf),
+    "gguf": Merger(lambda c: "split" in c.extras and c.extras["split"]["count"] > 1, _merge_gguf),
     safetensors.FORMAT: Merger(lambda c: PART_NAME.match(c.name) is not None, _merge_safetensors),
 }
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from typing import NamedTuple
-from urllib.parse import urljoin
 
 from .errors import UsageError
 from .shards import PART_NAME, read_index
@@ -79,6 +78,7 @@ def _shards_of(index: str) -> list[str]:
         source.close()
     names = sorted(set(weight_map.values()))
     if is_url(index):
+        from urllib.parse import urljoin   # URLs only (urllib.parse brings ipaddress: slow in Pyodide)
         return [urljoin(index, name) for name in names]
     folder = os.path.dirname(index)
     present = [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]

@@ -18,7 +18,6 @@ import os
 
 from . import beside
 from .errors import FormatError, UsageError
-from .formats.gguf import reader as gguf
 from .model import Checkpoint
 from .source import is_url
 from .tokenizer_json import JsonVocabulary
@@ -43,6 +42,7 @@ class GgufVocabulary(Vocabulary):
         self.has_scores, self.has_types = SCORES in meta, TYPES in meta
 
     def _array(self, key: str, start: int, count: int) -> list:
+        from .formats.gguf import reader as gguf   # GGUF checkpoints only (it brings the ggml codecs)
         return gguf.read_array(self.ckpt, key, start, count)
 
     def _entries(self, start: int, count: int) -> list[dict]:
@@ -81,6 +81,7 @@ def _template(ckpt: Checkpoint) -> dict | None:
     if value is None:
         return None
     length = len(value) if isinstance(value, str) else value.get("length", 0)
+    from .formats.gguf import reader as gguf
     text = gguf.read_string(ckpt, key, 0, MAX_TEMPLATE if not isinstance(value, str) else None)
     return {"text": text[:MAX_TEMPLATE], "length": length, "truncated": len(text) > MAX_TEMPLATE
             or (not isinstance(value, str) and length > MAX_TEMPLATE)}

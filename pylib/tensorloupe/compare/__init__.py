@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..errors import Cancelled, UsageError
 from ..gather import dtype_of
 from ..jsonable import json_number
 from ..model import Checkpoint
 from ..sample import EXACT_CHUNK_ELEMS, plan_windows
-from .match import Pair, match
 from .metrics import CATEGORIES, Diff, bytes_comparable, first_difference, read_frame
 from .summary import summarise
+
+if TYPE_CHECKING:   # matching (namemap, roles) is imported by a comparison, not by `import tensorloupe`
+    from .match import Pair
 
 __all__ = ["compare", "compare_steps", "Comparison", "Row", "CATEGORIES", "DEFAULT_SAMPLES"]
 
@@ -113,6 +115,7 @@ def compare_steps(a: Checkpoint, b: Checkpoint, samples: int = DEFAULT_SAMPLES, 
     Comparison."""
     if samples < 1:
         raise UsageError("samples must be at least 1")
+    from .match import match
     pairs, arch = match(a, b)
     if tensors:
         wanted = set(tensors)

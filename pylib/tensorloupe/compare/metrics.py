@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from operator import mul, sub
+from typing import TYPE_CHECKING
 
 from ..dtypes import to_float
 from ..gather import gather, gather_range, storage_positions
 from ..jsonable import json_number
 from ..model import Tensor
-from .match import Side
+
+if TYPE_CHECKING:   # matching (namemap, roles) is imported by a comparison, not by `import tensorloupe`
+    from .match import Side
 
 # What a pair of tensors can turn out to be, in the order reports list them.
 CATEGORIES = ("only_in_a", "only_in_b", "unreadable", "shape_changed", "byte_identical",

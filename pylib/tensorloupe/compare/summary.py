@@ -9,7 +9,6 @@ its elements, not as 64 equal votes.
 from __future__ import annotations
 
 import math
-import statistics
 
 from ..roles import role_of
 from .metrics import CATEGORIES, Diff
@@ -18,6 +17,9 @@ CHANGED = ("values_differ", "shape_changed")
 
 
 def summarise(comparison) -> dict:
+    # Imported here: statistics (with fractions and decimal) is a slow import in Pyodide, and
+    # importing tensorloupe brings this module.
+    import statistics
     rows = comparison.rows
     counts = {c: 0 for c in CATEGORIES}
     for r in rows:

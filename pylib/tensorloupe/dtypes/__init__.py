@@ -8,16 +8,18 @@ deals in whole blocks, so it needs no per-format cases.
 
 from __future__ import annotations
 
-from .ggml import QUANT_DTYPES
 from .plain import DTYPES as PLAIN_DTYPES
 from .plain import DType, to_float
 
-# Every dtype by name: the plain names and the ggml names do not overlap (a test checks).
-ALL_DTYPES: dict[str, DType] = {**PLAIN_DTYPES, **QUANT_DTYPES}
-
-__all__ = ["ALL_DTYPES", "DType", "lookup", "to_float"]
+__all__ = ["DType", "lookup", "to_float"]
 
 
 def lookup(name: str) -> DType | None:
-    """The DType called `name` (plain or ggml-quantized), or None if we do not know it."""
-    return ALL_DTYPES.get(name)
+    """The DType called `name` (plain or ggml-quantized), or None if we do not know it. The plain
+    names and the ggml names do not overlap (a test checks), so the ggml codecs are imported only
+    for a name that is not plain: a safetensors or torch file never pays for them."""
+    found = PLAIN_DTYPES.get(name)
+    if found is None:
+        from .ggml import QUANT_DTYPES
+        found = QUANT_DTYPES.get(name)
+    return found

@@ -19,7 +19,6 @@ from ..model import Checkpoint, Tensor
 from ..source import ByteSource
 
 FORMAT = "safetensors"
-EXTENSIONS = (".safetensors",)
 HEADER_LENGTH = struct.Struct("<Q")
 # The reference implementation refuses headers above 100 MB (MAX_HEADER_SIZE in tensor.rs).
 MAX_HEADER_BYTES = 100_000_000

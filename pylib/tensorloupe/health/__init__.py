@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Callable, Iterator
 
 from ..errors import Cancelled, UsageError
@@ -26,7 +25,7 @@ from ..model import Checkpoint
 from . import confirm
 from .confirm import DEFAULT_CONFIRM_BYTES
 from .measure import DEFAULT_BUDGET, Measure, measure_steps, skip_reason, window_bytes, windows
-from .rules import SEVERITIES, Flag, lone_flags, sibling_flags
+from .rules import SEVERITIES, Flag, lone_flags, median, sibling_flags
 
 __all__ = ["health", "health_steps", "health_cost", "Report", "Cost", "Flag", "Measure",
            "DEFAULT_BUDGET", "DEFAULT_CONFIRM_BYTES"]

@@ -13,7 +13,6 @@ A constant candidate is confirmed by comparing every byte with its first element
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Iterator
 
@@ -49,6 +48,7 @@ def confirmable(tensor: Tensor, limit: int | None) -> bool:
 
 def full_digest_steps(tensor: Tensor) -> Iterator[str | None]:
     """sha256 of the tensor's bytes, a piece per step (None until the last step)."""
+    import hashlib   # here: importing tensorloupe brings this module, few runs confirm a copy
     digest = hashlib.sha256()
     for start in range(0, tensor.nbytes, PIECE_BYTES):
         digest.update(tensor.source.read_data(tensor.offset + start, min(PIECE_BYTES, tensor.nbytes - start)))

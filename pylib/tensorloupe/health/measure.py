@@ -8,7 +8,6 @@ tensors are measured on their dequantized values, block by block; the digest is 
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -121,6 +120,7 @@ def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
         yield m
         return
     info = dtype_of(tensor)
+    import hashlib   # here: importing tensorloupe brings this module
     digest = hashlib.sha256() if tensor.contiguous else None
     # The sum of |w| is kept scaled by 2**-64: it can pass the largest float (values near 1e308)
     # while their mean does not, and scaling by a power of two is exact.

@@ -23,7 +23,6 @@ import math
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from statistics import median
 
 from ..jsonable import json_number
 from .measure import Measure
@@ -126,6 +125,13 @@ def sibling_flags(members: list[Measure]) -> list[Flag]:
                             {"statistic": "max|w|", "value": m.max_abs, "siblings_median": others, "ratio": ratio,
                              "rms": m.rms, "siblings": len(members) - 1}, m.exact))
     return out
+
+
+def median(values) -> float:
+    """statistics.median, imported when first needed: statistics (with fractions and decimal) is
+    a slow import in Pyodide, and importing tensorloupe brings this module."""
+    from statistics import median as of
+    return of(values)
 
 
 def _deviations(members: list[Measure], values: list[float]) -> list[tuple[float, float, float]]:

@@ -23,7 +23,7 @@ from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, values
 from ..staged import StagedGrid, StagedSample
 from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
-from . import blobs, files, hub, remote
+from . import blobs, files, remote
 from .jobs import Job, Jobs
 from .compare_ops import CompareOps
 from .health_ops import HealthOps
@@ -248,9 +248,11 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     def op_hub_plan(self, args):
         """The URLs to try for a Hub model, or null when `text` is an ordinary URL."""
+        from . import hub   # urllib.parse: a slow import in Pyodide, for the Hub shortcut only
         return hub.plan(str(args.get("text", "")), str(args.get("hub") or hub.HUB)), []
 
     def op_hub_shards(self, args):
+        from . import hub
         return {"urls": hub.shard_urls(str(args["index"]), str(args["text"]))}, []
 
     # --- export: files the page offers for download ----------------------------------------

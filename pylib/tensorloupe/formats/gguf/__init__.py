@@ -1,2 +1,2 @@
-"""GGUF: `reader` (FORMAT, EXTENSIONS, sniff, read), `metadata` (the bounded metadata cursor and
+"""GGUF: `reader` (FORMAT, sniff, read), `metadata` (the bounded metadata cursor and
 lazy arrays) and `card` (the model card drawn from the metadata)."""

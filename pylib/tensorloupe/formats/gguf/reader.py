@@ -35,7 +35,6 @@ import struct
 from bisect import bisect_right
 from typing import NamedTuple
 
-from ...dtypes.ggml import ggml_dtype
 from ...errors import ErrorFactory, FormatError, TensorloupeError, TruncatedError, UsageError
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
@@ -43,7 +42,6 @@ from .card import model_card
 from .metadata import INTEGER_TYPES, VALUE_TYPES, Cursor, Layout, read_entries, top_level
 
 FORMAT = "gguf"
-EXTENSIONS = (".gguf",)
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (1, 2, 3)
 DEFAULT_ALIGNMENT = 32
@@ -243,6 +241,9 @@ def _alignment(metadata, types, positions, warnings, error) -> int:
 
 
 def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error) -> list[Tensor]:
+    # The ggml codecs, imported by a GGUF file's tensors: detect imports this module to sniff
+    # files of the formats after it (torch), which need no codecs.
+    from ...dtypes.ggml import ggml_dtype
     size = source.size
     starts = sorted(data_offset + info.offset for info in infos)
     tensors = []

@@ -29,9 +29,6 @@ from ...unpickling.values import LIMITS, shown
 
 FORMAT = "pytorch-legacy"
 PICKLE_FORMAT = "pickle"  # a file torch.load would unpickle that is no torch checkpoint
-# .pt/.pth/... are shared with the ZIP format (found by content); plain pickles are read for
-# their safety report
-EXTENSIONS = (".pkl", ".pickle")
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
 # The magic number as the first opcodes of a protocol >= 2 pickle (LONG1 of 10 bytes), and as

@@ -27,7 +27,6 @@ from .members import CappedFile
 from .globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 
 FORMAT = "pytorch-tar"
-EXTENSIONS = ()  # shares .pt/.pth/... with the ZIP format: found by content only
 MEMBERS = ("sys_info", "pickle", "tensors", "storages")
 TAR_MAGIC = b"ustar"
 TAR_MAGIC_AT = 257

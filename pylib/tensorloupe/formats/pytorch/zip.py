@@ -21,7 +21,6 @@ from ...unpickling.values import LIMITS
 from .members import ENCRYPTED, LOCAL_HEADER, LOCAL_SIGNATURE, STORED, Archive
 
 FORMAT = "pytorch-zip"
-EXTENSIONS = (".pt", ".pth", ".bin", ".ckpt")
 PICKLE = "data.pkl"
 RECORDS = ("byteorder", "version", ".data/version", ".format_version", ".storage_alignment",
            ".data/serialization_id")

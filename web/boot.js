@@ -1,0 +1,16 @@
+// Starts the Python worker while the page's head is parsed, before app.js and its modules load:
+// Pyodide's boot (seconds) then starts with the page instead of after it. worker-client.js takes
+// the worker over and replays what it said before then. A classic script, run where it stands.
+// ?jspi=0 on the page's address: the worker reads one range at a time (the tested fallback);
+// ?snapshot=0: it boots from scratch without a memory snapshot (tests, benchmarks).
+(() => {
+  const script = new URL("./worker.mjs", document.baseURI);
+  const params = new URLSearchParams(location.search);
+  for (const key of ["jspi", "snapshot"]) {
+    if (params.get(key) === "0") script.searchParams.set(key, "0");
+  }
+  const worker = new Worker(script, {type: "module"});
+  const early = [];             // message and error events, in order, until worker-client.js takes over
+  worker.onmessage = worker.onerror = (event) => early.push(event);
+  window.tensorloupeWorker = {worker, early};
+})();
