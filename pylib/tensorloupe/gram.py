@@ -25,14 +25,16 @@ done on integers, a whole row of dot products per C-level loop:
 Integer arithmetic is exact and the last steps (int to float, sqrt, division) are correctly
 rounded, so CPython and Pyodide give the same similarities bit for bit.
 
-Precision (proven; tested against numpy float64): rounding moves each scaled value by at most 1/2,
-and a scaled vector's norm is at least h/2 (its largest value), so a vector of `length` values
-turns by an angle of at most asin(sqrt(length) / h), and a cosine moves by at most the sum of its
-two vectors' angles, plus ~1e-15 for the final float steps: `max_error(length)`. For 8,192 values
-BITS is 25 and the bound is 1.1e-5 (1.5e-5 for 3 matrices of 4,096); it is reached only by
-vectors whose values all sit half a step from the grid (one outlier, the rest tiny and aligned);
-typical weights move by ~1e-8. Equal vectors, and power-of-two multiples (the same grid), are
-exactly 1; other parallel vectors are within max_error**2 / 2 (second order) + 1e-15 of it.
+Precision (proven; tested against numpy float64): rounding moves each scaled value by at most 1/2
+(one correctly rounded addition), and a scaled vector's norm is at least (h - 1) / 2 (its largest
+value, scaled by the largest power of two that keeps it within h - 1), so a vector of `length`
+values turns by an angle of at most asin(sqrt(length) / (h - 1)), and a cosine moves by at most
+the sum of its two vectors' angles, plus ~1e-15 for the final float steps: `max_error(length)`.
+For 8,192 values BITS is 25 and the bound is 1.1e-5 (1.3e-5 for 3 matrices of 4,096); half of it
+is reached by a vector whose values all sit half a step off the grid (one outlier, the rest tiny
+and aligned: tested); typical weights move by ~1e-8. Equal vectors, and power-of-two multiples
+(the same grid), are exactly 1; other parallel vectors are within max_error**2 / 2 (second order)
++ 1e-15 of it.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def value_bits(length: int) -> int:
 def max_error(length: int) -> float:
     """The largest difference from the exact cosine (see the module docstring)."""
     half = 1 << (value_bits(length) - 1)
-    return 2 * math.asin(min(1.0, math.sqrt(length) / half)) + 1e-15
+    return 2 * math.asin(min(1.0, math.sqrt(length) / (half - 1))) + 1e-15
 
 
 def cosine_matrix(vectors: list[list[float]]) -> list[list[float]]:
@@ -98,7 +100,7 @@ def cosine_steps(vectors: list[list[float]]) -> Iterator[list[list[float]] | Non
     size = 8 * stride
     packed = [int.from_bytes(data[k:k + size], "little") for k in range(0, size * length, size)]
     packed = list(map(operator.sub, packed, repeat(exponents)))
-    fields: list[tuple[int, ...]] = []                # fields[i][j - i]: sum(q_i q_j) for j >= i, then sum(q_i)
+    fields: list[tuple[int, ...]] = []     # fields[i][j - i]: sum(q_i q_j) for j >= i; last, sum(q_i)
     for start in range(0, n, BLOCK_ROWS):
         block = list(map(operator.rshift, packed, repeat(64 * start))) if start else packed
         width = 8 * (stride - start)
@@ -133,7 +135,7 @@ def _bits(x: float) -> int:
     return int.from_bytes(_DOUBLE.pack(x), "little")
 
 
-def _matrix(fields: list[list[int]], half: int, length: int) -> list[list[float]]:
+def _matrix(fields: list[tuple[int, ...]], half: int, length: int) -> list[list[float]]:
     n = len(fields)
     totals = [row[-1] for row in fields]             # sum(q_i)
     offset = length * half * half
