@@ -6,7 +6,10 @@ holes on disk). Random bytes are written only where the analysis samples (comput
 window plan it uses), with experts 1 and 33 of every layer planted as copies of experts 0 and 32;
 everything else is a hole that reads as zeros. The analysis reads only those windows (checked), so
 the figures are those of a real file of that size. We print wall time, bytes and reads, and the
-same-run reference of reading those bytes raw (the floor any implementation has to pay).
+same-run reference of reading those bytes raw (the floor any implementation has to pay), and where
+the CPython time goes: similarities (gram.py), reads (`read_many`, decoding excluded) and the rest
+(decoding, signatures, profiles, clustering). Wall time and CPU time are both printed: on a shared
+machine the CPU time is the steadier figure.
 
     python bench/moe.py [--layers 32] [--experts 64]
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, os.environ.get("TENSORLOUPE_PYLIB") or str(Path(__file__).resolve().parent.parent / "pylib"))
 
 import tensorloupe  # noqa: E402
+from tensorloupe import redundancy, source
 from tensorloupe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, SIGNATURE_WINDOWS, analyse
 from tensorloupe.sample import plan_windows
 
@@ -76,6 +80,43 @@ def _noise(expert: int, first: int, count: int, salt: int) -> bytes:
     return bytes(data)  # finite BF16 values of both signs, magnitudes up to ~2
 
 
+class Split:
+    """CPU seconds spent in the similarities and in the reads, by wrapping them (the similarity
+    generator is `cosine_steps`, or `cosine_rows` in checkouts before it)."""
+
+    def __init__(self):
+        self.gram = self.reads = 0.0
+        self._depth = 0
+        name = "cosine_steps" if hasattr(redundancy, "cosine_steps") else "cosine_rows"
+        similarities = getattr(redundancy, name)
+        read_many = source.ByteSource.read_many
+
+        def timed_similarities(vectors):
+            steps = similarities(vectors)
+            while True:
+                start = time.process_time()
+                try:
+                    item = next(steps)
+                except StopIteration:
+                    return
+                finally:
+                    self.gram += time.process_time() - start
+                yield item
+
+        def timed_reads(src, ranges):
+            self._depth += 1     # sources wrap sources: the outermost call counts
+            start = time.process_time()
+            try:
+                return read_many(src, ranges)
+            finally:
+                self._depth -= 1
+                if not self._depth:
+                    self.reads += time.process_time() - start
+
+        setattr(redundancy, name, timed_similarities)
+        source.ByteSource.read_many = timed_reads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=32)
@@ -89,10 +130,11 @@ def main() -> None:
         print(f"wrote {path.stat().st_size / 2**30:.1f} GiB sparse file "
               f"({len(ranges)} data ranges) in {time.perf_counter() - start:.1f} s")
 
-        start = time.perf_counter()
+        split = Split()
+        start, cpu = time.perf_counter(), time.process_time()
         ckpt = tensorloupe.open(path)
         result = analyse(ckpt)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         experts = sum(len(layer.experts) for layer in result.layers)
         planted = sum(sorted(map(sorted, layer.clusters)) == [[0, 1], [32, 33]] for layer in result.layers)
 
@@ -105,7 +147,9 @@ def main() -> None:
         floor = time.perf_counter() - start
 
         print(f"analysed {len(result.layers)} layers x {args.experts} experts ({experts} experts) "
-              f"in {elapsed:.2f} s ({elapsed / experts * 1e3:.2f} ms per expert)")
+              f"in {elapsed:.2f} s ({elapsed / experts * 1e3:.2f} ms per expert), CPU {cpu:.2f} s")
+        print(f"  CPU: similarities {split.gram:.2f} s, reads {split.reads:.2f} s, "
+              f"the rest {cpu - split.gram - split.reads:.2f} s")
         print(f"  bytes read {result.bytes_read:,} ({result.bytes_read / experts / 1024:.1f} KiB per expert) "
               f"in {ckpt.reads():,} reads; file is {os.path.getsize(path):,} bytes")
         print(f"  raw read of the same {raw:,} bytes: {floor:.2f} s (ratio analysis/raw {elapsed / floor:.1f}x)")

@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 from .dtypes import to_float
 from .errors import Cancelled, UsageError
 from .gather import dtype_of, gather_windows
-from .gram import cosine_rows
+from .gram import cosine_steps
 from .model import Checkpoint, Tensor
 from .moe import MoE, MoELayer, detect
 from .sample import plan_windows
@@ -178,8 +178,8 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix):
             done += 1
             yield done, total, so_far()
         similarity = None
-        for similarity in _similarity_rows(signatures):
-            # Comparing 64 experts takes ~1 s in the browser: a cancel may arrive between rows.
+        for similarity in cosine_steps(signatures):
+            # Comparing experts is a few steps (gram.py): a cancel may arrive between them.
             yield done, total, so_far()
         profiles = [_profile(e, sig, _expert_numel(checkpoint, layer, e, matrices))
                     for e, sig in zip(experts, signatures)]
@@ -302,30 +302,18 @@ def _clean(out: list) -> list[float]:
 
 
 def _profile(expert: int, signature: list[float], numel: int) -> ExpertProfile:
+    # Exact sums (math.fsum) of correctly rounded terms: the same bits in CPython 3.11 and in
+    # Pyodide's 3.12+, whose sum() and math.sumprod round differently.
     n = len(signature) or 1
-    mean_abs = sum(map(abs, signature)) / n
-    rms = math.sqrt(_dot(signature, signature) / n)
+    mean_abs = math.fsum(map(abs, signature)) / n
+    rms = math.sqrt(math.fsum(map(operator.mul, signature, signature)) / n)
     return ExpertProfile(expert, mean_abs / rms if rms else 0.0, rms, math.fsum(signature) / n,
                          rms * math.sqrt(numel), len(signature))
 
 
-def _dot(a: list[float], b: list[float]) -> float:
-    # math.sumprod (3.12+, so in Pyodide) is C speed and exact-ish; 3.11 falls back to map at C speed.
-    sumprod = getattr(math, "sumprod", None)
-    return sumprod(a, b) if sumprod else sum(map(operator.mul, a, b))
-
-
-def _similarity_rows(signatures: list[list[float]]) -> Iterator[list[list[float]]]:
-    """Cosine similarity of every pair (gram.py: fixed point, exact integer products). Yields the
-    matrix after each row is complete (the last yield is the whole matrix), so that callers can
-    stop between rows."""
-    return cosine_rows(signatures)
-
-
 def _tie(value: float) -> float:
-    # Dot products differ in their last bits between CPython 3.11 (sum of products) and 3.12+
-    # (math.sumprod, as in Pyodide): near-equal values (copies of an expert: 1.0 or 1 - 2e-16)
-    # must rank and pick the same expert everywhere, so rankings compare them rounded.
+    # Near-equal values (copies of an expert: 1.0 or 1 - 2e-16, parallel ones within 1e-15) rank
+    # as equal, so that the lowest index wins a tie between copies: rankings compare them rounded.
     return round(value, TIE_DIGITS)
 
 
@@ -350,7 +338,7 @@ def _cluster(layer: LayerAnalysis) -> LayerAnalysis:
     layer.clusters = [[experts[i] for i in g] for g in groups.values() if len(g) > 1]
     layer.recommendations = []
     for group in (g for g in groups.values() if len(g) > 1):
-        keep = max(group, key=lambda i: (_tie(sum(layer.similarity[i][j] for j in group)), -i))
+        keep = max(group, key=lambda i: (_tie(math.fsum(layer.similarity[i][j] for j in group)), -i))
         for i in group:
             if i != keep:
                 layer.recommendations.append(

@@ -209,8 +209,8 @@ def test_the_page_finds_exactly_the_planted_pairs_as_cpython_does(app, expected)
         assert shown["recommendations"] == [r.text for r in layer.recommendations]
         assert sorted(int(t.split()[2]) for t in shown["recommendations"]) == [4, 5, 6, 7]
         for got_row, want_row in zip(shown["similarity"], layer.similarity, strict=True):
-            assert got_row == pytest.approx(want_row, abs=1e-12, rel=0)
-        assert shown["scores"] == pytest.approx([p.score for p in layer.experts], abs=1e-12, rel=0)
+            assert got_row == want_row      # bit for bit: integer similarities (gram.py)
+        assert shown["scores"] == [p.score for p in layer.experts]
     assert "drop expert 6 of layer 3: 0.99 similar to expert 2; keep 2" in all_recommendations(app)
     # The experts grid above marks the dropped experts.
     dropped = page.eval_on_selector_all("#moe-grid button.expert-cell.drop", "b => b.map((x) => x.dataset.expert)")
@@ -349,7 +349,7 @@ def test_gguf_stacked_experts_side_by_side(app, files):
     layer = want.layers[1]
     shown = show_layer(app, 1, layer.prefix)
     for got_row, want_row in zip(shown["similarity"], layer.similarity, strict=True):
-        assert got_row == pytest.approx(want_row, abs=1e-12, rel=0)
+        assert got_row == want_row      # bit for bit: integer similarities (gram.py)
     click_cell(app, 1, 5)
     page.select_option("#moe-leaf", "gate")
     page.wait_for_function("() => document.querySelector('#moe-pair-a').dataset.tensor === 'blk.1.ffn_gate_exps.weight[1]'")
@@ -402,8 +402,8 @@ def test_cancel_mid_way_then_run_to_the_end(app, wide):
     shown = show_layer(app, 2, want.layers[2].prefix)
     assert int(page.get_attribute("#moe-similarity", "data-n")) == 64
     for got_row, want_row in zip(shown["similarity"], want.layers[2].similarity, strict=True):
-        assert got_row == pytest.approx(want_row, abs=1e-12, rel=0)
-    assert shown["scores"] == pytest.approx([p.score for p in want.layers[2].experts], abs=1e-12, rel=0)
+        assert got_row == want_row      # bit for bit: integer similarities (gram.py)
+    assert shown["scores"] == [p.score for p in want.layers[2].experts]
     # Any layer from the summary table, or the next/previous buttons.
     page.click('#moe-summary tbody tr[data-index="3"]')
     page.wait_for_selector(f'#moe-similarity[data-layer="{want.layers[3].prefix}"]', state="attached")

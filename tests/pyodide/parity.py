@@ -12,7 +12,9 @@ import json
 import sys
 
 import tensorloupe
-from tensorloupe import arch_report, colormap, moe, report, synthetic, tokens
+import random
+
+from tensorloupe import arch_report, colormap, gram, moe, redundancy, report, synthetic, tokens
 from tensorloupe.errors import TensorloupeError
 from tensorloupe.jsonable import bounded, json_number
 from tensorloupe.web import handlers
@@ -87,10 +89,29 @@ def web_report(path: str) -> dict:
     return out
 
 
+def gram_vectors() -> list[list[float]]:
+    """40 vectors (3 blocks of rows) made without libm (random bits, exact divisions): noise at
+    scales from 1e-300 to 1e300, a copy, a negation, a spike among tiny values, zeros, short ones."""
+    rng = random.Random(7)
+    vectors = []
+    for i in range(36):
+        scale = 10.0 ** (i * 17 % 601 - 300) if i % 3 == 0 else 2.0 ** (i % 9 - 4)
+        vectors.append([(rng.getrandbits(32) - (1 << 31)) / (1 << 31) * scale for _ in range(3000)])
+    vectors += [list(vectors[4]), [-x for x in vectors[5]], [1e6] + [x * 1e-9 for x in vectors[6][1:]],
+                [0.0] * 3000]
+    vectors[7] = vectors[7][:1234]
+    return vectors
+
+
 def build(paths: list[str]) -> dict:
     demo = synthetic.demo_bytes()
     out = {"python": "parity-v1", "demo_sha256": hashlib.sha256(demo).hexdigest(),
            "palette_sha256": hashlib.sha256(colormap.palette_rgba()).hexdigest(), "files": {}}
+    # Expert similarities: integer arithmetic, so bit for bit the same (gram.py).
+    analysis = redundancy.analyse(tensorloupe.open(demo)).to_json()
+    del analysis["moe"]
+    out["redundancy"] = analysis
+    out["gram"] = gram.cosine_matrix(gram_vectors())
     for path in paths:
         name = path.rsplit("/", 1)[-1]
         out["files"][name] = {"library": file_report(path), "web": web_report(path)}

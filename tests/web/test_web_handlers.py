@@ -13,6 +13,7 @@ from safetensors.numpy import save_file
 import tensorloupe
 from tensorloupe import arch_report, colormap, report
 from tensorloupe.jsonable import PREVIEW, bounded
+from tensorloupe.web import moe_ops
 from tensorloupe.web.handlers import Session, dispatch, exact_job
 
 
@@ -196,7 +197,8 @@ def run_moe(s: Session, **args) -> tuple[list[dict], dict]:
         replies.append(step)
 
 
-def test_moe_analysis_in_steps_equals_analyse():
+def test_moe_analysis_in_steps_equals_analyse(monkeypatch):
+    monkeypatch.setattr(moe_ops, "STEP_SECONDS", 0.0)     # every small step is a job step
     s = Session()
     call(s, "open_demo")
     plan, _ = call(s, "moe_plan")
@@ -204,8 +206,9 @@ def test_moe_analysis_in_steps_equals_analyse():
     assert plan["matrices"] == ["w1.weight", "w2.weight", "w3.weight"] and plan["exact"]
     before = s.checkpoint.bytes_read()
     progress, last = run_moe(s)
-    # Per layer: one step per expert, one per row of its similarity matrix, one to finish it.
-    assert len(progress) + 1 == 4 * (8 + 8 + 1)
+    # Per layer: one step per expert, one per block of similarity rows (8 experts: one), one
+    # with the matrix, one to finish the layer.
+    assert len(progress) + 1 == 4 * (8 + 1 + 1 + 1)
     assert [p["done"] for p in progress][:8] == list(range(1, 9))
     assert all(a["bytes_read"] <= b["bytes_read"] for a, b in zip(progress, progress[1:]))
     assert progress[7]["bytes_read"] == 8 * 49152 and progress[7]["layers_done"] == 0
@@ -214,6 +217,29 @@ def test_moe_analysis_in_steps_equals_analyse():
     del expected["moe"]
     assert last["analysis"] == json.loads(json.dumps(expected))
     assert s.checkpoint.bytes_read() - before == plan["total_bytes"] == last["bytes_read"]
+
+
+def test_moe_job_steps_take_a_time_slice_each(monkeypatch):
+    # Small steps are run together for STEP_SECONDS per job step: fewer messages, the same result.
+    s = Session()
+    call(s, "open_demo")
+    monkeypatch.setattr(moe_ops, "STEP_SECONDS", 0.0)
+    each, want = run_moe(s)
+    monkeypatch.setattr(moe_ops, "STEP_SECONDS", 3600.0)
+    none, last = run_moe(s)
+    assert none == [] and last["analysis"] == want["analysis"] and len(each) == 43
+    monkeypatch.setattr(moe_ops, "STEP_SECONDS", 0.05)
+    some, last = run_moe(s)
+    assert len(some) < len(each) and last["analysis"] == want["analysis"]
+    assert [p["done"] for p in some] == sorted(p["done"] for p in some)
+
+
+def test_within_yields_the_last_step_of_each_time_slice(monkeypatch):
+    ticks = iter([0.0, 0.1, 0.2, 1.0, 1.0, 1.5, 1.6, 9.0])   # perf_counter() as within reads it
+    monkeypatch.setattr(moe_ops.time, "perf_counter", lambda: next(ticks))
+    # a..c: c is done 1.0 after the start (>= 0.9); d and e: the steps run out 0.6 after c
+    assert list(moe_ops.within(iter("abcde"), 0.9)) == ["c", "e"]
+    assert list(moe_ops.within(iter([]), 0.9)) == []
 
 
 def test_moe_threshold_reclusters_without_reading():
