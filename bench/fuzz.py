@@ -10,7 +10,7 @@ mutators: bench/fuzz_mutators.py. Torch seeds
 are the small files fixtures/make.py writes to fixtures/out/ (or --seeds-dir).
 
 Each input goes through what the CLI does with a file: open (detect or shards), the JSON and text
-reports, a small sample and a few values of the first tensors, a page of a lazy GGUF array. Any
+reports, a small sample with its histogram and a few values of the first tensors, a page of a lazy GGUF array. Any
 exception but a TensorloupeError is a finding, reported by class and place (the innermost
 tensorloupe file:line); so is MemoryError under the address-space limit (RLIMIT_AS: what the
 worker maps with the input plus --as-limit-mb), an input
@@ -63,7 +63,7 @@ def exercise(files: list[tuple[str, bytes]]) -> None:
     with contextlib.redirect_stdout(io.StringIO()):
         report.print_inspect(ckpt)
     for t in [t for t in ckpt.tensors if t.problem is None][:3]:
-        sample(t, 64)
+        sample(t, 64).histogram()          # the stats line and histogram the page shows first
         values(t, 0, 4)
     for key in list(ckpt.extras.get("gguf_arrays", {}))[:1]:
         record = ckpt.extras["gguf_arrays"][key]
