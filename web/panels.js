@@ -77,12 +77,16 @@ export function showTab(id) {
 
 export function showModel(model) {
   for (const view of VIEWS) view.show(model);
-  for (const view of TABS) $(`tab-${view.id}`).hidden = view.available ? !view.available(model) : false;
+  showAvailableTabs(model);
   if ($(`tab-${current}`).hidden) showTab(TABS[0].id);
 }
 
 export function showDetails(model) {
   for (const view of VIEWS) view.details?.(model);
+  showAvailableTabs(model);
+}
+
+function showAvailableTabs(model) {
   for (const view of TABS) $(`tab-${view.id}`).hidden = view.available ? !view.available(model) : false;
 }
 

@@ -317,7 +317,7 @@ def _shards_report(ordered, numbers, count, missing, missing_count) -> dict:
 
 class Merger(NamedTuple):
     is_part: Callable[[Checkpoint], bool]   # whether a lone file says it is one of several
-    merge: Callable[[list[Checkpoint], list["ReadIndex"]], Checkpoint]
+    merge: Callable[[list[Checkpoint], list[ReadIndex]], Checkpoint]
 
 
 # Keyed by each reader's FORMAT (the GGUF reader's "gguf", named without importing it): the

@@ -301,10 +301,10 @@ PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "s
 
 def page_table(records: list[dict], files: list[str]) -> dict:
     where = {name: i for i, name in enumerate(files)}
-    return {"columns": list(PAGE_TENSOR_COLUMNS),
-            "rows": [[r.get("name"), r.get("dtype"), r.get("shape"), r.get("numel"), r.get("nbytes"),
-                      r.get("offset"), r.get("strides"), r.get("problem"), where.get(r.get("file"))]
-                     for r in records]}
+    rows = [[r.get(key) for key in PAGE_TENSOR_COLUMNS] for r in records]
+    for row in rows:
+        row[-1] = where.get(row[-1])      # "file", the last column
+    return {"columns": list(PAGE_TENSOR_COLUMNS), "rows": rows}
 
 
 session = Session()
