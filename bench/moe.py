@@ -82,12 +82,12 @@ def _noise(expert: int, first: int, count: int, salt: int) -> bytes:
 
 class Split:
     """CPU seconds spent in the similarities and in the reads, by wrapping them (the similarity
-    generator is `cosine_steps`, or `cosine_rows` in checkouts before it)."""
+    generator is `gram_steps`, or `cosine_steps` / `cosine_rows` in checkouts before it)."""
 
     def __init__(self):
         self.gram = self.reads = 0.0
         self._depth = 0
-        name = "cosine_steps" if hasattr(redundancy, "cosine_steps") else "cosine_rows"
+        name = next(n for n in ("gram_steps", "cosine_steps", "cosine_rows") if hasattr(redundancy, n))
         similarities = getattr(redundancy, name)
         read_many = source.ByteSource.read_many
 

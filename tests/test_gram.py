@@ -104,3 +104,38 @@ def test_zero_vectors_unequal_lengths_and_extremes():
     assert error(extremes) < 1e-7
     with pytest.raises(ValueError, match="finite"):
         cosine_matrix([[1.0, math.inf], [1.0, 2.0]])
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-300, 1e300, 3e-320])
+def test_norms_and_sums_are_within_the_bound(scale):
+    """Gram.norms and Gram.sums, from the same fixed-point integers: each within max_error / 2
+    of numpy's, relative to the norm (the sum: to the norm times sqrt(length)), at every scale a
+    double reaches (extreme vectors are scaled to ~1 first, and back after)."""
+    from tensorloupe.gram import gram_steps
+    rng = np.random.default_rng(int(-math.log10(scale)) + 400)
+    length = 8192
+    m = rng.standard_normal((5, length)) * rng.uniform(1e-3, 1e3, (5, 1))
+    m[2] = 0.0
+    m[3, :] = 0.0
+    m[3, 17] = -5.0                               # one value
+    m[4] = np.abs(m[4])                           # a sum far from 0
+    vectors = (m * scale).tolist()
+    *_, gram = gram_steps(vectors)
+    bound = max_error(length) / 2
+    norms = [math.hypot(*v) for v in vectors]          # within ~1 ulp
+    sums = [math.fsum(v) for v in vectors]
+    for got, want, norm in zip(gram.norms, norms, norms):
+        assert abs(got - want) <= bound * norm + 1e-15 * abs(want) + 5e-324
+    for got, want, norm in zip(gram.sums, sums, norms):
+        assert abs(got - want) <= bound * norm * math.sqrt(length) + 1e-15 * abs(want) + 5e-324
+    assert gram.norms[2] == gram.sums[2] == 0.0
+    if scale == 1.0:                              # 5 lies on the fixed-point grid: exact
+        assert gram.norms[3] == 5.0 and gram.sums[3] == -5.0
+    assert gram.cosines == cosine_matrix(vectors)
+
+
+def test_norms_beyond_the_largest_double_are_infinite():
+    from tensorloupe.gram import gram_steps
+    *_, gram = gram_steps([[1.5e308] * 4, [1.0, 2.0, 3.0, 4.0]])
+    assert gram.norms[0] == math.inf and gram.sums[0] == math.inf
+    assert gram.norms[1] == math.sqrt(30.0) and gram.sums[1] == 10.0

@@ -190,3 +190,32 @@ def test_near_equal_similarities_rank_the_same_everywhere():
                [0.0, near_one, 0.0, 1.0]]
         layer = _cluster(LayerAnalysis("l", 0, profiles, sim, ["w"], 0.9))
         assert [(r.drop, r.keep) for r in layer.recommendations] == [(2, 0), (3, 1)]
+
+
+def stacked_moe_bytes() -> bytes:
+    rng = np.random.default_rng(12)
+    gate_up = (rng.standard_normal((8, 64, 96)) * rng.uniform(0.01, 2, (8, 1, 1)) + 0.01).astype(np.float32)
+    down = (rng.standard_normal((8, 96, 64)) * 0.02).astype(np.float32)
+    return np_save({"model.layers.0.mlp.experts.gate_up_proj": gate_up,
+                    "model.layers.0.mlp.experts.down_proj": down})
+
+
+def test_expert_profiles_match_numpy_on_the_signature():
+    """mean(|w|) is exact; rms and mean come from the similarities' fixed-point sums, within
+    gram.max_error / 2 (relative to the rms); the score is their ratio."""
+    import math
+    from tensorloupe import gram, redundancy
+    ckpt = tensorloupe.open(stacked_moe_bytes())
+    analysis = analyse(ckpt, samples_per_matrix=1024)
+    layer = analysis.layers[0]
+    windows, per_expert = redundancy._signature_windows(ckpt, analysis.moe.layers[0], 1024)
+    signatures = list(redundancy._signatures(windows, per_expert))
+    bound = gram.max_error(len(signatures[0])) / 2
+    for profile, signature in zip(layer.experts, signatures):
+        w = np.array(signature)
+        assert profile.samples == w.size == 2 * 1024
+        assert profile.score * profile.rms == pytest.approx(math.fsum(abs(w)) / w.size, rel=1e-15)
+        rms = float(np.sqrt(np.mean(w * w)))
+        assert abs(profile.rms - rms) <= bound * rms * (1 + 1e-12)
+        assert abs(profile.mean - float(w.mean())) <= bound * rms * (1 + 1e-12)
+        assert profile.norm == pytest.approx(profile.rms * math.sqrt(2 * 64 * 96), rel=1e-15)

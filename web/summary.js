@@ -33,6 +33,7 @@ export function io(io) {
   document.getElementById("io-detail").textContent = ioDetail(io);
   document.getElementById("io").dataset.bytesRead = String(io.bytes_read);
   document.getElementById("io").dataset.batches = String(io.batches || 0);
+  document.getElementById("io").dataset.prefetches = String(io.prefetches || 0);
 }
 
 const VERDICT_LABEL = {dangerous: "dangerous", inert: "inert", allowed: "allowed"};

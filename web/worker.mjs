@@ -199,12 +199,53 @@ const JSON_BYTES = 16 << 20;  // transformers' indexes: a few MB for the largest
 const isJson = (url) => new URL(url).pathname.toLowerCase().endsWith(".json");
 
 // Python's vectored reads (web/blobs.py, web/remote.py): every slice or Range request started
-// together; Python waits for all of them in one suspension (run_sync). A File's slices are read
-// as one Blob of them all, back to back: one read operation and one buffer for Python to take
-// (256 slices: one copy into Python instead of 256 conversions).
-self.tensorloupeSlices = (path, ranges) => {
+// together; Python waits for all of them in one suspension (run_sync), or starts them early and
+// waits later (a prefetch: blobs.py). A File's slices are cut and read by SLICERS workers
+// (web/slicer.js: why), each taking a share of the ranges, and joined into one buffer for Python
+// to take (one copy into Python instead of one conversion per slice).
+const SLICERS = 2;
+const MIN_SLICES_TO_SHARE = 64;   // fewer are read by one slicer: a message costs more than they do
+const slicers = [];
+const slicing = new Map();        // request id -> {resolve, reject}
+let slicingId = 0;
+
+function slicer(k) {
+  if (!slicers[k]) {
+    slicers[k] = new Worker(new URL("./slicer.js", import.meta.url));
+    slicers[k].onmessage = ({data}) => {
+      const pending = slicing.get(data.id);
+      slicing.delete(data.id);
+      if (data.error !== undefined) pending.reject(new Error(data.error));
+      else pending.resolve(data.buffer);
+    };
+  }
+  return slicers[k];
+}
+
+function slicedBy(k, file, ranges) {
+  const id = ++slicingId;
+  return new Promise((resolve, reject) => {
+    slicing.set(id, {resolve, reject});
+    slicer(k).postMessage({id, file, ranges});
+  });
+}
+
+self.tensorloupeSlices = async (path, ranges) => {
   const file = files.get(path);
-  return new Blob(ranges.map(([offset, n]) => file.slice(offset, offset + n))).arrayBuffer();
+  ranges = ranges.map(([offset, n]) => [offset, n]);   // plain arrays, whatever Python sent
+  const shares = ranges.length < MIN_SLICES_TO_SHARE ? 1 : SLICERS;
+  const per = Math.ceil(ranges.length / shares);
+  const parts = [];
+  for (let k = 0; k < shares; k++) parts.push(slicedBy(k, file, ranges.slice(k * per, (k + 1) * per)));
+  const buffers = await Promise.all(parts);
+  if (buffers.length === 1) return buffers[0];
+  const joined = new Uint8Array(buffers.reduce((total, b) => total + b.byteLength, 0));
+  let at = 0;
+  for (const buffer of buffers) {
+    joined.set(new Uint8Array(buffer), at);
+    at += buffer.byteLength;
+  }
+  return joined.buffer;
 };
 self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, last]) => {
   const controller = new AbortController();

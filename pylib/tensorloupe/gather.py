@@ -155,6 +155,26 @@ def gather_windows(windows: Iterable[tuple[Tensor, int, int]],
     yield from _read_plans(batch)
 
 
+def prefetch_windows(windows: Iterable[tuple[Tensor, int, int]],
+                     batch_bytes: int = BATCH_BYTES) -> None:
+    """Tell the sources that `gather_windows(windows)` comes next (`ByteSource.prefetch`): its
+    first batch of reads is started now, where a source can (a browser File), and taken when
+    `gather_windows` reads it; meanwhile the caller computes."""
+    by_source: dict[int, tuple] = {}
+    held, planned = 0, False
+    for window in windows:     # the first batch, cut where gather_windows cuts it
+        *_, ranges = _plan(*window)
+        size = sum(n for _, n in ranges) if ranges else 0
+        if planned and held + size > batch_bytes:
+            break
+        planned, held = True, held + size
+        if ranges:
+            tensor = window[0]
+            by_source.setdefault(id(tensor.source), (tensor.source, []))[1].extend(ranges)
+    for source, ranges in by_source.values():
+        source.prefetch(ranges)
+
+
 def _plan(tensor: Tensor, start: int, count: int):
     """(tensor, start, count, first block, byte ranges); no ranges for an empty window, and None
     for a strided window (read by `gather` on its own)."""

@@ -34,7 +34,10 @@ For 8,192 values BITS is 25 and the bound is 1.1e-5 (1.3e-5 for 3 matrices of 4,
 is reached by a vector whose values all sit half a step off the grid (one outlier, the rest tiny
 and aligned: tested); typical weights move by ~1e-8. Equal vectors, and power-of-two multiples
 (the same grid), are exactly 1; other parallel vectors are within max_error**2 / 2 (second order)
-+ 1e-15 of it.
++ 1e-15 of it. The same rounding moves a vector's norm by at most sqrt(length) / 2 steps, which is
+sqrt(length) / (h - 1) <= max_error / 2 of the norm, and its sum by at most length / 2 steps, the
+same fraction of sqrt(length) times the norm: `Gram.norms` and `Gram.sums` (the experts' rms and
+mean, redundancy.py) are that close, from integers the products computed anyway.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import struct
 from array import array
 from itertools import repeat
 from sys import byteorder
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 BLOCK_ROWS = 16
 MAX_BITS = 30
@@ -67,14 +70,29 @@ def max_error(length: int) -> float:
     return 2 * math.asin(min(1.0, math.sqrt(length) / (half - 1))) + 1e-15
 
 
+class Gram(NamedTuple):
+    """What gram_steps measures: the cosine of every pair, and each vector's Euclidean norm and
+    sum, from the same fixed-point integers (each within max_error(length) / 2 of the exact
+    value, relative to the norm: the rounding of one vector, as in the docstring's proof)."""
+    cosines: list[list[float]]
+    norms: list[float]
+    sums: list[float]
+
+
 def cosine_matrix(vectors: list[list[float]]) -> list[list[float]]:
     *_, matrix = cosine_steps(vectors)
     return matrix
 
 
 def cosine_steps(vectors: list[list[float]]) -> Iterator[list[list[float]] | None]:
-    """Yields None after each block of rows (a point where the caller may stop), then the
-    similarity matrix. Values must be finite; vectors of unequal length are zero-padded."""
+    """gram_steps, ending with the similarity matrix alone."""
+    for step in gram_steps(vectors):
+        yield step.cosines if step is not None else None
+
+
+def gram_steps(vectors: list[list[float]]) -> Iterator[Gram | None]:
+    """Yields None after each block of rows (a point where the caller may stop), then the Gram.
+    Values must be finite; vectors of unequal length are zero-padded."""
     n = len(vectors)
     length = max(map(len, vectors), default=0)
     if length > MAX_LENGTH:
@@ -85,10 +103,11 @@ def cosine_steps(vectors: list[list[float]]) -> Iterator[list[list[float]] | Non
     ones = float((1 << _MANTISSA) + 1)
     grid = array("d", [ones]) * (stride * length)     # column-major doubles
     exponents = _bits(ones) - 1 << 64 * n             # what each field holds above its q
-    multipliers = []
+    multipliers, shifts = [], []
     for j, v in enumerate(vectors):
-        v, c = _fixed(v, bits)
-        y = array("d", map(operator.add, v, repeat(c)))
+        v, c, shift = _fixed(v, bits)
+        shifts.append(shift)
+        y = array("d", [x + c for x in v])   # a comprehension: map() calls cost more in wasm
         y.extend(array("d", [c]) * (length - len(v)))
         grid[j::stride] = y
         exponents += _bits(c) - half << 64 * j
@@ -108,46 +127,59 @@ def cosine_steps(vectors: list[list[float]]) -> Iterator[list[list[float]] | Non
             raw = sum(map(operator.mul, multipliers[i], block)).to_bytes(width, "little")
             fields.append(struct.unpack_from(f"<{stride - i}Q", raw, 8 * (i - start)))
         yield None
-    yield _matrix(fields, half, length)
+    cosines, squares = _matrix(fields, half, length)
+    totals = [row[-1] - length * half for row in fields]      # sum(q_i - h)
+    yield Gram(cosines, [_scaled(math.sqrt(q), shift) for q, shift in zip(squares, shifts)],
+               [_scaled(float(t), shift) for t, shift in zip(totals, shifts)])
 
 
-def _fixed(v: list[float], bits: int) -> tuple[list[float], float]:
-    """v (scaled by an exact power of two if its magnitude is extreme) and the c that rounds it:
-    (2**52 + h) * 2**-e for the largest e that keeps max|v| * 2**e within h - 1."""
+def _fixed(v: list[float], bits: int) -> tuple[list[float], float, int]:
+    """v (scaled by an exact power of two if its magnitude is extreme), the c that rounds it:
+    (2**52 + h) * 2**-e for the largest e that keeps max|v| * 2**e within h - 1, and the shift
+    that takes a fixed-point value back to v's own scale (v = (q - h) * 2**shift, rounded)."""
     half = 1 << (bits - 1)
     peak = max(max(v, default=0.0), -min(v, default=0.0))
     if not math.isfinite(peak):
         raise ValueError("cosine similarities need finite values")
     if not peak:
-        return v, float((1 << _MANTISSA) + half)
+        return v, float((1 << _MANTISSA) + half), 0
     mantissa, exponent = math.frexp(peak)
+    shift = 0
     if abs(exponent) > EXTREME_EXPONENT:      # c must stay a normal double: peak to ~1 first
         for step in (-exponent // 2, -exponent - -exponent // 2):   # 2**1074 is no double
             v = list(map(operator.mul, v, repeat(math.ldexp(1.0, step))))
-        exponent = 0
+        shift, exponent = exponent, 0
     e = bits - 1 - exponent
     if mantissa * half > half - 1:            # peak * 2**e would round to h: one too many
         e -= 1
-    return v, math.ldexp((1 << _MANTISSA) + half, -e)
+    return v, math.ldexp((1 << _MANTISSA) + half, -e), shift - e
+
+
+def _scaled(x: float, shift: int) -> float:
+    """x * 2**shift (exact unless it leaves the doubles: then inf, or rounded towards 0)."""
+    try:
+        return math.ldexp(x, shift)
+    except OverflowError:
+        return math.copysign(math.inf, x)
 
 
 def _bits(x: float) -> int:
     return int.from_bytes(_DOUBLE.pack(x), "little")
 
 
-def _matrix(fields: list[tuple[int, ...]], half: int, length: int) -> list[list[float]]:
+def _matrix(fields: list[tuple[int, ...]], half: int, length: int) -> tuple[list[list[float]], list[int]]:
     n = len(fields)
     totals = [row[-1] for row in fields]             # sum(q_i)
     offset = length * half * half
     # sum((q_i - h)(q_j - h)) = sum(q_i q_j) - h sum(q_i) - h sum(q_j) + length h h
     dots = [[row[j - i] - half * (totals[i] + totals[j]) + offset for j in range(i, n)]
             for i, row in enumerate(fields)]
-    squares = [row[0] for row in dots]
+    squares = [row[0] for row in dots]        # sum((q_i - h)**2)
     matrix = [[1.0] * n for _ in range(n)]
     for i, row in enumerate(dots):
         for j in range(i + 1, n):
             matrix[i][j] = matrix[j][i] = _cosine(row[j - i], squares[i], squares[j])
-    return matrix
+    return matrix, squares
 
 
 def _cosine(dot: int, a: int, b: int) -> float:

@@ -9,6 +9,9 @@ block-aligned windows, so signatures line up element for element), and compute:
   score       AIMER-style: mean(|w|) / rms(w) over the signature (arXiv 2603.18492 scores experts
               from this ratio without data; it is scale-free, so it compares experts of one layer).
   rms, norm   the root mean square and the Frobenius norm it implies for the whole expert.
+              rms and mean come from the fixed-point sums the similarities are computed with
+              (gram.Gram: within gram.max_error / 2, relative to the rms, a few 1e-6 at most);
+              mean(|w|) is an exact sum.
 
 Per layer: the experts x experts cosine similarity of signatures, clusters of near-duplicates
 (similarity >= threshold, single linkage, as in Zhang et al. 2025's similarity grouping) and a
@@ -22,14 +25,15 @@ each expert are read, whatever the size of the model.
 from __future__ import annotations
 
 import math
-import operator
+import sys
+from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from .dtypes import to_float
 from .errors import Cancelled, UsageError
-from .gather import dtype_of, gather_windows
-from .gram import cosine_steps
+from .gather import dtype_of, gather_windows, prefetch_windows
+from .gram import gram_steps
 from .model import Checkpoint, Tensor
 from .moe import MoE, MoELayer, detect
 from .sample import plan_windows
@@ -168,23 +172,34 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix):
 
     if not total:
         yield 0, 0, so_far()
-    for layer in found.layers:
-        before = checkpoint.bytes_read()
+    upcoming = [_signature_windows(checkpoint, layer, samples_per_matrix) for layer in found.layers[:1]]
+    # A layer's reads are counted from `mark`: its own reads, or its prefetch (made while the
+    # layer before it was compared, and counted when it was started).
+    mark = checkpoint.bytes_read()
+    for number, layer in enumerate(found.layers):
         matrices = _common_leaves(layer)
         experts = sorted(layer.experts)
+        windows, per_expert = upcoming.pop()
         signatures = []
-        for signature in _signatures(checkpoint, layer, experts, matrices, samples_per_matrix):
+        for signature in _signatures(windows, per_expert):
             signatures.append(signature)
             done += 1
             yield done, total, so_far()
-        similarity = None
-        for similarity in cosine_steps(signatures):
+        end = checkpoint.bytes_read()
+        if number + 1 < len(found.layers):
+            # The next layer's reads are started now (a browser File reads them in other
+            # threads) and arrive while this layer's experts are compared.
+            upcoming.append(_signature_windows(checkpoint, found.layers[number + 1], samples_per_matrix))
+            prefetch_windows(upcoming[0][0])
+        gram = None
+        for gram in gram_steps(signatures):
             # Comparing experts is a few steps (gram.py): a cancel may arrive between them.
             yield done, total, so_far()
-        profiles = [_profile(e, sig, _expert_numel(checkpoint, layer, e, matrices))
-                    for e, sig in zip(experts, signatures)]
-        analysis = LayerAnalysis(layer.prefix, layer.index, profiles, similarity, matrices,
-                                 threshold, bytes_read=checkpoint.bytes_read() - before)
+        profiles = [_profile(e, sig, _expert_numel(checkpoint, layer, e, matrices), norm, sum_)
+                    for e, sig, norm, sum_ in zip(experts, signatures, gram.norms, gram.sums)]
+        analysis = LayerAnalysis(layer.prefix, layer.index, profiles, gram.cosines, matrices,
+                                 threshold, bytes_read=end - mark)
+        mark = end
         layers.append(_cluster(analysis))
         yield done, total, so_far()
 
@@ -274,16 +289,23 @@ def _windows(tensor: Tensor, samples: int) -> tuple[int, list[tuple[int, int]]]:
     return block, plan_windows(tensor.numel, samples, block, SIGNATURE_WINDOWS)
 
 
-def _signatures(checkpoint, layer, experts, matrices, samples) -> Iterator[list[float]]:
-    """Each expert's signature in turn; the windows of a layer's experts are read together
-    (gather_windows batches them into a few vectored reads)."""
+def _signature_windows(checkpoint, layer, samples) -> tuple[list, list[int]]:
+    """The (tensor, start, count) windows of every expert's signature, experts in order, and
+    how many windows each expert has."""
     windows, per_expert = [], []
-    for expert in experts:
+    matrices = _common_leaves(layer)
+    for expert in sorted(layer.experts):
         before = len(windows)
         for leaf in matrices:
             t = expert_tensor(checkpoint, layer, expert, leaf)
             windows += [(t, start, count) for start, count in _windows(t, samples)[1]]
         per_expert.append(len(windows) - before)
+    return windows, per_expert
+
+
+def _signatures(windows, per_expert) -> Iterator[list[float]]:
+    """Each expert's signature in turn; the windows of a layer's experts are read together
+    (gather_windows batches them into a few vectored reads)."""
     values = gather_windows(windows)
     for count in per_expert:
         out: list = []
@@ -301,14 +323,28 @@ def _clean(out: list) -> list[float]:
     return out
 
 
-def _profile(expert: int, signature: list[float], numel: int) -> ExpertProfile:
-    # Exact sums (math.fsum) of correctly rounded terms: the same bits in CPython 3.11 and in
-    # Pyodide's 3.12+, whose sum() and math.sumprod round differently.
+def _profile(expert: int, signature: list[float], numel: int, norm: float, total: float) -> ExpertProfile:
+    """The expert's profile from its signature, and the signature's norm and sum as the
+    similarities measured them (gram.Gram: within max_error / 2 of exact, relative to the norm).
+    mean(|w|) is an exact sum (math.fsum) of the magnitudes: the same bits in CPython 3.11 and
+    in Pyodide's 3.12+, whose sum() and math.sumprod round differently."""
     n = len(signature) or 1
-    mean_abs = math.fsum(map(abs, signature)) / n
-    rms = math.sqrt(math.fsum(map(operator.mul, signature, signature)) / n)
-    return ExpertProfile(expert, mean_abs / rms if rms else 0.0, rms, math.fsum(signature) / n,
+    rms = norm / math.sqrt(n)
+    mean_abs = math.fsum(_magnitudes(signature)) / n
+    return ExpertProfile(expert, mean_abs / rms if rms else 0.0, rms, total / n,
                          rms * math.sqrt(numel), len(signature))
+
+
+_CLEAR_SIGN = bytes(b & 0x7F for b in range(256))
+_SIGN_BYTE = 7 if sys.byteorder == "little" else 0
+
+
+def _magnitudes(values: list[float]) -> array:
+    """|v| of every value, by clearing the doubles' sign bits in bulk (map(abs) costs more, in
+    wasm most of all)."""
+    raw = bytearray(array("d", values))
+    raw[_SIGN_BYTE::8] = raw[_SIGN_BYTE::8].translate(_CLEAR_SIGN)
+    return array("d", raw)
 
 
 def _tie(value: float) -> float:

@@ -69,6 +69,13 @@ class ByteSource:
         """Valid ranges inside the source; the default reads them one at a time."""
         return [self.read_data(o, n) for o, n in ranges]
 
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """A hint: `read_many(ranges)` comes next, so sources that can (a browser File) start
+        those reads now and let the caller compute while they are on their way. The next
+        `read_many` takes them if it asks for exactly these ranges, and drops them otherwise;
+        they are counted when they are started (bytes read are bytes the file gave, taken or
+        not). Most sources ignore it."""
+
     def _count(self, data: bytes) -> bytes:
         self.reads += 1
         self.bytes_read += len(data)
@@ -182,10 +189,23 @@ class CachedSource(ByteSource):
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         return self._count_each(self._planned(ranges))
 
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        if all(0 <= o and 0 <= n and o + n <= self.size for o, n in ranges):
+            self.inner.prefetch(self._plan(ranges, touch=False)[1])
+
     def _planned(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """Planned data reads: bytes in cached blocks come from the cache, and only the missing
         parts are fetched, all in one vectored read, exactly as asked (never rounded up to blocks,
         and never cached: the sampler's ranges would evict the header's blocks)."""
+        plans, missing = self._plan(ranges)
+        fetched = iter(self.inner.read_many(missing))
+        return [b"".join(next(fetched) if isinstance(p, list) else p for p in plan)
+                for plan in plans]
+
+    def _plan(self, ranges: list[tuple[int, int]], touch: bool = True):
+        """Per range, its parts: bytes from the cache, or [start, end) to fetch; and the ranges
+        to fetch, in order. `touch` counts the hits and refreshes their blocks (not for a
+        prefetch, which only asks what the read will fetch)."""
         bs, blocks = self.block_size, self._blocks
         plans: list[list] = []      # per range: bytes from the cache, or [start, end) to fetch
         missing: list[tuple[int, int]] = []
@@ -197,8 +217,9 @@ class CachedSource(ByteSource):
                 stop = min(end, (index + 1) * bs)
                 block = blocks.get(index)
                 if block is not None:
-                    blocks.move_to_end(index)
-                    self.hits += 1
+                    if touch:
+                        blocks.move_to_end(index)
+                        self.hits += 1
                     plan.append(block[position - index * bs:stop - index * bs])
                 elif plan and isinstance(plan[-1], list):
                     plan[-1][1] = stop
@@ -209,9 +230,7 @@ class CachedSource(ByteSource):
                 plan = [[offset, end]]
             plans.append(plan)
             missing += [(p[0], p[1] - p[0]) for p in plan if isinstance(p, list)]
-        fetched = iter(self.inner.read_many(missing))
-        return [b"".join(next(fetched) if isinstance(p, list) else p for p in plan)
-                for plan in plans]
+        return plans, missing
 
     def _read(self, offset: int, n: int) -> bytes:
         bs = self.block_size
@@ -287,6 +306,10 @@ class SliceSource(ByteSource):
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         shifted = [(self.base + o, n) for o, n in ranges]
         return self._count_each(self.inner.read_many(shifted))
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        if all(0 <= o and 0 <= n and o + n <= self.size for o, n in ranges):
+            self.inner.prefetch([(self.base + o, n) for o, n in ranges])
 
 
 class SourceFile(io.RawIOBase):

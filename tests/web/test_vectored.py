@@ -140,3 +140,105 @@ def test_split_refuses_a_buffer_of_another_length():
 def test_a_file_that_changed_falls_back_to_the_mount(path):
     short = blobs.BlobSource(path, slices=lambda p, ranges: blobs.split(b"x", [n for _, n in ranges]))
     assert short.read_many([(5, 10), (100, 3)]) == [DATA[5:15], DATA[100:103]] and short.batches == 0
+
+
+# --- prefetch: reads started early, taken later ------------------------------------------------------
+
+def started_slices(log):
+    """The worker's transport started now and awaited later (js_start_slices): the log says when
+    each is started and when it is waited for."""
+    def start(path, ranges):
+        log.append(("start", len(ranges)))
+        with open(path, "rb") as f:
+            datas = [(f.seek(o), f.read(n))[1] for o, n in ranges]
+
+        def wait():
+            log.append(("wait", len(ranges)))
+            return datas
+        return wait
+    return start
+
+
+def prefetching(path, log):
+    return blobs.BlobSource(path, slices=file_slices([]), start_slices=started_slices(log))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_prefetched_reads_are_taken_by_the_read_that_asks_for_them(path, seed):
+    log = []
+    early = prefetching(path, log)
+    single = blobs.BlobSource(path, slices=lambda *a: None)
+    early.prefetch(asked(seed))
+    wanted = sum(1 for _, n in asked(seed) if n)
+    assert log == [("start", wanted)]
+    assert early.read_many(asked(seed)) == single.read_many(asked(seed)) == [DATA[o:o + n] for o, n in asked(seed)]
+    assert log == [("start", wanted), ("wait", wanted)]
+    assert (early.batches, early.prefetches) == (1, 1)
+    # counted once, like the single reads, whether the File read them early or not
+    assert (early.reads, early.bytes_read) == (single.reads, single.bytes_read)
+
+
+def test_a_prefetch_not_asked_for_is_dropped_and_counted(path):
+    log = []
+    early = prefetching(path, log)
+    early.prefetch([(0, 100), (1000, 50)])
+    assert early.read_many([(0, 100), (2000, 50)]) == [DATA[:100], DATA[2000:2050]]
+    assert log == [("start", 2)] and early.prefetches == 0 and early.batches == 1
+    assert (early.reads, early.bytes_read) == (4, 300)      # the dropped two were read all the same
+    early.prefetch([(0, 100), (1000, 50)])
+    early.prefetch([(0, 10), (1000, 10)])                   # replaces it: the next read takes this one
+    assert early.read_many([(0, 10), (1000, 10)]) == [DATA[:10], DATA[1000:1010]]
+    assert early.prefetches == 1 and (early.reads, early.bytes_read) == (8, 470)
+
+
+def test_no_prefetch_where_the_browser_cannot_suspend(path):
+    source = blobs.BlobSource(path, slices=lambda *a: None, start_slices=lambda *a: None)
+    source.prefetch([(0, 100), (1000, 50)])
+    assert source.read_many([(0, 100), (1000, 50)]) == [DATA[:100], DATA[1000:1050]]
+    assert (source.prefetches, source.batches, source.reads) == (0, 0, 2)
+    assert blobs.js_start_slices(path, [(0, 1), (5, 1)]) is None     # CPython: no JavaScript
+
+
+def test_a_cache_prefetches_exactly_what_its_read_will_fetch(path):
+    from tensorloupe.source import CachedSource
+    log = []
+    cached = CachedSource(prefetching(path, log), block_size=4096, max_bytes=1 << 16)
+    cached.read(0, 10)                       # block 0 is cached now
+    ranges = [(100, 50), (3000, 2000), (50_000, 10)]
+    cached.prefetch(ranges)
+    assert log == [("start", 2)]             # (4096, 904) and (50_000, 10): the cache has the rest
+    assert cached.read_many(ranges) == [DATA[o:o + n] for o, n in ranges]
+    assert cached.inner.prefetches == 1 and cached.hits == 2
+
+
+def test_the_expert_analysis_reads_each_next_layer_while_comparing(tmp_path):
+    """Stacked experts in a File: every layer after the first is prefetched and taken, and the
+    analysis (similarities, profiles, bytes per layer) is the one read without prefetching."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    import tensorloupe
+    from tensorloupe import redundancy
+    from tensorloupe.source import CachedSource
+    rng = np.random.default_rng(5)
+    tensors = {}
+    for layer in range(3):
+        w = rng.standard_normal((8, 64, 96)).astype(np.float16)
+        w[5] = w[1]
+        down = rng.standard_normal((8, 96, 32)).astype(np.float16)
+        down[5] = down[1]
+        tensors[f"model.layers.{layer}.mlp.experts.gate_up_proj"] = w
+        tensors[f"model.layers.{layer}.mlp.experts.down_proj"] = down
+    path = tmp_path / "moe.safetensors"
+    save_file(tensors, str(path))
+    log = []
+    early = tensorloupe.open(CachedSource(prefetching(str(path), log)))
+    plain = tensorloupe.open(path)
+    got, want = redundancy.analyse(early, samples_per_matrix=1024), redundancy.analyse(plain, samples_per_matrix=1024)
+    assert got.to_json() == want.to_json() and got.bytes_read == want.bytes_read
+    assert [l.bytes_read for l in got.layers] == [l.bytes_read for l in want.layers]
+    assert all(l.clusters == [[1, 5]] for l in got.layers)
+    assert early.sources[0].inner.prefetches == 2
+    starts = [i for i, (what, _) in enumerate(log) if what == "start"]
+    waits = [i for i, (what, _) in enumerate(log) if what == "wait"]
+    assert len(starts) == len(waits) == 2 and all(s < w for s, w in zip(starts, waits))

@@ -3,10 +3,11 @@
 A dropped file is mounted with WORKERFS, where every read is a synchronous FileReaderSync call
 costing ~1-1.5 ms whatever its size: a heatmap lattice of 256 rows took ~330 ms of reads alone.
 When the planners know several ranges at once (`ByteSource.read_many`), the worker's JavaScript
-reads every slice as one Blob of them all, back to back (`tensorloupeSlices` in web/worker.mjs:
-one read operation, one buffer that `split` cuts into the ranges' bytes), and Python waits for
-it in one suspension (JSPI: `pyodide.ffi.run_sync`, possible when the
-worker entered Python with `callPromising`). Where the browser has no JSPI, or the worker was told
+reads every slice in reader threads (`tensorloupeSlices` in web/worker.mjs, web/slicer.js: one
+buffer back that `split` cuts into the ranges' bytes), and Python waits for it in one suspension
+(JSPI: `pyodide.ffi.run_sync`, possible when the worker entered Python with `callPromising`). A
+planner that knows its next reads early says so (`prefetch`): they are started at once and
+awaited when they are read, so they arrive while Python computes. Where the browser has no JSPI, or the worker was told
 not to use it (`?jspi=0`, for the tests of this fallback), `can_run_sync()` is False and the
 ranges are read one at a time as before, through the same mount.
 
@@ -22,26 +23,50 @@ from ..source import CachedSource, FileSource
 
 # (mounted path, [(offset, length), ...]) -> the bytes of each range, or None if unavailable here
 Slices = Callable[[str, list[tuple[int, int]]], "list[bytes] | None"]
+# The same, started now: a function that waits for them (or None if they cannot be started here)
+StartSlices = Callable[[str, list[tuple[int, int]]], "Callable[[], list[bytes] | None] | None"]
 
 
 class BlobSource(FileSource):
     """A mounted browser File: single reads through the mount, vectored reads through JS."""
 
-    def __init__(self, path: str, name: str | None = None, slices: Slices | None = None):
+    def __init__(self, path: str, name: str | None = None, slices: Slices | None = None,
+                 start_slices: StartSlices | None = None):
         super().__init__(path, name)
         self._slices = slices or js_slices
+        self._start_slices = start_slices or js_start_slices
+        self._prefetched: tuple[list, Callable[[], "list[bytes] | None"]] | None = None
         self.batches = 0     # vectored reads served all at once (what tests check)
+        self.prefetches = 0  # ... of which were started early by a prefetch (what tests check)
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Start reading these ranges now (see ByteSource.prefetch); they are counted now, when
+        the File is read, whether or not they are taken. A later prefetch replaces this one."""
+        self._prefetched = None
+        wanted = [(o, n) for o, n in ranges if n]
+        wait = self._start_slices(self.path, wanted) if len(wanted) > 1 else None
+        if wait is not None:
+            self._prefetched = (wanted, wait)
+            self.reads += len(wanted)
+            self.bytes_read += sum(n for _, n in wanted)
 
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         wanted = [(o, n) for o, n in ranges if n]
-        datas = self._slices(self.path, wanted) if len(wanted) > 1 else None
-        if datas is None:
+        prefetched, self._prefetched = self._prefetched, None
+        taken = prefetched is not None and prefetched[0] == wanted
+        if taken:
+            datas = prefetched[1]()
+        else:
+            datas = self._slices(self.path, wanted) if len(wanted) > 1 else None
+        if datas is None or len(datas) != len(wanted) or any(
+                len(d) != n for d, (_, n) in zip(datas, wanted)):
+            # No JSPI here, or the File changed under us: the mount's single reads say how.
             return super()._read_many(ranges)
-        if len(datas) != len(wanted) or any(len(d) != n for d, (_, n) in zip(datas, wanted)):
-            return super()._read_many(ranges)   # the File changed under us: the mount says how
         self.batches += 1
+        self.prefetches += taken
+        count = (lambda data: data) if taken else self._count    # a prefetch counted its reads
         data = iter(datas)
-        return [self._count(next(data)) if n else b"" for _, n in ranges]
+        return [count(next(data)) if n else b"" for _, n in ranges]
 
 
 def open_blob(path: str, name: str | None = None) -> CachedSource:
@@ -61,6 +86,13 @@ def open_target(target: str | list[str], name: str | None = None):
 def js_slices(path: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
     """Every slice requested at once by the worker's JavaScript, awaited in one suspension; None
     where this call stack cannot suspend (no JSPI, or entered without callPromising)."""
+    wait = js_start_slices(path, ranges)
+    return None if wait is None else wait()
+
+
+def js_start_slices(path: str, ranges: list[tuple[int, int]]):
+    """The slices requested now; returns the function that awaits them (None where this call
+    stack cannot suspend, so could not wait for them later either)."""
     try:
         from pyodide.ffi import can_run_sync, run_sync, to_js
     except ImportError:       # CPython
@@ -68,8 +100,13 @@ def js_slices(path: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
     if not can_run_sync():
         return None
     import js
-    joined = run_sync(js.tensorloupeSlices(path, to_js([[o, n] for o, n in ranges])))
-    return split(joined.to_bytes(), [n for _, n in ranges])
+    reading = js.tensorloupeSlices(path, to_js([[o, n] for o, n in ranges]))
+
+    def wait() -> list[bytes] | None:
+        if not can_run_sync():       # a prefetch taken where it cannot be awaited: read again
+            return None
+        return split(run_sync(reading).to_bytes(), [n for _, n in ranges])
+    return wait
 
 
 def split(joined: bytes, lengths: list[int]) -> list[bytes] | None:

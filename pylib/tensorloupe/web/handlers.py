@@ -75,10 +75,12 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         ckpt = self.checkpoint
         if ckpt is None:
             return None
-        # batches: vectored reads served all at once (JSPI; 0 where reads go one at a time)
-        batches = sum(getattr(s.root(), "batches", 0) for s in ckpt.sources)
+        # batches: vectored reads served all at once (JSPI; 0 where reads go one at a time), of
+        # which prefetches were started before they were read (the expert analysis' next layer)
+        roots = [s.root() for s in ckpt.sources]
         return {"bytes_read": ckpt.bytes_read(), "reads": ckpt.reads(), "size": ckpt.size,
-                "batches": batches}
+                "batches": sum(getattr(r, "batches", 0) for r in roots),
+                "prefetches": sum(getattr(r, "prefetches", 0) for r in roots)}
 
     def current(self) -> Checkpoint:
         if self.checkpoint is None:
