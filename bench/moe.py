@@ -179,6 +179,7 @@ def browser_run(path: Path, experts: int) -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
         page = browser.new_page()
+        page.on("console", lambda m: m.type in ("warning", "error") and print("  console:", m.text))
         page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
         page.wait_for_selector("body[data-python=ready]", state="attached", timeout=120_000)
         page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'")
@@ -192,11 +193,14 @@ def browser_run(path: Path, experts: int) -> None:
         elapsed = time.perf_counter() - start
         outcome = page.inner_text("#moe-outcome")
         verdict = page.inner_text("#moe-verdict")
+        helped = page.get_attribute("#redundancy", "data-helped")
+        helper = page.evaluate("document.body.dataset.helper")
         browser.close()
     server.shutdown()
     print(f"in the browser (Pyodide, headless Chromium): {elapsed:.1f} s "
           f"({elapsed / experts * 1e3:.1f} ms per expert)")
     print(f"  the page says: {outcome} / {verdict}")
+    print(f"  layers compared by the second Python (web/compute.mjs): {helped} (it is {helper})")
 
 
 if __name__ == "__main__":

@@ -219,3 +219,64 @@ def test_expert_profiles_match_numpy_on_the_signature():
         assert abs(profile.rms - rms) <= bound * rms * (1 + 1e-12)
         assert abs(profile.mean - float(w.mean())) <= bound * rms * (1 + 1e-12)
         assert profile.norm == pytest.approx(profile.rms * math.sqrt(2 * 64 * 96), rel=1e-15)
+
+
+class InPlaceHelper:
+    """A GramHelper that answers when it is waited for (the page's runs in another worker):
+    ready from the `ready_from`-th time it is asked."""
+
+    def __init__(self, ready_from: int = 0):
+        self.asked = self.started = self.waited = 0
+        self.ready_from = ready_from
+
+    def ready(self):
+        self.asked += 1
+        return self.asked > self.ready_from
+
+    def start(self, vectors):
+        from tensorloupe.gram import gram_steps
+        self.started += 1
+        copies = [list(v) for v in vectors]
+
+        def wait():
+            self.waited += 1
+            *_, gram = gram_steps(copies)
+            return gram
+        return wait
+
+
+def wide_moe_bytes(layers: int = 5) -> bytes:
+    rng = np.random.default_rng(21)
+    tensors = {}
+    for layer in range(layers):
+        w = rng.standard_normal((6, 16, 32)).astype(np.float32)
+        w[3] = w[0]
+        tensors[f"model.layers.{layer}.mlp.experts.gate_up_proj"] = w
+        tensors[f"model.layers.{layer}.mlp.experts.down_proj"] = np.concatenate([w] * 1, axis=1)
+    return np_save(tensors)
+
+
+@pytest.mark.parametrize("ready_from", [0, 2, 9])
+def test_a_helper_compares_every_other_layer_and_changes_nothing(ready_from):
+    from tensorloupe.redundancy import analyse_steps
+    data = wide_moe_bytes()
+    want = analyse(tensorloupe.open(data))
+    helper = InPlaceHelper(ready_from)
+    *_, (done, total, got) = analyse_steps(tensorloupe.open(data), helper=helper)
+    assert got.to_json() == want.to_json() and (done, total) == (30, 30)
+    assert [layer.index for layer in got.layers] == [0, 1, 2, 3, 4]
+    # Ready at once: layers 0 and 2 go to the helper; ready from the third layer: layer 2 only.
+    # Never the last layer: nothing would go on beside it.
+    assert got.helped == helper.started == helper.waited == {0: 2, 2: 1, 9: 0}[ready_from]
+    assert want.helped == 0
+
+
+def test_a_cancelled_analysis_drops_the_helpers_layer():
+    from tensorloupe.redundancy import analyse_steps
+    helper = InPlaceHelper()
+    steps = analyse_steps(tensorloupe.open(wide_moe_bytes()), helper=helper)
+    for done, total, so_far in steps:
+        if helper.started:          # layer 0 handed over, layer 1 being measured
+            break
+    steps.close()
+    assert helper.started == 1 and helper.waited == 0 and so_far.layers == []

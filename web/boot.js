@@ -2,11 +2,12 @@
 // Pyodide's boot (seconds) then starts with the page instead of after it. worker-client.js takes
 // the worker over and replays what it said before then. A classic script, run where it stands.
 // ?jspi=0 on the page's address: the worker reads one range at a time (the tested fallback);
-// ?snapshot=0: it boots from scratch without a memory snapshot (tests, benchmarks).
+// ?snapshot=0: it boots from scratch without a memory snapshot (tests, benchmarks);
+// ?helper=0: the expert analysis runs on one Python, without the second (web/compute.mjs).
 (() => {
   const script = new URL("./worker.mjs", document.baseURI);
   const params = new URLSearchParams(location.search);
-  for (const key of ["jspi", "snapshot"]) {
+  for (const key of ["jspi", "snapshot", "helper"]) {
     if (params.get(key) === "0") script.searchParams.set(key, "0");
   }
   const worker = new Worker(script, {type: "module"});

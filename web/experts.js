@@ -136,8 +136,9 @@ class ExpertAnalysis {
     await this.job.run("moe", {threshold: Number(d.number.value)}, {card: d.card, button: d.run, finished: (result, seconds) => {
       const a = result.analysis;
       const experts = a.layers.reduce((n, layer) => n + layer.experts.length, 0);
+      // helped: layers the second Python compared (web/compute.mjs)
       Object.assign(d.card.dataset, {done: String(experts), total: String(experts), bytesRead: String(a.bytes_read),
-                                     ms: String(Math.round(seconds * 1000))});
+                                     ms: String(Math.round(seconds * 1000)), helped: String(result.helped || 0)});
       this.measured = a;
       this.layerView.reset();
       this.showResults(a);

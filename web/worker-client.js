@@ -44,6 +44,7 @@ export function startWorker(hooks) {
     if (data.type === "ready") return hooks.ready(data);
     if (data.type === "fatal") return hooks.fatal(data.message);
     if (data.type === "snapshot") return hooks.snapshot?.(data);
+    if (data.type === "helper") return void (document.body.dataset.helper = data.state);
     const entry = pending.get(data.id);
     if (!entry) return;          // a late reply to a request nobody waits for any more
     if (data.io) hooks.io(data.io);

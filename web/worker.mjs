@@ -247,6 +247,53 @@ self.tensorloupeSlices = async (path, ranges) => {
   }
   return joined.buffer;
 };
+// The expert analysis' second Python (web/compute.mjs; tensorloupe/web/offload.py says why),
+// started the first time an analysis runs and kept for the page's life. `?helper=0` on this
+// script's address (the page passes its own) turns it off: the tests of the single-Python path.
+// The page hears its state: document.body.dataset.helper "starting", "ready" or "failed".
+const HELPER = new URL(self.location.href).searchParams.get("helper") !== "0";
+let helper = null;
+let helperState = "off";
+const helping = new Map();    // request id -> {resolve, reject}
+let helpingId = 0;
+
+function helperSays(state) {
+  helperState = state;
+  self.postMessage({type: "helper", state});
+}
+
+self.tensorloupeHelperAllowed = () => HELPER;
+self.tensorloupeHelperReady = () => helperState === "ready";
+self.tensorloupeHelperStart = () => {
+  if (helper || !HELPER) return;
+  helper = new Worker(new URL("./compute.mjs", import.meta.url), {type: "module"});
+  helperSays("starting");
+  helper.onmessage = ({data}) => {
+    if (data.type === "ready") return helperSays("ready");
+    if (data.type === "failed") {
+      console.warn(`the second Python did not start (${data.message}): one Python compares every layer`);
+      return helperSays("failed");
+    }
+    const pending = helping.get(data.id);
+    helping.delete(data.id);
+    if (data.error !== undefined) pending.reject(new Error(data.error));
+    else pending.resolve(data.data);
+  };
+  helper.onerror = (event) => {
+    helperSays("failed");
+    for (const pending of helping.values()) pending.reject(new Error(event.message || "the second Python failed"));
+    helping.clear();
+  };
+  wheelBytes.then((wheel) => helper.postMessage({type: "boot", wheel}), () => helperSays("failed"));
+};
+self.tensorloupeHelperGram = (data, lengths) => {
+  const id = ++helpingId;
+  const buffer = data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength);
+  return new Promise((resolve, reject) => {
+    helping.set(id, {resolve, reject});
+    helper.postMessage({id, data: buffer, lengths: [...lengths]}, [buffer]);
+  });
+};
 self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, last]) => {
   const controller = new AbortController();
   try {

@@ -28,12 +28,12 @@ import math
 import sys
 from array import array
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 from .dtypes import to_float
 from .errors import Cancelled, UsageError
 from .gather import dtype_of, gather_windows, prefetch_windows
-from .gram import gram_steps
+from .gram import Gram, gram_steps
 from .model import Checkpoint, Tensor
 from .moe import MoE, MoELayer, detect
 from .sample import plan_windows
@@ -106,6 +106,7 @@ class Analysis:
     threshold: float
     samples_per_matrix: int
     bytes_read: int
+    helped: int = 0          # layers whose experts a helper compared (GramHelper)
 
     @property
     def complete(self) -> bool:
@@ -120,7 +121,7 @@ class Analysis:
         """The same measurements with another threshold (no bytes are read again)."""
         layers = [_cluster(LayerAnalysis(l.prefix, l.index, l.experts, l.similarity, l.matrices,
                                          threshold, bytes_read=l.bytes_read)) for l in self.layers]
-        return Analysis(self.moe, layers, threshold, self.samples_per_matrix, self.bytes_read)
+        return Analysis(self.moe, layers, threshold, self.samples_per_matrix, self.bytes_read, self.helped)
 
     def to_json(self) -> dict:
         return {"moe": self.moe.to_json(), "threshold": self.threshold,
@@ -144,7 +145,8 @@ def analyse(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
 
 def analyse_steps(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
                   samples_per_matrix: int = DEFAULT_SAMPLES_PER_MATRIX,
-                  config: dict | None = None) -> Iterator[tuple[int, int, Analysis]]:
+                  config: dict | None = None,
+                  helper: "GramHelper | None" = None) -> Iterator[tuple[int, int, Analysis]]:
     """The analysis in small steps: yields (done experts, total experts, analysis so far).
 
     A generator so that callers can stop between steps: `analyse` through its progress callback,
@@ -153,22 +155,42 @@ def analyse_steps(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
     `done` may repeat). The analysis so far holds the finished layers (`complete` once all are)
     and its `bytes_read` counts every byte read up to this step; the last one is the whole
     analysis. A model without experts yields once: (0, 0, an empty analysis). Arguments are
-    checked and the experts found now, before the first step."""
+    checked and the experts found now, before the first step. A `helper` (the page's second
+    Python) compares the experts of every other layer while this one goes on with the next."""
     if not 0 < samples_per_matrix:
         raise UsageError("samples_per_matrix must be positive")
     found = detect(checkpoint, config)
-    return _steps(checkpoint, found, threshold, samples_per_matrix)
+    return _steps(checkpoint, found, threshold, samples_per_matrix, helper)
 
 
-def _steps(checkpoint, found: MoE, threshold, samples_per_matrix):
+class GramHelper(Protocol):
+    """Something beside this thread that computes gram_steps' last answer for a layer while this
+    thread goes on (web/offload.py: a second Pyodide in the page). Its answer must be what
+    gram_steps gives here, bit for bit: the same code on the same integers."""
+
+    def ready(self) -> bool:
+        """Whether it can take a layer now (it may still be starting)."""
+
+    def start(self, vectors: list[list[float]]) -> Callable[[], Gram]:
+        """Hand it a layer's signatures; returns the function that waits for its Gram."""
+
+
+def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
     total = sum(layer.expert_count for layer in found.layers)
-    done = 0
+    done = helped = 0
     start_bytes = checkpoint.bytes_read()
     layers: list[LayerAnalysis] = []
 
     def so_far() -> Analysis:
         return Analysis(found, list(layers), threshold, samples_per_matrix,
-                        checkpoint.bytes_read() - start_bytes)
+                        checkpoint.bytes_read() - start_bytes, helped)
+
+    def finish(layer, signatures, gram, bytes_read) -> LayerAnalysis:
+        matrices = _common_leaves(layer)
+        profiles = [_profile(e, sig, _expert_numel(checkpoint, layer, e, matrices), norm, sum_)
+                    for e, sig, norm, sum_ in zip(sorted(layer.experts), signatures, gram.norms, gram.sums)]
+        return _cluster(LayerAnalysis(layer.prefix, layer.index, profiles, gram.cosines, matrices,
+                                      threshold, bytes_read=bytes_read))
 
     if not total:
         yield 0, 0, so_far()
@@ -176,31 +198,37 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix):
     # A layer's reads are counted from `mark`: its own reads, or its prefetch (made while the
     # layer before it was compared, and counted when it was started).
     mark = checkpoint.bytes_read()
+    handed = None      # the layer the helper is comparing: (layer, signatures, bytes read, wait)
     for number, layer in enumerate(found.layers):
-        matrices = _common_leaves(layer)
-        experts = sorted(layer.experts)
         windows, per_expert = upcoming.pop()
         signatures = []
         for signature in _signatures(windows, per_expert):
             signatures.append(signature)
             done += 1
             yield done, total, so_far()
-        end = checkpoint.bytes_read()
-        if number + 1 < len(found.layers):
+        now = checkpoint.bytes_read()
+        bytes_read, mark = now - mark, now
+        last = number + 1 == len(found.layers)
+        if not last:
             # The next layer's reads are started now (a browser File reads them in other
             # threads) and arrive while this layer's experts are compared.
             upcoming.append(_signature_windows(checkpoint, found.layers[number + 1], samples_per_matrix))
             prefetch_windows(upcoming[0][0])
+            if helper is not None and handed is None and helper.ready():
+                # The helper compares this layer's experts while this thread reads and compares
+                # the next one's; they are finished in order.
+                handed = (layer, signatures, bytes_read, helper.start(signatures))
+                continue
         gram = None
         for gram in gram_steps(signatures):
             # Comparing experts is a few steps (gram.py): a cancel may arrive between them.
             yield done, total, so_far()
-        profiles = [_profile(e, sig, _expert_numel(checkpoint, layer, e, matrices), norm, sum_)
-                    for e, sig, norm, sum_ in zip(experts, signatures, gram.norms, gram.sums)]
-        analysis = LayerAnalysis(layer.prefix, layer.index, profiles, gram.cosines, matrices,
-                                 threshold, bytes_read=end - mark)
-        mark = end
-        layers.append(_cluster(analysis))
+        if handed is not None:
+            earlier, earlier_signatures, earlier_bytes, wait = handed
+            handed = None
+            layers.append(finish(earlier, earlier_signatures, wait(), earlier_bytes))
+            helped += 1
+        layers.append(finish(layer, signatures, gram, bytes_read))
         yield done, total, so_far()
 
 

@@ -419,3 +419,43 @@ def test_cancel_mid_way_then_run_to_the_end(app, wide):
     assert width <= 480, "64 experts still fit beside the recommendations"
     tall_screenshot(app, "moe-64-experts")
     assert math.isclose(want.threshold, float(page.get_attribute("#moe-results", "data-threshold")))
+
+
+def test_a_second_python_compares_every_other_layer(app, wide):
+    """Once the second Python is ready (web/compute.mjs, started by the first run), it compares
+    layers 1 and 3 of 4 while the worker goes on, and everything shown is what CPython computes,
+    bit for bit."""
+    page = app.page
+    app.open_file(wide)
+    open_tab(app)
+    run_analysis(app)                # starts the second Python, if no run has yet
+    page.wait_for_selector("body[data-helper=ready]", state="attached", timeout=120_000)
+    run_analysis(app)
+    assert page.get_attribute("#redundancy", "data-helped") == "2"
+    want = redundancy.analyse(tensorloupe.open(wide))
+    assert all_recommendations(app) == [r.text for r in want.recommendations]
+    for position, layer in enumerate(want.layers):
+        shown = show_layer(app, position, layer.prefix)
+        for got_row, want_row in zip(shown["similarity"], layer.similarity, strict=True):
+            assert got_row == want_row
+        assert shown["scores"] == [p.score for p in layer.experts]
+        assert shown["clusters"] == layer.clusters
+
+
+def test_without_the_second_python_one_compares_every_layer(page_factory, server, wide):
+    context, app, requests, errors = page_factory(f"{server}?helper=0")
+    try:
+        app.goto()
+        app.open_file(wide)
+        open_tab(app)
+        run_analysis(app)
+        page = app.page
+        assert page.get_attribute("#redundancy", "data-helped") == "0"
+        assert page.evaluate("document.body.dataset.helper") is None     # never started
+        want = redundancy.analyse(tensorloupe.open(wide))
+        assert all_recommendations(app) == [r.text for r in want.recommendations]
+        shown = show_layer(app, 3, want.layers[3].prefix)
+        assert shown["similarity"] == want.layers[3].similarity
+        assert not errors and not requests.foreign()
+    finally:
+        context.close()

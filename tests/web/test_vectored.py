@@ -242,3 +242,23 @@ def test_the_expert_analysis_reads_each_next_layer_while_comparing(tmp_path):
     starts = [i for i, (what, _) in enumerate(log) if what == "start"]
     waits = [i for i, (what, _) in enumerate(log) if what == "wait"]
     assert len(starts) == len(waits) == 2 and all(s < w for s, w in zip(starts, waits))
+
+
+# --- the second Python: what goes over and what comes back (web/offload.py) ---------------------------
+
+def test_the_helpers_gram_is_the_same_bit_for_bit():
+    import math
+
+    from tensorloupe.gram import gram_steps
+    from tensorloupe.web import offload
+    rng = random.Random(4)
+    vectors = [[rng.gauss(0, 1) * 10 ** rng.randint(-300, 300) for _ in range(50)] for _ in range(5)]
+    vectors += [[0.0] * 50, [1.5e308] * 3, [rng.random() for _ in range(20)]]   # zero, inf norm, shorter
+    data, lengths = offload.encode_vectors(vectors)
+    assert lengths == [50] * 6 + [3, 20] and len(data) == 8 * sum(lengths)
+    got = offload.decode_gram(offload.gram_reply(data, lengths), len(vectors))
+    *_, want = gram_steps(vectors)
+    assert got == want and got.norms[6] == math.inf
+    with pytest.raises(ValueError, match="holds 3 values, not 8"):
+        offload.decode_gram(bytes(24), 2)
+    assert offload.page_helper() is None            # CPython: the analysis compares every layer itself

@@ -15,6 +15,7 @@ from .. import colormap, redundancy
 from ..errors import UsageError
 from ..sample import Grid
 from .jobs import Job
+from .offload import page_helper
 from .views import heatmap_reply, lattice
 
 # The similarity matrix is coloured on the fixed range [-1, 1]: -1 blue, 0 white, +1 red.
@@ -84,13 +85,16 @@ class MoEOps:
         """The analysis as a job of one step per expert measured (or compared with the rest of
         its layer); when it finishes it is kept for moe_threshold and moe_similarity."""
         found = self.detected()
-        steps = within(redundancy.analyse_steps(self.current(), _threshold(args), _samples(args)),
-                       STEP_SECONDS)
+        helper = page_helper()
+        steps = within(redundancy.analyse_steps(self.current(), _threshold(args), _samples(args),
+                                                helper=helper), STEP_SECONDS)
         job = Job("expert analysis", steps, sum(layer.expert_count for layer in found.layers),
                   finished=lambda done, total, analysis: analysis.complete,
                   progress=lambda a: {"bytes_read": a.bytes_read if a else 0,
-                                      "layers_done": len(a.layers) if a else 0},
-                  result=lambda analysis: {"analysis": analysis_json(analysis)},
+                                      "layers_done": len(a.layers) if a else 0,
+                                      "helped": a.helped if a else 0},
+                  result=lambda analysis: {"analysis": analysis_json(analysis),
+                                           "helped": analysis.helped},
                   on_finish=lambda analysis: setattr(self, "analysis", analysis))
         return self.jobs.start(job), []
 

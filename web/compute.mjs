@@ -1,0 +1,48 @@
+// The second Python of the expert analysis (tensorloupe/web/offload.py: why): a Pyodide of its
+// own that computes a layer's similarities (tensorloupe.gram) while the main worker reads and
+// compares the next layer. Started by worker.mjs when an analysis first runs; it never sees a
+// file, only the signatures it is sent.
+//
+// worker.mjs -> here: {type: "boot", wheel: Uint8Array}          the library, as worker.mjs has it
+//                     {type: "gram", id, data: ArrayBuffer, lengths: [n, ...]}
+// here -> worker.mjs: {type: "ready"} / {type: "failed", message}
+//                     {id, data: ArrayBuffer} (the Gram's doubles, transferred) / {id, error}
+
+const LIBRARY = "/lib/tensorloupe.whl";
+let pyodide = null;
+let reply = null;     // tensorloupe.web.offload.js_gram_reply
+const waiting = [];   // gram requests that came before the boot finished
+
+self.onmessage = async ({data: message}) => {
+  if (message.type === "boot") return boot(message.wheel);
+  if (!reply) return waiting.push(message);
+  answer(message);
+};
+
+async function boot(wheel) {
+  try {
+    const {loadPyodide} = await import("./pyodide/pyodide.mjs");
+    pyodide = await loadPyodide({indexURL: new URL("./pyodide/", import.meta.url).href,
+                                 stdout: (text) => console.log(text), stderr: (text) => console.warn(text)});
+    pyodide.FS.mkdirTree("/lib");
+    pyodide.FS.writeFile(LIBRARY, wheel);
+    pyodide.runPython(`import sys; sys.path.insert(0, "${LIBRARY}")`);
+    reply = pyodide.pyimport("tensorloupe.web.offload").js_gram_reply;
+    self.postMessage({type: "ready"});
+    for (const message of waiting.splice(0)) answer(message);
+  } catch (error) {
+    self.postMessage({type: "failed", message: String(error && error.message || error)});
+  }
+}
+
+function answer({id, data, lengths}) {
+  try {
+    const gram = reply(new Uint8Array(data), lengths);
+    const bytes = gram.toJs();
+    gram.destroy();
+    const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+    self.postMessage({id, data: buffer}, [buffer]);
+  } catch (error) {
+    self.postMessage({id, error: String(error && error.message || error)});
+  }
+}
