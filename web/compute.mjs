@@ -3,7 +3,8 @@
 // compares the next layer. Started by worker.mjs when an analysis first runs; it never sees a
 // file, only the signatures it is sent.
 //
-// worker.mjs -> here: {type: "boot", wheel: Uint8Array}          the library, as worker.mjs has it
+// worker.mjs -> here: {type: "boot", wheel: Uint8Array, snapshot}  the library, as worker.mjs has
+//                                                    it, and its memory snapshot (or null)
 //                     {type: "gram", id, data: ArrayBuffer, lengths: [n, ...]}
 // here -> worker.mjs: {type: "ready"} / {type: "failed", message}
 //                     {id, data: ArrayBuffer} (the Gram's doubles, transferred) / {id, error}
@@ -14,19 +15,32 @@ let reply = null;     // tensorloupe.web.offload.js_gram_reply
 const waiting = [];   // gram requests that came before the boot finished
 
 self.onmessage = async ({data: message}) => {
-  if (message.type === "boot") return boot(message.wheel);
+  if (message.type === "boot") return boot(message.wheel, message.snapshot);
   if (!reply) return waiting.push(message);
   answer(message);
 };
 
-async function boot(wheel) {
+async function boot(wheel, snapshot) {
   try {
     const {loadPyodide} = await import("./pyodide/pyodide.mjs");
-    pyodide = await loadPyodide({indexURL: new URL("./pyodide/", import.meta.url).href,
-                                 stdout: (text) => console.log(text), stderr: (text) => console.warn(text)});
+    const options = {indexURL: new URL("./pyodide/", import.meta.url).href,
+                     stdout: (text) => console.log(text), stderr: (text) => console.warn(text)};
+    if (snapshot) {
+      // The main worker's snapshot (worker.mjs): the runtime with the library imported.
+      try {
+        pyodide = await loadPyodide({...options, _loadSnapshot: snapshot});
+      } catch {
+        pyodide = null;
+      }
+    }
+    if (!pyodide) pyodide = await loadPyodide(options);
     pyodide.FS.mkdirTree("/lib");
-    pyodide.FS.writeFile(LIBRARY, wheel);
-    pyodide.runPython(`import sys; sys.path.insert(0, "${LIBRARY}")`);
+    pyodide.FS.writeFile(LIBRARY, wheel);   // a snapshot holds sys.path, not the file system
+    pyodide.runPython(`
+import sys
+if "${LIBRARY}" not in sys.path:
+    sys.path.insert(0, "${LIBRARY}")
+`);
     reply = pyodide.pyimport("tensorloupe.web.offload").js_gram_reply;
     self.postMessage({type: "ready"});
     for (const message of waiting.splice(0)) answer(message);

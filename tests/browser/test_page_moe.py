@@ -421,7 +421,7 @@ def test_cancel_mid_way_then_run_to_the_end(app, wide):
     assert math.isclose(want.threshold, float(page.get_attribute("#moe-results", "data-threshold")))
 
 
-def test_a_second_python_compares_every_other_layer(app, wide):
+def check_helped_run(app, wide) -> None:
     """Once the second Python is ready (web/compute.mjs, started by the first run), it compares
     layers 1 and 3 of 4 while the worker goes on, and everything shown is what CPython computes,
     bit for bit."""
@@ -440,6 +440,22 @@ def test_a_second_python_compares_every_other_layer(app, wide):
             assert got_row == want_row
         assert shown["scores"] == [p.score for p in layer.experts]
         assert shown["clusters"] == layer.clusters
+
+
+def test_a_second_python_compares_every_other_layer(app, wide):
+    """... booted from the memory snapshot the page stored (the app fixture's first boot made it)."""
+    assert app.page.evaluate("document.body.dataset.snapshot") == "stored"
+    check_helped_run(app, wide)
+
+
+def test_a_second_python_without_a_snapshot_boots_from_scratch(page_factory, server, wide):
+    context, app, requests, errors = page_factory(f"{server}?snapshot=0")
+    try:
+        app.goto()
+        check_helped_run(app, wide)
+        assert not errors and not requests.foreign()
+    finally:
+        context.close()
 
 
 def test_without_the_second_python_one_compares_every_layer(page_factory, server, wide):
