@@ -56,6 +56,8 @@ def test_matches_the_numpy_reference_including_clamping_and_specials():
         assert indices(values, scale) == reference_indices(values, scale)
     finite = values[:20000]
     assert indices(finite, max(map(abs, finite))) == reference_indices(finite, max(map(abs, finite)))
+    for scale in (0.5, 1e-8):       # finite values beyond the scale: the clamped path
+        assert indices(finite, scale) == reference_indices(finite, scale)
 
 
 def test_non_finite_values_have_distinct_colours_outside_the_gradient():
