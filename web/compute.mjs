@@ -1,7 +1,7 @@
 // The second Python of the expert analysis (tensorloupe/web/offload.py: why): a Pyodide of its
 // own that computes a layer's similarities (tensorloupe.gram) while the main worker reads and
-// compares the next layer. Started by worker.mjs when an analysis first runs; it never sees a
-// file, only the signatures it is sent.
+// compares the next layer. Started by worker.mjs when the Experts tab first states an analysis'
+// cost; it never sees a file, only the signatures it is sent.
 //
 // worker.mjs -> here: {type: "boot", wheel: Uint8Array, snapshot}  the library, as worker.mjs has
 //                                                    it, and its memory snapshot (or null)

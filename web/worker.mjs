@@ -248,7 +248,7 @@ self.tensorloupeSlices = async (path, ranges) => {
   return joined.buffer;
 };
 // The expert analysis' second Python (web/compute.mjs; tensorloupe/web/offload.py says why),
-// started the first time an analysis runs and kept for the page's life. `?helper=0` on this
+// started when the Experts tab first states an analysis' cost and kept for the page's life. `?helper=0` on this
 // script's address (the page passes its own) turns it off: the tests of the single-Python path.
 // The page hears its state: document.body.dataset.helper "starting", "ready" or "failed".
 const HELPER = new URL(self.location.href).searchParams.get("helper") !== "0";

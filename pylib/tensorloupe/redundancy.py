@@ -43,6 +43,8 @@ DEFAULT_THRESHOLD = 0.9
 # Few, longer windows per matrix: a whole model has thousands of expert matrices and every read
 # costs ~1.5 ms in the browser, while 4 windows already cover the start, middle and end.
 SIGNATURE_WINDOWS = 4
+# Layers whose signature reads are started ahead of the one being compared (ByteSource.prefetch).
+PREFETCH_LAYERS = 2
 # Similarities closer than this many decimal digits rank as equal (see _tie).
 TIE_DIGITS = 9
 
@@ -194,26 +196,30 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
 
     if not total:
         yield 0, 0, so_far()
-    upcoming = [_signature_windows(checkpoint, layer, samples_per_matrix) for layer in found.layers[:1]]
-    # A layer's reads are counted from `mark`: its own reads, or its prefetch (made while the
-    # layer before it was compared, and counted when it was started).
-    mark = checkpoint.bytes_read()
+    # The layers to come: their windows, planned (and their reads started) PREFETCH_LAYERS
+    # ahead, and the bytes their prefetch counted (a File counts reads when it starts them).
+    upcoming = [(*_signature_windows(checkpoint, layer, samples_per_matrix), 0)
+                for layer in found.layers[:1]]
     handed = None      # the layer the helper is comparing: (layer, signatures, bytes read, wait)
     for number, layer in enumerate(found.layers):
-        windows, per_expert = upcoming.pop()
+        windows, per_expert, prefetched = upcoming.pop(0)
+        before = checkpoint.bytes_read()
         signatures = []
         for signature in _signatures(windows, per_expert):
             signatures.append(signature)
             done += 1
             yield done, total, so_far()
-        now = checkpoint.bytes_read()
-        bytes_read, mark = now - mark, now
+        bytes_read = prefetched + checkpoint.bytes_read() - before
         last = number + 1 == len(found.layers)
+        # The next layers' reads are started now (a browser File reads them in other threads)
+        # and arrive while this layer's experts are compared: two ahead, as the next layer may
+        # go straight on to its own comparison while a helper compares this one.
+        for ahead in found.layers[number + 1 + len(upcoming):number + 1 + PREFETCH_LAYERS]:
+            planned = _signature_windows(checkpoint, ahead, samples_per_matrix)
+            before = checkpoint.bytes_read()
+            prefetch_windows(planned[0])
+            upcoming.append((*planned, checkpoint.bytes_read() - before))
         if not last:
-            # The next layer's reads are started now (a browser File reads them in other
-            # threads) and arrive while this layer's experts are compared.
-            upcoming.append(_signature_windows(checkpoint, found.layers[number + 1], samples_per_matrix))
-            prefetch_windows(upcoming[0][0])
             if helper is not None and handed is None and helper.ready():
                 # The helper compares this layer's experts while this thread reads and compares
                 # the next one's; they are finished in order.

@@ -71,10 +71,10 @@ class ByteSource:
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """A hint: `read_many(ranges)` comes next, so sources that can (a browser File) start
-        those reads now and let the caller compute while they are on their way. The next
-        `read_many` takes them if it asks for exactly these ranges, and drops them otherwise;
-        they are counted when they are started (bytes read are bytes the file gave, taken or
-        not). Most sources ignore it."""
+        those reads now and let the caller compute while they are on their way. Prefetches
+        queue up: the next `read_many` takes the first if it asks for exactly its ranges, and
+        drops them all otherwise; they are counted when they are started (bytes read are bytes
+        the file gave, taken or not). Most sources ignore it."""
 
     def _count(self, data: bytes) -> bytes:
         self.reads += 1

@@ -186,9 +186,15 @@ def test_a_prefetch_not_asked_for_is_dropped_and_counted(path):
     assert log == [("start", 2)] and early.prefetches == 0 and early.batches == 1
     assert (early.reads, early.bytes_read) == (4, 300)      # the dropped two were read all the same
     early.prefetch([(0, 100), (1000, 50)])
-    early.prefetch([(0, 10), (1000, 10)])                   # replaces it: the next read takes this one
+    early.prefetch([(0, 10), (1000, 10)])                   # queued after it: taken in turn
+    assert early.read_many([(0, 100), (1000, 50)]) == [DATA[:100], DATA[1000:1050]]
     assert early.read_many([(0, 10), (1000, 10)]) == [DATA[:10], DATA[1000:1010]]
-    assert early.prefetches == 1 and (early.reads, early.bytes_read) == (8, 470)
+    assert early.prefetches == 2 and (early.reads, early.bytes_read) == (8, 470)
+    early.prefetch([(0, 100), (1000, 50)])
+    early.prefetch([(0, 10), (1000, 10)])
+    assert early.read_many([(0, 10), (1000, 10)]) == [DATA[:10], DATA[1000:1010]]   # not the first
+    assert early.prefetches == 2 and early._prefetched == []     # both dropped, and counted
+    assert (early.reads, early.bytes_read) == (14, 470 + 170 + 20)
 
 
 def test_no_prefetch_where_the_browser_cannot_suspend(path):
@@ -239,6 +245,7 @@ def test_the_expert_analysis_reads_each_next_layer_while_comparing(tmp_path):
     assert [l.bytes_read for l in got.layers] == [l.bytes_read for l in want.layers]
     assert all(l.clusters == [[1, 5]] for l in got.layers)
     assert early.sources[0].inner.prefetches == 2
+    assert early.reads() == plain.reads()
     starts = [i for i, (what, _) in enumerate(log) if what == "start"]
     waits = [i for i, (what, _) in enumerate(log) if what == "wait"]
     assert len(starts) == len(waits) == 2 and all(s < w for s, w in zip(starts, waits))

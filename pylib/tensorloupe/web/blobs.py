@@ -35,28 +35,27 @@ class BlobSource(FileSource):
         super().__init__(path, name)
         self._slices = slices or js_slices
         self._start_slices = start_slices or js_start_slices
-        self._prefetched: tuple[list, Callable[[], "list[bytes] | None"]] | None = None
+        self._prefetched: list[tuple[list, Callable[[], "list[bytes] | None"]]] = []   # in order
         self.batches = 0     # vectored reads served all at once (what tests check)
         self.prefetches = 0  # ... of which were started early by a prefetch (what tests check)
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
-        """Start reading these ranges now (see ByteSource.prefetch); they are counted now, when
-        the File is read, whether or not they are taken. A later prefetch replaces this one."""
-        self._prefetched = None
+        """Start reading these ranges now (see ByteSource.prefetch), after any started before;
+        they are counted now, when the File is read, whether or not they are taken."""
         wanted = [(o, n) for o, n in ranges if n]
         wait = self._start_slices(self.path, wanted) if len(wanted) > 1 else None
         if wait is not None:
-            self._prefetched = (wanted, wait)
+            self._prefetched.append((wanted, wait))
             self.reads += len(wanted)
             self.bytes_read += sum(n for _, n in wanted)
 
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         wanted = [(o, n) for o, n in ranges if n]
-        prefetched, self._prefetched = self._prefetched, None
-        taken = prefetched is not None and prefetched[0] == wanted
+        taken = bool(self._prefetched) and self._prefetched[0][0] == wanted
         if taken:
-            datas = prefetched[1]()
+            datas = self._prefetched.pop(0)[1]()
         else:
+            self._prefetched.clear()   # not what was announced: the plan changed, drop them all
             datas = self._slices(self.path, wanted) if len(wanted) > 1 else None
         if datas is None or len(datas) != len(wanted) or any(
                 len(d) != n for d, (_, n) in zip(datas, wanted)):
