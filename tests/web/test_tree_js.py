@@ -1,6 +1,6 @@
-"""web/tree.js buildTree, run by Node on awkward names and compared with a plain reference
-(every name split on dots, one map per node): reusing the previous name's path must give the
-same tree whatever the names share, repeat or leave empty."""
+"""web/tree.js's tree, made lazily (kidsOf groups a node's tensors when first asked), run by
+Node on awkward names and compared with a plain reference (every name split on dots, one map
+per node, chains merged after): the same tree whatever the names share, repeat or leave empty."""
 
 from __future__ import annotations
 
@@ -16,37 +16,40 @@ TREE_JS = Path(__file__).resolve().parents[2] / "web" / "tree.js"
 
 # The tree as nested [label, tensor index, count, bytes, numeric, [kids...]].
 DUMP = """
-import {buildTree} from %s;
+import {buildTree, expandAll} from %s;
 const names = JSON.parse(process.argv[1]);
+const tensors = names.map((name, i) => ({name, nbytes: i + 1}));
 const dump = (n) => [n.label, n.tensor, n.count, n.bytes, n.numeric, n.kids.map(dump)];
-process.stdout.write(JSON.stringify(dump(buildTree(names.map((name, i) => ({name, nbytes: i + 1}))))));
+process.stdout.write(JSON.stringify(dump(expandAll(buildTree(tensors), tensors))));
 """
 
 
 def reference(names: list[str]):
-    """What buildTree makes, the plain way: single-child chains merged (not at the root),
-    numbered kids sorted as numbers."""
-    root = {"label": "", "tensor": -1, "children": {}}
+    """The tree, the plain way: single-child chains merged (not at the root), numbered kids
+    sorted as numbers; a node counts every tensor at or below it (a repeated name twice), and
+    a repeated name's node is its last tensor."""
+    root = {"label": "", "tensor": -1, "children": {}, "all": list(range(len(names)))}
     for index, name in enumerate(names):
         node = root
         for part in name.split("."):
-            node = node["children"].setdefault(part, {"label": part, "tensor": -1, "children": {}})
+            node = node["children"].setdefault(part, {"label": part, "tensor": -1, "children": {},
+                                                      "all": []})
+            node["all"].append(index)
         node["tensor"] = index
 
     def finish(node, is_root=False):
         while not is_root and node["tensor"] < 0 and len(node["children"]) == 1:
             (only,) = node["children"].values()
             node = {"label": f"{node['label']}.{only['label']}", "tensor": only["tensor"],
-                    "children": only["children"]}
+                    "children": only["children"], "all": only["all"]}
         # Numbered kids are told and sorted by their own part, before their chains are merged.
         labels = list(node["children"])
         numeric = len(labels) > 1 and all(k.isdigit() and k.isascii() for k in labels)
         if numeric:
             labels.sort(key=int)
         kids = [finish(node["children"][k]) for k in labels]
-        own = node["tensor"] >= 0
-        return [node["label"], node["tensor"], own + sum(k[2] for k in kids),
-                (node["tensor"] + 1 if own else 0) + sum(k[3] for k in kids), numeric, kids]
+        return [node["label"], node["tensor"], len(node["all"]), sum(i + 1 for i in node["all"]),
+                numeric, kids]
     return finish(root, is_root=True)
 
 
