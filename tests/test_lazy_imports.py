@@ -83,7 +83,7 @@ def ok(op, args):
     assert reply["ok"], reply
     return reply["result"]
 ok("hello", {})
-first = ok("open_demo", {})["tensors"]["rows"][0][0]
+first = ok("open_demo", {})["tensors"]["names"].split("\\n")[0]
 ok("tensor", {"name": first})
 ok("heatmap", {"name": first})
 files = [{"rel": f"m/{n}", "path": f"/mnt/m/{n}", "size": 1, "folder": True}

@@ -2,6 +2,7 @@
 missing parts named."""
 
 import json
+import threading
 from pathlib import Path
 
 import gguf
@@ -14,6 +15,8 @@ from safetensors.numpy import save_file
 import gguf_files as fx  # noqa: E402
 
 import tensorloupe  # noqa: E402
+import tensorloupe.source  # noqa: E402
+from tensorloupe import shards  # noqa: E402
 from tensorloupe.errors import FormatError, UsageError  # noqa: E402
 from tensorloupe.formats.gguf import reader as tg  # noqa: E402
 
@@ -209,3 +212,81 @@ def test_broken_index_and_mixed_formats(tmp_path, split):
         tensorloupe.open([str(index), str(paths[0])])
     with pytest.raises(FormatError, match="different formats"):
         tensorloupe.open([str(paths[0]), str(split[0][0])])
+
+
+def test_index_warnings_in_tensor_order(tmp_path):
+    # The names are compared as sets; the warnings still come in the shards' tensor order.
+    paths, index, _ = write_shards(tmp_path)
+    data = json.loads(index.read_text())
+    del data["weight_map"]["layer1.b"]
+    data["weight_map"]["layer3.a"] = "model-00001-of-00003.safetensors"
+    del data["weight_map"]["layer1.a"]
+    data["metadata"]["total_size"] += 1
+    index.write_text(json.dumps(data))
+    ckpt = tensorloupe.open([str(index)] + [str(p) for p in paths])
+    assert ckpt.warnings == [
+        "tensor 'layer1.a' in model-00001-of-00003.safetensors is not in the index",
+        "tensor 'layer1.b' in model-00001-of-00003.safetensors is not in the index",
+        "tensor 'layer3.a' is in model-00003-of-00003.safetensors but the index says "
+        "model-00001-of-00003.safetensors",
+        f"the index's total_size is {data['metadata']['total_size']} bytes but the tensors hold "
+        f"{data['metadata']['total_size'] - 1}"]
+
+
+def test_one_tensor_in_two_shards(tmp_path):
+    for no in (1, 2):
+        save_file({"same": np.ones(4, dtype=np.float32), f"own{no}": np.ones(2, dtype=np.float32)},
+                  tmp_path / f"model-{no:05d}-of-00002.safetensors")
+    with pytest.raises(FormatError, match="tensor 'same' is in two parts") as e:
+        tensorloupe.open(sorted(str(p) for p in tmp_path.iterdir()))
+    assert e.value.found == "model-00001-of-00002.safetensors and model-00002-of-00002.safetensors"
+
+
+# --- opening and reading each part in one task (shards.open_each) --------------------------------
+
+def test_each_part_is_read_as_soon_as_it_is_open(tmp_path):
+    # Part 2 cannot open until part 1's header has been read: opening every part first and
+    # reading them after would never get there (the wait gives up after 30 s).
+    paths, _, _ = write_shards(tmp_path, with_index=False)
+    urls = [f"http://example.test/{p.name}" for p in paths[:2]]
+    first_read = threading.Event()
+
+    class Watched(tensorloupe.source.MemorySource):
+        def _read(self, offset, n):
+            first_read.set()
+            return super()._read(offset, n)
+
+    def open_one(url):
+        name = url.rsplit("/", 1)[1]
+        if name == paths[1].name:
+            assert first_read.wait(30), "part 1 was not read before part 2 was opened"
+            return tensorloupe.source.MemorySource((tmp_path / name).read_bytes(), name)
+        return Watched((tmp_path / name).read_bytes(), name)
+    ckpt = shards.open_each(urls, open_one)
+    assert [p["name"] for p in ckpt.extras["shards"]["parts"]] == [p.name for p in paths[:2]]
+
+
+def test_open_errors_come_before_read_errors_and_every_source_is_closed(tmp_path):
+    paths, index, _ = write_shards(tmp_path)
+    index.write_text("{not json")
+    opened = []
+
+    class Closing(tensorloupe.source.MemorySource):
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    def open_one(target):
+        if target.endswith("00003-of-00003.safetensors"):
+            raise UsageError("cannot open the third", file=target)
+        opened.append(Closing(Path(target).read_bytes(), Path(target).name))
+        return opened[-1]
+    with pytest.raises(UsageError, match="cannot open the third"):
+        shards.open_each([str(index)] + [str(p) for p in paths], open_one)
+    assert len(opened) == 3 and all(s.closed for s in opened)
+    # Without the open error, the broken index is open_all's error, and again all are closed.
+    opened.clear()
+    with pytest.raises(FormatError, match="not valid JSON"):
+        shards.open_each([str(index), str(paths[0])], open_one)
+    assert len(opened) == 2 and all(s.closed for s in opened)

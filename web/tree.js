@@ -8,55 +8,91 @@ import {bytes, shapeText} from "./format.js";
 const ROW_HEIGHT = 26;
 const OVERSCAN = 12;
 const NUMERIC = /^\d+$/;
+const DOT = 46;   // "."
 
-// `children` is made for the first child: most nodes are leaves, and a Map for each of 100k
-// of them was most of the time spent building the tree (in the garbage collector).
-function newNode(label, parent) {
-  return {label, parent, children: null, kids: null, tensor: -1, count: 0, bytes: 0, id: 0,
-          depth: 0, numeric: false, matches: 0};
+// The tree is made as it is looked at: a node keeps the tensors below it (`members`) until its
+// kids are first asked for (kidsOf), and only then groups them by their next part. Drawing the
+// first screen of 163 shards' 39,120 tensors groups them down to the layers (a few passes over
+// the names); the 13,040 experts and their tensors are made when a layer is opened. Building
+// the whole tree first took ~0.1 s of the page's thread, mostly making nodes nobody had seen.
+let nextId = 0;
+function newNode(label, key, parent, at) {
+  return {label, key, parent, at, members: null, kids: null, tensor: -1, count: 0, bytes: 0,
+          id: nextId++, depth: parent ? parent.depth + 1 : -1, numeric: false, matches: 0, dtype: ""};
 }
 const NO_KIDS = [];
 
-// Build the tree of dotted names; single-child chains are merged ("model.embed_tokens.weight"
-// is one row, not three), numbered children sort as numbers (layers 2 before 10).
+// Does `name` have the part `part` at `at` (followed by a dot or its end)?
+function partAt(name, part, at) {
+  const end = at + part.length;
+  return name.startsWith(part, at) && (end === name.length || name.charCodeAt(end) === DOT);
+}
+
+function partOf(name, at) {
+  const dot = name.indexOf(".", at);
+  return name.slice(at, dot < 0 ? name.length : dot);
+}
+
+// The tree of dotted names, made lazily (kidsOf): single-child chains are merged
+// ("model.embed_tokens.weight" is one row, not three), numbered kids sort as numbers (layers 2
+// before 10). A node's count and bytes are those of every tensor at or below it.
 export function buildTree(tensors) {
-  const root = newNode("", null);
-  tensors.forEach((t, index) => {
-    let node = root;
-    for (const part of t.name.split(".")) {
-      let child = node.children?.get(part);
-      if (!child) {
-        child = newNode(part, node);
-        (node.children ??= new Map()).set(part, child);
-      }
-      node = child;
-    }
-    node.tensor = index;
-  });
-  let nextId = 0;
-  const finish = (node, depth) => {
-    while (node.parent && node.tensor < 0 && node.children?.size === 1) {
-      const [only] = node.children.values();
-      node.label = `${node.label}.${only.label}`;
-      node.children = only.children;
-      node.tensor = only.tensor;
-      for (const child of node.children?.values() ?? NO_KIDS) child.parent = node;
-    }
-    node.id = nextId++;
-    node.depth = depth;
-    node.kids = node.children ? [...node.children.values()] : NO_KIDS;
-    node.numeric = node.kids.length > 1 && node.kids.every((k) => NUMERIC.test(k.label));
-    if (node.numeric) node.kids.sort((a, b) => Number(a.label) - Number(b.label));
-    node.count = node.tensor >= 0 ? 1 : 0;
-    node.bytes = node.tensor >= 0 ? tensors[node.tensor].nbytes : 0;
-    for (const kid of node.kids) {
-      finish(kid, depth + 1);
-      node.count += kid.count;
-      node.bytes += kid.bytes;
-    }
-  };
-  finish(root, -1);
+  const root = newNode("", "", null, 0);
+  root.members = tensors.map((_, i) => i);
+  root.count = tensors.length;
+  for (const t of tensors) root.bytes += t.nbytes;
   return root;
+}
+
+// A node's kids, made on first use from its members: grouped by the part after the node's own
+// (`at` is where it starts in each member's name: the same for all of them).
+export function kidsOf(node, tensors) {
+  if (node.kids !== null) return node.kids;
+  const members = node.members;
+  node.members = null;
+  if (!members || !members.length) return (node.kids = NO_KIDS);
+  const groups = new Map();
+  let last = null;
+  for (const index of members) {
+    const name = tensors[index].name;
+    // Neighbours mostly share the part: compared in place, not cut out and looked up.
+    let kid = last !== null && partAt(name, last.key, node.at) ? last : null;
+    if (kid === null) {
+      const key = partOf(name, node.at);
+      kid = groups.get(key);
+      if (!kid) groups.set(key, kid = newNode(key, key, node, node.at + key.length + 1));
+    }
+    kid.count += 1;
+    kid.bytes += tensors[index].nbytes;
+    if (kid.at > name.length) kid.tensor = index;     // the name ends with this part
+    else (kid.members ??= []).push(index);
+    last = kid;
+  }
+  const kids = [...groups.values()];
+  for (const kid of kids) merge(kid, tensors);
+  node.numeric = kids.length > 1 && kids.every((k) => NUMERIC.test(k.key));
+  if (node.numeric) kids.sort((a, b) => Number(a.key) - Number(b.key));
+  return (node.kids = kids);
+}
+
+// A node that is no tensor and whose members all go on with the same part is one row with it.
+function merge(node, tensors) {
+  while (node.tensor < 0 && node.members) {
+    const members = node.members;
+    const part = partOf(tensors[members[0]].name, node.at);
+    if (!members.every((i) => partAt(tensors[i].name, part, node.at))) return;
+    node.label = `${node.label}.${part}`;
+    node.at += part.length + 1;
+    const below = members.filter((i) => tensors[i].name.length >= node.at);
+    if (below.length < members.length) node.tensor = members.findLast((i) => tensors[i].name.length < node.at);
+    node.members = below.length ? below : null;
+  }
+}
+
+// Every node made (to sort or filter the whole tree).
+export function expandAll(node, tensors) {
+  for (const kid of kidsOf(node, tensors)) expandAll(kid, tensors);
+  return node;
 }
 
 // Orders of the outline: the file's own, or by name, size (largest first) or dtype, at every
@@ -68,10 +104,16 @@ const ORDERS = {
 };
 
 export function sortTree(node, order, tensors) {
+  const kids = kidsOf(node, tensors);
   const leafDtype = (n) => (n.tensor >= 0 ? tensors[n.tensor].dtype : n.kids.length ? leafDtype(n.kids[0]) : "");
-  for (const kid of node.kids) sortTree(kid, order, tensors);
-  for (const kid of node.kids) kid.dtype = leafDtype(kid);
-  node.kids.sort(ORDERS[order]);
+  for (const kid of kids) sortTree(kid, order, tensors);
+  for (const kid of kids) kid.dtype = leafDtype(kid);
+  kids.sort(ORDERS[order]);
+}
+
+// A group row (whether or not its kids are made yet).
+function isGroup(node) {
+  return node.kids !== null ? node.kids.length > 0 : node.members !== null && node.members.length > 0;
 }
 
 export class Outline {
@@ -109,7 +151,7 @@ export class Outline {
     this.root = buildTree(tensors);
     if (this.order && this.order !== "file") sortTree(this.root, this.order, tensors);
     this.expanded = new Set([this.root.id]);
-    for (const kid of this.root.kids) if (kid.kids.length) this.expanded.add(kid.id);
+    for (const kid of kidsOf(this.root, tensors)) if (isGroup(kid)) this.expanded.add(kid.id);
     this.selected = -1;
     this.focus = 0;
     this.container.scrollTop = 0;
@@ -141,12 +183,13 @@ export class Outline {
         this.matcher = (name) => name.toLowerCase().includes(needle);
       }
     }
+    // Matches are counted (and the whole tree made) only for a filter: without one, all match.
     const mark = (node) => {
-      node.matches = node.tensor >= 0 && (!this.matcher || this.matcher(this.tensors[node.tensor].name)) ? 1 : 0;
-      for (const kid of node.kids) node.matches += mark(kid);
+      node.matches = node.tensor >= 0 && this.matcher(this.tensors[node.tensor].name) ? 1 : 0;
+      for (const kid of kidsOf(node, this.tensors)) node.matches += mark(kid);
       return node.matches;
     };
-    const total = mark(this.root);
+    const total = this.matcher ? mark(this.root) : this.tensors.length;
     this.counter.classList.toggle("error-text", Boolean(this.invalid));
     this.counter.textContent = this.invalid ? this.invalid : this.matcher
       ? `${total.toLocaleString("en-US")} of ${this.tensors.length.toLocaleString("en-US")} tensors match`
@@ -161,10 +204,10 @@ export class Outline {
   flatten() {
     const rows = [];
     const walk = (node) => {
-      for (const kid of node.kids) {
+      for (const kid of kidsOf(node, this.tensors)) {
         if (this.matcher && !kid.matches) continue;
         rows.push(kid);
-        if (kid.kids.length && this.isOpen(kid)) walk(kid);
+        if (isGroup(kid) && this.isOpen(kid)) walk(kid);
       }
     };
     walk(this.root);
@@ -191,7 +234,7 @@ export class Outline {
   }
 
   row(node, index) {
-    const group = node.kids.length > 0;
+    const group = isGroup(node);
     const open = group && this.isOpen(node);
     const tensor = node.tensor >= 0 ? this.tensors[node.tensor] : null;
     const classes = ["tree-row", group ? "group" : "leaf"];
@@ -210,8 +253,9 @@ export class Outline {
     row.append(el("span", {class: "caret", "aria-hidden": "true", text: group ? (open ? "▾" : "▸") : ""}));
     row.append(el("span", {class: "label", text: node.label}));
     if (group) {
-      const first = node.kids[0].label;
-      const last = node.kids[node.kids.length - 1].label;
+      const kids = kidsOf(node, this.tensors);      // a drawn group: its range is shown
+      const first = kids[0].label;
+      const last = kids[kids.length - 1].label;
       if (node.numeric) row.append(el("span", {class: "range", text: `${first}–${last}`}));
       row.append(el("span", {class: "meta", text: `${node.count.toLocaleString("en-US")} · ${bytes(node.bytes)}`}));
     }
@@ -260,7 +304,7 @@ export class Outline {
     const index = Number(row.dataset.index);
     const node = this.rows[index];
     this.focus = index;
-    if (node.kids.length && (event.target.classList.contains("caret") || node.tensor < 0)) this.toggle(node);
+    if (isGroup(node) && (event.target.classList.contains("caret") || node.tensor < 0)) this.toggle(node);
     else this.activate(node);
     this.container.focus({preventScroll: true});
     this.paint();
@@ -278,11 +322,11 @@ export class Outline {
       Home: () => this.setFocus(0),
       End: () => this.setFocus(this.rows.length - 1),
       ArrowRight: () => {
-        if (node.kids.length && !this.isOpen(node)) this.toggle(node, true);
-        else if (node.kids.length) this.setFocus(this.focus + 1);
+        if (isGroup(node) && !this.isOpen(node)) this.toggle(node, true);
+        else if (isGroup(node)) this.setFocus(this.focus + 1);
       },
       ArrowLeft: () => {
-        if (node.kids.length && this.isOpen(node) && !this.matcher) this.toggle(node, false);
+        if (isGroup(node) && this.isOpen(node) && !this.matcher) this.toggle(node, false);
         else if (node.parent && node.parent.parent) this.setFocus(this.rows.indexOf(node.parent));
       },
       Enter: () => this.activate(node),
@@ -312,12 +356,14 @@ export class Outline {
     if (row >= 0) this.setFocus(row);
   }
 
+  // The node of tensor `index`: down the tree along its name, making only that path.
   findNode(node, index) {
-    if (node.tensor === index) return node;
-    for (const kid of node.kids) {
-      const found = this.findNode(kid, index);
-      if (found) return found;
+    const name = this.tensors[index].name;
+    while (node.tensor !== index) {
+      const at = node.at;
+      node = kidsOf(node, this.tensors).find((kid) => partAt(name, kid.label, at));
+      if (!node) return null;
     }
-    return null;
+    return node;
   }
 }

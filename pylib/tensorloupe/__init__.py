@@ -34,14 +34,11 @@ def open(target, name: str | None = None, *, follow_redirects: bool = False) -> 
     to another site is followed only with follow_redirects."""
     if isinstance(target, (list, tuple)) or targets.needs_resolving(target):
         from . import shards
-        from .parallel import MAX_WORKERS, map_parallel
-        from .source import is_url
-        files = targets.resolve(target).files
-        # URLs: every part's first request (its header bytes) in flight at once.
-        workers = MAX_WORKERS if any(is_url(t) for t in files) else 1
-        sources = map_parallel(lambda t: open_source(t, follow_redirects=follow_redirects),
-                               files, workers)
-        return _say_redirects(shards.open_all(sources))
+        # URLs: every part's first request (its header bytes) in flight at once, each header
+        # read as soon as it arrives.
+        return _say_redirects(shards.open_each(
+            targets.resolve(target).files,
+            lambda t: open_source(t, follow_redirects=follow_redirects)))
     source = open_source(target, name, follow_redirects=follow_redirects)
     try:
         return _say_redirects(detect.read(source))

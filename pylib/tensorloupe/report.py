@@ -40,15 +40,19 @@ def _without_tensors(value):
     return value
 
 
-def checkpoint_json(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
+def checkpoint_json(ckpt: Checkpoint, limits: Limits = FULL, tensors: bool = True) -> dict:
     """The one JSON shape of a checkpoint: `inspect --json` prints it, the page's model payload
-    is built on it (web/handlers.py). Never reads: an offset not known yet is null (see
+    is built on it (web/handlers.py, which sends the tensors in a table of its own: `tensors`
+    False leaves the records out). Never reads: an offset not known yet is null (see
     Checkpoint.locate_all). `limits` bound metadata and extras (the page previews them)."""
-    return {"file": ckpt.name, "files": ckpt.files, "format": ckpt.format, "size": ckpt.size,
-            "tensor_count": len(ckpt.tensors), "parameters": ckpt.parameter_count,
-            "parameters_by_dtype": ckpt.parameters_by_dtype(), "metadata": bounded(ckpt.metadata, limits),
-            "warnings": [str(w) for w in ckpt.warnings], "extras": bounded(ckpt.extras, limits),
-            "tensors": [t.to_json() for t in ckpt.tensors]}
+    by_dtype = ckpt.parameters_by_dtype()   # their sum is parameter_count: one walk, not two
+    out = {"file": ckpt.name, "files": ckpt.files, "format": ckpt.format, "size": ckpt.size,
+           "tensor_count": len(ckpt.tensors), "parameters": sum(by_dtype.values()),
+           "parameters_by_dtype": by_dtype, "metadata": bounded(ckpt.metadata, limits),
+           "warnings": [str(w) for w in ckpt.warnings], "extras": bounded(ckpt.extras, limits)}
+    if tensors:
+        out["tensors"] = [t.to_json() for t in ckpt.tensors]
+    return out
 
 
 TABLE_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "file")

@@ -22,15 +22,17 @@ split.count is a uint16): missing parts are counted by arithmetic, never by walk
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+from operator import attrgetter
 from typing import Callable, NamedTuple
 
 from . import detect
 from .errors import ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError, UsageError
 from .model import Checkpoint, Tensor
 from .parallel import MAX_WORKERS, map_parallel
-from .source import ByteSource
+from .source import ByteSource, is_url
 from .formats import safetensors
 
 PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors)$")
@@ -79,6 +81,39 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
         for source in sources:
             source.close()
         raise
+
+
+def open_each(targets: list, open_one: Callable[[object], ByteSource]) -> Checkpoint:
+    """open_all of `open_one(target)` for each target, each file read in the same task that
+    opened it: a remote part's header is parsed while the other parts' first requests are still
+    on their way, not after the last of them. Errors are those of opening every target first
+    (the first target that cannot be opened, in the order given), then open_all's."""
+    workers = MAX_WORKERS if any(is_url(t) for t in targets) else 1
+
+    def open_and_read(target):
+        try:
+            source = open_one(target)
+        except BaseException as e:    # raised below, in the order given
+            return None, e, None
+        try:
+            return source, None, ("read", read_one(source))
+        except BaseException as e:    # raised by open_all, which closes every source
+            return source, None, ("error", e)
+    done = map_parallel(open_and_read, list(targets), workers)
+    failed = next((e for _, e, _ in done if e is not None), None)
+    if failed is not None:
+        for source, _, _ in done:
+            if source is not None:
+                source.close()
+        raise failed
+    known = {source: read for source, _, read in done}
+
+    def read(source):
+        how, value = known[source]
+        if how == "error":
+            raise value
+        return value
+    return open_all([source for source, _, _ in done], read)
 
 
 def is_index(name: str) -> bool:
@@ -224,7 +259,7 @@ def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Che
         ordered, numbers, count, missing = _by_part_name(parts, warnings)
     tensors = _merge_tensors(ordered, "safetensors")
     if index is not None:
-        _check_weight_map(index, tensors, set(expected) - set(names), warnings)
+        _check_weight_map(index, ordered, set(expected) - set(names), warnings)
     for p in ordered:
         warnings += [f"{p.name}: {w}" for w in p.warnings]
     size = sum(p.size for p in ordered)
@@ -259,36 +294,46 @@ def _by_part_name(parts: list[Checkpoint], warnings: list[str]):
     return ordered, sorted(by_no), count, missing
 
 
-def _check_weight_map(index: dict, tensors: list[Tensor], missing: set[str], warnings: list[str]) -> None:
+def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
+                      warnings: list[str]) -> None:
+    """The shards against their index. Tens of thousands of names are compared as sets (at C
+    speed); the names are walked one by one, for the warnings' order, only when they disagree."""
     weight_map = index["weight_map"]
-    found = {t.name: t.source.name for t in tensors}
-    for name, shard in found.items():
-        if name not in weight_map:
-            warnings.append(f"tensor {name!r} in {shard} is not in the index")
-        elif weight_map[name] != shard:
-            warnings.append(f"tensor {name!r} is in {shard} but the index says {weight_map[name]}")
-    absent = [n for n, shard in weight_map.items() if n not in found and shard not in missing]
-    if absent:
-        warnings.append(f"{len(absent)} tensors the index lists are in none of the shards, e.g. "
-                        f"{absent[0]!r}")
+    found: dict[str, str] = {}
+    for p in parts:   # a part's tensors all come from its one source
+        found.update(dict.fromkeys(p.by_name, p.sources[0].name))
+    if found.items() - weight_map.items():
+        for name, shard in found.items():
+            if name not in weight_map:
+                warnings.append(f"tensor {name!r} in {shard} is not in the index")
+            elif weight_map[name] != shard:
+                warnings.append(f"tensor {name!r} is in {shard} but the index says {weight_map[name]}")
+    if weight_map.keys() - found.keys():
+        absent = [n for n, shard in weight_map.items() if n not in found and shard not in missing]
+        if absent:
+            warnings.append(f"{len(absent)} tensors the index lists are in none of the shards, e.g. "
+                            f"{absent[0]!r}")
     total = index["metadata"].get("total_size")
-    if not missing and _is_int(total) and total != sum(t.nbytes for t in tensors):
-        warnings.append(f"the index's total_size is {total} bytes but the tensors hold "
-                        f"{sum(t.nbytes for t in tensors)}")
+    if not missing and _is_int(total):
+        held = sum(map(attrgetter("nbytes"), itertools.chain.from_iterable(p.tensors for p in parts)))
+        if total != held:
+            warnings.append(f"the index's total_size is {total} bytes but the tensors hold {held}")
 
 
 # --- shared ------------------------------------------------------------------------------------
 
 def _merge_tensors(parts: list[Checkpoint], fmt: str) -> list[Tensor]:
-    tensors: list[Tensor] = []
-    owner: dict[str, str] = {}
-    for p in parts:
-        for t in p.tensors:
-            if t.name in owner:
-                raise FormatError(f"tensor {t.name!r} is in two parts", format=fmt,
-                                  found=f"{owner[t.name]} and {p.name}")
-            owner[t.name] = p.name
-            tensors.append(t)
+    tensors = list(itertools.chain.from_iterable(p.tensors for p in parts))
+    # Every name once (the usual case) is seen at C speed; only then are the names walked, to
+    # name the tensor given twice and the parts that hold it.
+    if len(set(map(attrgetter("name"), tensors))) < len(tensors):
+        owner: dict[str, str] = {}
+        for p in parts:
+            for t in p.tensors:
+                if t.name in owner:
+                    raise FormatError(f"tensor {t.name!r} is in two parts", format=fmt,
+                                      found=f"{owner[t.name]} and {p.name}")
+                owner[t.name] = p.name
     return tensors
 
 

@@ -17,7 +17,7 @@ import random
 from tensorloupe import arch_report, colormap, gram, moe, redundancy, report, synthetic, tokens
 from tensorloupe.errors import TensorloupeError
 from tensorloupe.jsonable import bounded, json_number
-from tensorloupe.web import handlers
+from tensorloupe.web import handlers, page_table
 
 SMALL_SAMPLES = 4096          # every tensor: a small sample (quantized decoding is slow-ish)
 FULL_SAMPLES_TENSORS = 3      # the first few tensors of a file: the default sample, as the CLI
@@ -77,8 +77,7 @@ def web_report(path: str) -> dict:
     handlers.session = session
     opened = json.loads(handlers.dispatch("open", json.dumps({"path": path}))[0])
     out = {"open": opened}
-    table = opened["result"]["tensors"] if opened["ok"] else {"columns": [], "rows": []}
-    named = [dict(zip(table["columns"], row)) for row in table["rows"]]
+    named = page_table.records(opened["result"]["tensors"], opened["result"]["files"]) if opened["ok"] else []
     if named:
         first = next((t["name"] for t in named if not t["problem"]), None)
         if first:

@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 import tensorloupe
 from tensorloupe import arch_report, colormap, report
 from tensorloupe.jsonable import PREVIEW, bounded
-from tensorloupe.web import moe_ops
+from tensorloupe.web import moe_ops, page_table
 from tensorloupe.web.handlers import Session, dispatch, exact_job
 
 
@@ -36,13 +36,8 @@ def files(tmp_path):
 
 
 def records(result) -> list[dict]:
-    """The page's tensor table as records (what web/model.js decodes: "file" is a position in
-    the payload's "files")."""
-    table = result["tensors"]
-    out = [dict(zip(table["columns"], row)) for row in table["rows"]]
-    for r in out:
-        r["file"] = result["files"][r["file"]]
-    return out
+    """The page's tensor table as records (what web/model.js decodes)."""
+    return page_table.records(result["tensors"], result["files"])
 
 
 def test_open_reports_summary_tensors_and_moe(files):
@@ -68,8 +63,9 @@ def test_the_page_payload_is_inspect_json(files):
     details, _ = call(s, "model_details")
     ckpt = tensorloupe.open(str(files / "a.safetensors"))
     listing = {**report.inspect_json(ckpt), **arch_report.describe(ckpt)}  # what inspect --json prints
-    assert records(result) == [{k: t.get(k) for k in result["tensors"]["columns"]} for t in listing["tensors"]]
-    assert all(set(t) - {"info"} <= set(result["tensors"]["columns"]) for t in listing["tensors"])
+    columns = set(records(result)[0])
+    assert records(result) == [{k: t.get(k) for k in columns} for t in listing["tensors"]]
+    assert all(set(t) - {"info"} <= columns for t in listing["tensors"])
     page_only = {"bytes_by_dtype", "tokenizer"}
     assert set(result) | {"architecture", "memory"} == set(listing) | page_only
     assert {k: v for k, v in {**result, **details}.items() if k not in page_only | {"tensors", "moe"}} == {

@@ -25,6 +25,7 @@ from ..jsonable import PREVIEW, json_number
 from ..stats import Stats
 from . import blobs, files, remote
 from .jobs import Job, Jobs
+from .page_table import bytes_by_dtype, page_table
 from .compare_ops import CompareOps
 from .health_ops import HealthOps
 from .model_ops import ModelOps
@@ -178,17 +179,14 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     def model_payload(self) -> dict:
         """What the page needs to draw the tree and the file's facts: `report.checkpoint_json`
-        (what `inspect --json` prints, metadata and extras bounded) with its tensors as a table
-        (page_table), plus bytes by dtype and where its tokenizer is. The MoE structure and the
-        architecture block follow in model_details, which the page asks for next."""
+        (what `inspect --json` prints, metadata and extras bounded) with its tensors as a compact
+        table (page_table.py), plus bytes by dtype and where its tokenizer is. The MoE structure
+        and the architecture block follow in model_details, which the page asks for next."""
         ckpt = self.current()
-        out = report.checkpoint_json(ckpt, PREVIEW)
-        out["tensors"] = page_table(out["tensors"], out["files"])
-        bytes_by_dtype: dict[str, int] = {}
-        for t in ckpt.tensors:
-            bytes_by_dtype[t.dtype] = bytes_by_dtype.get(t.dtype, 0) + t.nbytes
+        out = report.checkpoint_json(ckpt, PREVIEW, tensors=False)
+        out["tensors"] = page_table(ckpt)
         out["metadata"] = report.shown_metadata(ckpt, PREVIEW)   # torch: no tensor list again
-        out["bytes_by_dtype"] = bytes_by_dtype
+        out["bytes_by_dtype"] = bytes_by_dtype(out["tensors"])
         out["tokenizer"] = self.tokenizer_payload()
         return out
 
@@ -290,23 +288,6 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     def op_job_cancel(self, args):
         return self.jobs.cancel(int(args["job"])), []
-
-
-# The tensor records of `inspect --json`, less `info` (format-specific extras: half the bytes;
-# the "tensor" reply carries them for the tensor on show), as named columns and rows of values:
-# the key names are not repeated 90k times (2,882 torch tensors: 255 kB instead of 367 kB as
-# records), and "file" is a position in the payload's "files" (a shard name per tensor was 1.7 MB
-# of 163 shards' 39,120 tensors). The page turns the rows back into records in one place
-# (web/model.js).
-PAGE_TENSOR_COLUMNS = ("name", "dtype", "shape", "numel", "nbytes", "offset", "strides", "problem", "file")
-
-
-def page_table(records: list[dict], files: list[str]) -> dict:
-    where = {name: i for i, name in enumerate(files)}
-    rows = [[r.get(key) for key in PAGE_TENSOR_COLUMNS] for r in records]
-    for row in rows:
-        row[-1] = where.get(row[-1])      # "file", the last column
-    return {"columns": list(PAGE_TENSOR_COLUMNS), "rows": rows}
 
 
 session = Session()
