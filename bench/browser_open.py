@@ -3,9 +3,10 @@
     python bench/browser_open.py [--runs 3] [--keep]
 
 Measures, with the app built and served from 127.0.0.1 like `python build.py serve`:
-  * page load -> Python ready, cold (empty profile: every file from the server; this boot also
-    makes the memory snapshot), warm (the service worker's cache, booted from scratch:
-    ?snapshot=0) and from the memory snapshot the first visit stored, each the median of --runs;
+  * page load -> Python ready, cold (empty profile: every file from the server; the memory
+    snapshot is made after this boot, by a second worker once the page is idle), warm (the
+    service worker's cache, booted from scratch: ?snapshot=0) and from the memory snapshot the
+    first visit stored, each the median of --runs;
   * the reference for the cold figure, in the same run: bare Pyodide (a page whose module worker
     only calls loadPyodide() on the same files, from the same server, empty profile), page load
     -> first Python statement, its cold runs interleaved with the app's; the difference and the
