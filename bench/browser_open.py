@@ -291,10 +291,12 @@ def main() -> None:
         print(f"    worker started after the navigation: app {cs['worker_start_ms']:.0f} ms, "
               f"bare {bs['worker_start_ms']:.0f} ms; loadPyodide: app {cs['runtime_ms'] - cs['lookup_ms']:.0f} ms, "
               f"bare {bs['runtime_ms']:.0f} ms")
+        # Each stage from the one before it that this checkout's worker reports (older ones also
+        # made the snapshot during the boot: preload, snapshot).
+        reported = [stage for stage in ("runtime", "library", "preload", "snapshot", "ready") if f"{stage}_ms" in cs]
         print("    app's worker after loadPyodide: " + ", ".join(
-            f"{stage} {cs[f'{stage}_ms'] - cs[f'{before}_ms']:.0f} ms" for before, stage in
-            (("runtime", "library"), ("library", "preload"), ("preload", "snapshot"), ("snapshot", "ready"))
-            if f"{stage}_ms" in cs) + "  (medians per stage)")
+            f"{stage} {cs[f'{stage}_ms'] - cs[f'{before}_ms']:.0f} ms" for before, stage in zip(reported, reported[1:]))
+            + "  (medians per stage)")
     print(f"  page load -> Python ready, SW cache {results['python_ready_warm_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in warm)}")
     print(f"  page load -> Python ready, snapshot {results['python_ready_snapshot_ms']:8.0f} ms   runs {', '.join(f'{v:.0f}' for v in restored)}")
     print(f"  select 8 GiB file -> tensor list    {in_page_ms:8.0f} ms   (wall {wall_s * 1000:.0f} ms; "
