@@ -43,7 +43,10 @@ export function startWorker(hooks) {
     if (data.type === "status") return hooks.status(data.message);
     if (data.type === "ready") return hooks.ready(data);
     if (data.type === "fatal") return hooks.fatal(data.message);
-    if (data.type === "snapshot") return hooks.snapshot?.(data);
+    if (data.type === "snapshot") {
+      if (data.stored) noteSnapshot();
+      return hooks.snapshot?.(data);
+    }
     if (data.type === "helper") return void (document.body.dataset.helper = data.state);
     const entry = pending.get(data.id);
     if (!entry) return;          // a late reply to a request nobody waits for any more
@@ -59,4 +62,13 @@ export function startWorker(hooks) {
   // What the worker said before this module ran (its boot started with the page: boot.js).
   for (const event of early.splice(0)) (event.type === "error" ? worker.onerror : worker.onmessage)(event);
   return {request, cancel};
+}
+
+// The worker stored a memory snapshot: the next visit's boot.js tells it to look for one.
+function noteSnapshot() {
+  try {
+    localStorage.setItem("tensorloupe-snapshot", "stored");
+  } catch {
+    /* no storage: the next visit looks anyway (boot.js) */
+  }
 }

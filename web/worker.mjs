@@ -43,6 +43,7 @@ let mounts = 0;
 // Attached before anything is awaited: messages that arrive during boot wait in the queue.
 self.onmessage = (event) => {
   const message = event.data;
+  settle();                  // the page is busy: no snapshot made now (see idle)
   if (message.type === "cancel") {
     const waiting = queue.findIndex((m) => m.id === message.id);
     if (waiting >= 0) {
@@ -73,6 +74,7 @@ tick.port1.onmessage = async () => {
     busy = false;
   }
   if (queue.length || jobs.length) schedule();
+  else idle();
 };
 function schedule() {
   if (dispatch && !scheduled) {
@@ -391,15 +393,31 @@ function status(stage, message) {
 
 // --- boot: from a memory snapshot when one of this build is stored, else from scratch ----------
 //
-// Starting the interpreter costs ~4 s of CPU on every visit; a memory snapshot of it with the
+// Starting the interpreter costs ~2-4 s of CPU on every visit; a memory snapshot of it with the
 // library imported (pyodide's underscore API `_makeSnapshot` / `makeMemorySnapshot` /
-// `_loadSnapshot`, pinned version) restores in ~0.4 s. It is a cache: kept in IndexedDB under
-// the build's hash, made during a boot from scratch (before Python holds any JavaScript object,
-// which the snapshot cannot contain) and stored once Python is ready; a snapshot that fails to
-// restore, or one of another build, is replaced. `?snapshot=0` on this script's address boots
-// from scratch without one (tests, and bench/browser_open.py's cold figures).
-const SNAPSHOTS = new URL(self.location.href).searchParams.get("snapshot") !== "0";
+// `_loadSnapshot`, pinned version) restores in well under a second. It is a cache, kept in
+// IndexedDB under the build's hash. A boot from scratch does nothing for it: the snapshot is made
+// afterwards, once the page has left this worker idle for QUIET_MS, by a second worker (this
+// script with ?snapshot=make) that boots its own interpreter with the snapshot option, imports
+// the library, stores the snapshot and is ended. So a first visit boots like bare Pyodide and the
+// next one from the snapshot. (It cannot be made here: by then Python holds JavaScript objects,
+// which a snapshot cannot contain.) A snapshot that fails to restore, or one of another build, is
+// replaced the same way.
+// This script's address says which boot: ?snapshot=0 from scratch without a snapshot, neither
+// looked for nor made (tests, bench/browser_open.py's cold figures); ?snapshot=none from scratch
+// without looking first (boot.js: this origin never stored one), then one is made; ?snapshot=make
+// the maker; none of these: from the stored snapshot if there is one.
+const SNAPSHOT = new URL(self.location.href).searchParams.get("snapshot");
+const SNAPSHOTS = SNAPSHOT !== "0";
 const DB = "tensorloupe-snapshots";
+const QUIET_MS = 2000;
+
+// The runtime's two scripts, requested at once: loadPyodide imports pyodide.asm.mjs (1.2 MB) by
+// this same address, and finds it loaded (or on its way) instead of asking for it only after the
+// snapshot lookup, behind the page's own modules. Not waited for here: loadPyodide's other
+// requests (the wasm, the stdlib) start while it loads.
+const runtime = import("./pyodide/pyodide.mjs");
+import("./pyodide/pyodide.asm.mjs").catch(() => {});   // a failure is loadPyodide's to report
 
 function database() {
   return new Promise((resolve, reject) => {
@@ -446,15 +464,19 @@ async function saveSnapshot(bytes) {
 // compiled with Pyodide's interpreter, so nothing is unpacked or compiled at boot (loadPackage
 // would also leave JavaScript references the snapshot cannot hold). The file is written again
 // after a restore: the snapshot holds the imported modules and sys.path, not the file system.
-// Fetched from the start of the boot, while the runtime loads.
+// Fetched once the runtime's own files have been asked for, while the runtime starts.
 const LIBRARY = "/lib/tensorloupe.whl";
-const wheelBytes = fetch(new URL(`./${WHEEL}`, import.meta.url)).then(async (response) => {
-  if (!response.ok) throw new Error(`the library (${WHEEL}) could not be loaded: ${response.status}`);
-  return new Uint8Array(await response.arrayBuffer());
-});
-wheelBytes.catch(() => {});   // reported by installWheel, not as an unhandled rejection
+let wheelBytes = null;
+function fetchWheel() {
+  wheelBytes = fetch(new URL(`./${WHEEL}`, import.meta.url)).then(async (response) => {
+    if (!response.ok) throw new Error(`the library (${WHEEL}) could not be loaded: ${response.status}`);
+    return new Uint8Array(await response.arrayBuffer());
+  });
+  wheelBytes.catch(() => {});   // reported by installWheel, not as an unhandled rejection
+}
 
 async function installWheel() {
+  if (!wheelBytes) fetchWheel();
   pyodide.FS.writeFile(LIBRARY, await wheelBytes);
   pyodide.runPython(`
 import sys
@@ -463,11 +485,23 @@ if "${LIBRARY}" not in sys.path:
 `);
 }
 
+// The interpreter, with `extra` options; the wheel is fetched once the runtime's files are asked for.
+async function startRuntime(loadPyodide, extra) {
+  const started = loadPyodide({
+    indexURL: new URL("./pyodide/", import.meta.url).href,
+    stdout: (text) => console.log(text),
+    stderr: (text) => console.warn(text),
+    ...extra,
+  });
+  if (!wheelBytes) setTimeout(fetchWheel);   // after loadPyodide's own requests (microtasks)
+  return await started;
+}
+
 // What every visit's first screen needs, imported before the snapshot is taken: the message
 // handlers and what they import, the demo's generator, and the ggml table (the memory block
 // prices weights at q8_0 and q4_k). Not every module: with all of them (torch readers,
 // tokenizers, compare, ...) the heap outgrew what _loadSnapshot restores ("offset is out of
-// bounds"), and a cold boot waits for each; the rest are imported when first used.
+// bounds"); the rest are imported when first used.
 const PRELOAD = `
 import tensorloupe.web
 import tensorloupe.synthetic
@@ -479,54 +513,93 @@ async function boot() {
   // Milliseconds since this worker started, at the end of each stage (bench/browser_open.py shows them).
   const timings = {worker_origin: performance.timeOrigin};
   const mark = (stage) => { timings[`${stage}_ms`] = performance.now() - started; };
-  const options = {
-    indexURL: new URL("./pyodide/", import.meta.url).href,
-    stdout: (text) => console.log(text),
-    stderr: (text) => console.warn(text),
-  };
   try {
     status("runtime", "Loading the Python runtime…");
-    // The stored snapshot is looked up while the runtime's script loads.
-    const [{loadPyodide}, saved] = await Promise.all([
-      import("./pyodide/pyodide.mjs"), SNAPSHOTS ? savedSnapshot() : null]);
+    // The stored snapshot is looked up while the runtime's scripts load.
+    const lookup = SNAPSHOTS && SNAPSHOT !== "none";
+    const [{loadPyodide}, saved] = await Promise.all([runtime, lookup ? savedSnapshot() : null]);
     mark("lookup");
-    let snapshot = null;
     timings.boot = "fresh";
     if (saved) {
       try {
-        pyodide = await loadPyodide({...options, _loadSnapshot: saved});
+        pyodide = await startRuntime(loadPyodide, {_loadSnapshot: saved});
         timings.boot = "snapshot";
       } catch (error) {
         console.warn(`the stored snapshot did not restore (${error && error.message || error}): booting from scratch`);
         pyodide = null;
       }
     }
-    if (!pyodide) pyodide = await loadPyodide({...options, _makeSnapshot: SNAPSHOTS});
+    if (!pyodide) pyodide = await startRuntime(loadPyodide, {});
     mark("runtime");
     status("library", "Loading tensorloupe…");
     await installWheel();
     mark("library");
-    if (timings.boot === "fresh" && SNAPSHOTS) {
-      pyodide.runPython(PRELOAD);
-      mark("preload");
-      snapshot = pyodide.makeMemorySnapshot();
-      mark("snapshot");
-    }
     dispatch = pyodide.pyimport("tensorloupe.web").dispatch;
     const {envelope, buffers} = await call("hello", {});
     JOBS = new Set(envelope.result.jobs);
     mark("ready");
     self.postMessage({type: "ready", info: {...envelope.result, build: BUILD, jspi: JSPI}, palette: buffers[0], timings},
                      [buffers[0].buffer]);
+    snapshotWanted = SNAPSHOTS && timings.boot === "fresh";
     schedule();
-    if (snapshot) {
-      // Stored after the page is answered: the next visit boots from it.
-      const saved = await saveSnapshot(snapshot);
-      self.postMessage({type: "snapshot", stored: saved, bytes: snapshot.byteLength});
-    }
+    if (!queue.length) idle();
   } catch (error) {
     self.postMessage({type: "fatal", message: `Python could not start: ${error && error.message || error}`});
   }
 }
 
-boot();
+// --- the snapshot, made in the background -------------------------------------------------------
+//
+// idle() is called whenever nothing is queued or running, settle() whenever a request arrives:
+// the maker starts after QUIET_MS without requests (the demo or the first file is on screen by
+// then, and the service worker has had its downloads), once per boot from scratch. It then runs
+// to the end even if requests come (cut short, its boot would be wasted and redone). What it
+// reports ({type: "snapshot", stored, bytes}) goes to the page.
+let snapshotWanted = false;
+let quiet = null;
+
+function idle() {
+  if (snapshotWanted && quiet === null) quiet = setTimeout(startMaker, QUIET_MS);
+}
+
+function settle() {
+  clearTimeout(quiet);
+  quiet = null;
+}
+
+function startMaker() {
+  quiet = null;
+  snapshotWanted = false;
+  const address = new URL(self.location.href);
+  address.searchParams.set("snapshot", "make");
+  const maker = new Worker(address, {type: "module"});
+  const done = (report) => {
+    maker.terminate();
+    self.postMessage({type: "snapshot", ...report});
+  };
+  maker.onmessage = ({data}) => {
+    if (data.type === "snapshot") done(data);
+  };
+  maker.onerror = (event) => {
+    event.preventDefault();
+    done({stored: false, error: String(event.message || "the snapshot worker failed")});
+  };
+}
+
+// The maker's whole job: a fresh interpreter with the snapshot option, the library imported
+// (sys.path holds the wheel), the memory copied and stored.
+async function makeSnapshot() {
+  try {
+    const {loadPyodide} = await runtime;
+    pyodide = await startRuntime(loadPyodide, {_makeSnapshot: true});
+    await installWheel();
+    pyodide.runPython(PRELOAD);
+    const snapshot = pyodide.makeMemorySnapshot();
+    self.postMessage({type: "snapshot", stored: await saveSnapshot(snapshot), bytes: snapshot.byteLength});
+  } catch (error) {
+    self.postMessage({type: "snapshot", stored: false, error: String(error && error.message || error)});
+  }
+}
+
+if (SNAPSHOT === "make") makeSnapshot();
+else boot();
