@@ -1,12 +1,12 @@
 // The second Python of the expert analysis (tensorloupe/web/offload.py: why): a Pyodide of its
 // own that computes a layer's similarities (tensorloupe.gram) while the main worker reads and
-// compares the next layer. Started by worker.mjs when the Experts tab first states an analysis'
-// cost; it never sees a file, only the signatures it is sent.
+// compares the next layer. Started by worker.mjs when an analysis first runs; it never sees a
+// file, only the signatures it is sent.
 //
 // worker.mjs -> here: {type: "boot", wheel: Uint8Array, snapshot}  the library, as worker.mjs has
 //                                                    it, and its memory snapshot (or null)
 //                     {type: "gram", id, data: ArrayBuffer, lengths: [n, ...]}
-// here -> worker.mjs: {type: "ready"} / {type: "failed", message}
+// here -> worker.mjs: {type: "ready", booted: "snapshot" | "fresh"} / {type: "failed", message}
 //                     {id, data: ArrayBuffer} (the Gram's doubles, transferred) / {id, error}
 
 const LIBRARY = "/lib/tensorloupe.whl";
@@ -25,11 +25,14 @@ async function boot(wheel, snapshot) {
     const {loadPyodide} = await import("./pyodide/pyodide.mjs");
     const options = {indexURL: new URL("./pyodide/", import.meta.url).href,
                      stdout: (text) => console.log(text), stderr: (text) => console.warn(text)};
+    let booted = "fresh";
     if (snapshot) {
       // The main worker's snapshot (worker.mjs): the runtime with the library imported.
       try {
         pyodide = await loadPyodide({...options, _loadSnapshot: snapshot});
-      } catch {
+        booted = "snapshot";
+      } catch (error) {
+        console.warn(`the stored snapshot did not restore here (${error && error.message || error}): booting from scratch`);
         pyodide = null;
       }
     }
@@ -42,7 +45,7 @@ if "${LIBRARY}" not in sys.path:
     sys.path.insert(0, "${LIBRARY}")
 `);
     reply = pyodide.pyimport("tensorloupe.web.offload").js_gram_reply;
-    self.postMessage({type: "ready"});
+    self.postMessage({type: "ready", booted});
     for (const message of waiting.splice(0)) answer(message);
   } catch (error) {
     self.postMessage({type: "failed", message: String(error && error.message || error)});

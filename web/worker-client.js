@@ -47,7 +47,11 @@ export function startWorker(hooks) {
       if (data.stored) noteSnapshot();
       return hooks.snapshot?.(data);
     }
-    if (data.type === "helper") return void (document.body.dataset.helper = data.state);
+    if (data.type === "helper") {
+      document.body.dataset.helper = data.state;
+      if (data.booted) document.body.dataset.helperBoot = data.booted;
+      return;
+    }
     const entry = pending.get(data.id);
     if (!entry) return;          // a late reply to a request nobody waits for any more
     if (data.io) hooks.io(data.io);

@@ -250,18 +250,20 @@ self.tensorloupeSlices = async (path, ranges) => {
   return joined.buffer;
 };
 // The expert analysis' second Python (web/compute.mjs; tensorloupe/web/offload.py says why),
-// started when the Experts tab first states an analysis' cost and kept for the page's life. `?helper=0` on this
+// started when an analysis first runs (it helps once it is up: ~1 s from this build's memory
+// snapshot, ~3 s without) and kept for the page's life. `?helper=0` on this
 // script's address (the page passes its own) turns it off: the tests of the single-Python path.
-// The page hears its state: document.body.dataset.helper "starting", "ready" or "failed".
+// The page hears its state: document.body.dataset.helper "starting", "ready" or "failed", and
+// dataset.helperBoot how it booted ("snapshot" or "fresh").
 const HELPER = new URL(self.location.href).searchParams.get("helper") !== "0";
 let helper = null;
 let helperState = "off";
 const helping = new Map();    // request id -> {resolve, reject}
 let helpingId = 0;
 
-function helperSays(state) {
+function helperSays(state, booted = null) {
   helperState = state;
-  self.postMessage({type: "helper", state});
+  self.postMessage({type: "helper", state, booted});
 }
 
 self.tensorloupeHelperAllowed = () => HELPER;
@@ -271,7 +273,7 @@ self.tensorloupeHelperStart = () => {
   helper = new Worker(new URL("./compute.mjs", import.meta.url), {type: "module"});
   helperSays("starting");
   helper.onmessage = ({data}) => {
-    if (data.type === "ready") return helperSays("ready");
+    if (data.type === "ready") return helperSays("ready", data.booted);
     if (data.type === "failed") {
       console.warn(`the second Python did not start (${data.message}): one Python compares every layer`);
       return helperSays("failed");

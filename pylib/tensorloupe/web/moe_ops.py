@@ -76,10 +76,8 @@ class MoEOps:
         return self.analysis
 
     def op_moe_plan(self, args):
-        """What the analysis will read, stated before it runs. The second Python starts now
-        (offload.py): it is ready, or nearly, when the analysis is asked for."""
+        """What the analysis will read, stated before it runs."""
         ckpt = self.current()
-        page_helper()
         plan = redundancy.cost(ckpt, self.detected(), _samples(args)).to_json()
         return {**plan, "file_size": ckpt.size}, []
 

@@ -1,8 +1,8 @@
 """A second Python for the expert analysis: a layer's similarities computed beside this worker.
 
 Comparing the experts of a layer (gram.py) is ~75 % of the analysis in the page, and it runs on
-one core. When the Experts tab states what an analysis would read, the worker starts another
-Pyodide in a worker of its own (web/compute.mjs); the analysis hands it every other layer's
+one core. When an analysis first runs, the worker starts another Pyodide in a worker of its own
+(web/compute.mjs); once it is up, the analysis hands it every other layer's
 signatures (redundancy.GramHelper): it computes that layer's Gram with the same code while this
 worker reads and compares the next layer, so both cores work. The answer is the same bit for bit (the same integers, the same
 Python), and the layers are finished in order.
