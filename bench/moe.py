@@ -11,7 +11,10 @@ the CPython time goes: similarities (gram.py), reads (`read_many`, decoding excl
 (decoding, signatures, profiles, clustering). Wall time and CPU time are both printed: on a shared
 machine the CPU time is the steadier figure.
 
-    python bench/moe.py [--layers 32] [--experts 64]
+    python bench/moe.py [--layers 32] [--experts 64] [--browser [--query helper=0]]
+
+In the page the analysis reads two layers ahead and a second Python (web/compute.mjs) compares
+every other layer once it is up; `--query helper=0` measures it with one Python.
 """
 
 from __future__ import annotations
@@ -122,6 +125,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--experts", type=int, default=64)
     parser.add_argument("--browser", action="store_true", help="also run it in the app in Chromium")
+    parser.add_argument("--query", default="", help="the page's query string in the browser run, "
+                        "e.g. helper=0 (one Python compares every layer)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "moe-32x64.safetensors"
@@ -157,10 +162,10 @@ def main() -> None:
               f"{len(result.recommendations)} drop recommendations")
         print(f"  browser estimate at ~1.5 ms per read: {ckpt.reads() * 1.5e-3:.0f} s of read overhead")
         if args.browser:
-            browser_run(path, experts)
+            browser_run(path, experts, args.query)
 
 
-def browser_run(path: Path, experts: int) -> None:
+def browser_run(path: Path, experts: int, query: str = "") -> None:
     import sys
     import threading
 
@@ -180,7 +185,7 @@ def browser_run(path: Path, experts: int) -> None:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
         page = browser.new_page()
         page.on("console", lambda m: m.type in ("warning", "error") and print("  console:", m.text))
-        page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/" + (f"?{query}" if query else ""))
         page.wait_for_selector("body[data-python=ready]", state="attached", timeout=120_000)
         page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'")
         page.set_input_files("#file-input", str(path))
