@@ -14,7 +14,9 @@ machine the CPU time is the steadier figure.
     python bench/moe.py [--layers 32] [--experts 64] [--browser [--query helper=0]]
 
 In the page the analysis reads two layers ahead and a second Python (web/compute.mjs) compares
-every other layer once it is up; `--query helper=0` measures it with one Python.
+every other layer once it is up (on a first visit it boots from scratch; on a return visit,
+measured too, from the memory snapshot the first stored); `--query helper=0` measures it with
+one Python.
 """
 
 from __future__ import annotations
@@ -163,9 +165,12 @@ def main() -> None:
         print(f"  browser estimate at ~1.5 ms per read: {ckpt.reads() * 1.5e-3:.0f} s of read overhead")
         if args.browser:
             browser_run(path, experts, args.query)
+            if not args.query:
+                print("a return visit (the page reloaded once the first visit stored its memory snapshot):")
+                browser_run(path, experts, return_visit=True)
 
 
-def browser_run(path: Path, experts: int, query: str = "") -> None:
+def browser_run(path: Path, experts: int, query: str = "", return_visit: bool = False) -> None:
     import sys
     import threading
 
@@ -188,6 +193,13 @@ def browser_run(path: Path, experts: int, query: str = "") -> None:
         page.goto(f"http://127.0.0.1:{server.server_address[1]}/" + (f"?{query}" if query else ""))
         page.wait_for_selector("body[data-python=ready]", state="attached", timeout=120_000)
         page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'")
+        if return_visit:
+            # The first visit stores the memory snapshot once the page is idle; the next visit
+            # (and its second Python) boots from it.
+            page.wait_for_selector("body[data-snapshot=stored]", state="attached", timeout=120_000)
+            page.reload()
+            page.wait_for_selector("body[data-python=ready]", state="attached", timeout=120_000)
+            page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'")
         page.set_input_files("#file-input", str(path))
         page.wait_for_function("name => document.body.dataset.model === name", arg=path.name, timeout=hour)
         page.click("#tab-moe")
@@ -200,12 +212,14 @@ def browser_run(path: Path, experts: int, query: str = "") -> None:
         verdict = page.inner_text("#moe-verdict")
         helped = page.get_attribute("#redundancy", "data-helped")
         helper = page.evaluate("document.body.dataset.helper")
+        page_boot = page.evaluate("document.body.dataset.helperBoot")
         browser.close()
     server.shutdown()
     print(f"in the browser (Pyodide, headless Chromium): {elapsed:.1f} s "
           f"({elapsed / experts * 1e3:.1f} ms per expert)")
     print(f"  the page says: {outcome} / {verdict}")
-    print(f"  layers compared by the second Python (web/compute.mjs): {helped} (it is {helper})")
+    booted = page_boot
+    print(f"  layers compared by the second Python (web/compute.mjs): {helped} (it is {helper}, booted {booted})")
 
 
 if __name__ == "__main__":

@@ -294,7 +294,9 @@ self.tensorloupeHelperStart = () => {
 };
 self.tensorloupeHelperGram = (data, lengths) => {
   const id = ++helpingId;
-  const buffer = data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength);
+  // to_js made `data` a copy of its own: its buffer is handed over as it is
+  const whole = data.byteOffset === 0 && data.byteLength === data.buffer.byteLength;
+  const buffer = whole ? data.buffer : data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength);
   return new Promise((resolve, reject) => {
     helping.set(id, {resolve, reject});
     helper.postMessage({id, data: buffer, lengths: [...lengths]}, [buffer]);
