@@ -139,3 +139,16 @@ def test_norms_beyond_the_largest_double_are_infinite():
     *_, gram = gram_steps([[1.5e308] * 4, [1.0, 2.0, 3.0, 4.0]])
     assert gram.norms[0] == math.inf and gram.sums[0] == math.inf
     assert gram.norms[1] == math.sqrt(30.0) and gram.sums[1] == 10.0
+
+
+def test_both_dot_products_are_exact_and_equal():
+    """math.sumprod (Pyodide's 3.12+) and sum(map(mul)) (CPython 3.11) give the same integers."""
+    import random
+    from tensorloupe import gram
+    rng = random.Random(8)
+    a = [rng.getrandbits(25) for _ in range(3000)]
+    b = [rng.getrandbits(64 * 65) for _ in range(3000)]
+    exact = sum(x * y for x, y in zip(a, b))
+    assert gram._map_dot(a, b) == exact
+    if hasattr(math, "sumprod"):
+        assert gram._dot(a, b) == exact

@@ -14,10 +14,11 @@ done on integers, a whole row of dot products per C-level loop:
     a last field holding 1 (a product's last field is then the sum of the multiplier's values,
     which removes the offset h); the doubles' exponent bits, the same in every column, are one
     constant subtracted from each packed integer;
-  * products: row i's dot products with the vectors after it are `sum(map(mul, q_i, packed))`, a
-    C loop of small-by-large integer products whose 64-bit fields never carry into each other (a
-    field sums `length` products below 2**(2 * BITS), and BITS is chosen so that this stays below
-    2**64). Only the upper triangle is computed: rows come in blocks of BLOCK_ROWS, multiplied by
+  * products: row i's dot products with the vectors after it are `sum(map(mul, q_i, packed))`
+    (`math.sumprod` where Python has it), a C loop of small-by-large integer products whose
+    64-bit fields never carry into each other (a field sums `length` products below
+    2**(2 * BITS), and BITS is chosen so that this stays below 2**64). Only the upper triangle
+    is computed: rows come in blocks of BLOCK_ROWS, multiplied by
     the packed integers shifted to the fields of the block's own and later vectors (a product's
     cost grows with its size, ~1 digit step per 30 bits in CPython and in Pyodide alike, whose
     ints also have 30-bit digits).
@@ -56,6 +57,15 @@ MAX_LENGTH = 1 << 32
 EXTREME_EXPONENT = 900
 _MANTISSA = 52
 _DOUBLE = struct.Struct("<d")
+
+
+def _map_dot(a: list[int], b: list[int]) -> int:
+    return sum(map(operator.mul, a, b))
+
+
+# A row's dot products: math.sumprod (Python 3.12+, so Pyodide) is one C loop, ~10% faster in
+# wasm than sum(map(mul)); on integers both are exact, so the answer is the same bit for bit.
+_dot = getattr(math, "sumprod", None) or _map_dot
 
 
 def value_bits(length: int) -> int:
@@ -124,7 +134,7 @@ def gram_steps(vectors: list[list[float]]) -> Iterator[Gram | None]:
         block = list(map(operator.rshift, packed, repeat(64 * start))) if start else packed
         width = 8 * (stride - start)
         for i in range(start, min(n, start + BLOCK_ROWS)):
-            raw = sum(map(operator.mul, multipliers[i], block)).to_bytes(width, "little")
+            raw = _dot(multipliers[i], block).to_bytes(width, "little")
             fields.append(struct.unpack_from(f"<{stride - i}Q", raw, 8 * (i - start)))
         yield None
     cosines, squares = _matrix(fields, half, length)
