@@ -7,9 +7,10 @@ reads every slice in reader threads (`tensorloupeSlices` in web/worker.mjs, web/
 buffer back that `split` cuts into the ranges' bytes), and Python waits for it in one suspension
 (JSPI: `pyodide.ffi.run_sync`, possible when the worker entered Python with `callPromising`). A
 planner that knows its next reads early says so (`prefetch`): they are started at once and
-awaited when they are read, so they arrive while Python computes. Where the browser has no JSPI, or the worker was told
-not to use it (`?jspi=0`, for the tests of this fallback), `can_run_sync()` is False and the
-ranges are read one at a time as before, through the same mount.
+awaited when they are read, so they arrive while Python computes. Where the browser has no
+JSPI, or the worker was told not to use it (`?jspi=0`, for the tests of this fallback),
+`can_run_sync()` is False and the ranges are read one at a time as before, through the same
+mount.
 
 The transport is a parameter so that this module is tested in CPython; only `js_slices` touches
 JavaScript.

@@ -2,10 +2,10 @@
 
 Comparing the experts of a layer (gram.py) is ~75 % of the analysis in the page, and it runs on
 one core. When an analysis first runs, the worker starts another Pyodide in a worker of its own
-(web/compute.mjs); once it is up, the analysis hands it every other layer's
-signatures (redundancy.GramHelper): it computes that layer's Gram with the same code while this
-worker reads and compares the next layer, so both cores work. The answer is the same bit for bit (the same integers, the same
-Python), and the layers are finished in order.
+(web/compute.mjs); once it is up, the analysis hands it every other layer's signatures
+(redundancy.GramHelper): it computes that layer's Gram with the same code while this worker
+reads and compares the next layer, so both cores work. The answer is the same bit for bit (the
+same integers, the same Python), and the layers are finished in order.
 
 Signatures go over as raw doubles and the Gram comes back as raw doubles (`encode_vectors`,
 `gram_reply`, `decode_gram`, tested in CPython), so no value is rounded on the way. Only
