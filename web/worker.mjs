@@ -203,8 +203,8 @@ const isJson = (url) => new URL(url).pathname.toLowerCase().endsWith(".json");
 // Python's vectored reads (web/blobs.py, web/remote.py): every slice or Range request started
 // together; Python waits for all of them in one suspension (run_sync), or starts them early and
 // waits later (a prefetch: blobs.py). A File's slices are cut and read by SLICERS workers
-// (web/slicer.js: why), each taking a share of the ranges, and joined into one buffer for Python
-// to take (one copy into Python instead of one conversion per slice).
+// (web/slicer.js: why), each taking a share of the ranges and answering with one buffer of its
+// slices (one copy into Python per share instead of one conversion per slice).
 const SLICERS = 2;
 const MIN_SLICES_TO_SHARE = 64;   // fewer are read by one slicer: a message costs more than they do
 const slicers = [];
@@ -239,15 +239,7 @@ self.tensorloupeSlices = async (path, ranges) => {
   const per = Math.ceil(ranges.length / shares);
   const parts = [];
   for (let k = 0; k < shares; k++) parts.push(slicedBy(k, file, ranges.slice(k * per, (k + 1) * per)));
-  const buffers = await Promise.all(parts);
-  if (buffers.length === 1) return buffers[0];
-  const joined = new Uint8Array(buffers.reduce((total, b) => total + b.byteLength, 0));
-  let at = 0;
-  for (const buffer of buffers) {
-    joined.set(new Uint8Array(buffer), at);
-    at += buffer.byteLength;
-  }
-  return joined.buffer;
+  return Promise.all(parts);        // the shares' bytes, in order: Python joins them
 };
 // The expert analysis' second Python (web/compute.mjs; tensorloupe/web/offload.py says why),
 // started when an analysis first runs (it helps once it is up: ~1 s from this build's memory

@@ -3,14 +3,14 @@
 A dropped file is mounted with WORKERFS, where every read is a synchronous FileReaderSync call
 costing ~1-1.5 ms whatever its size: a heatmap lattice of 256 rows took ~330 ms of reads alone.
 When the planners know several ranges at once (`ByteSource.read_many`), the worker's JavaScript
-reads every slice in reader threads (`tensorloupeSlices` in web/worker.mjs, web/slicer.js: one
-buffer back that `split` cuts into the ranges' bytes), and Python waits for it in one suspension
-(JSPI: `pyodide.ffi.run_sync`, possible when the worker entered Python with `callPromising`). A
-planner that knows its next reads early says so (`prefetch`): they are started at once and
-awaited when they are read, so they arrive while Python computes. Where the browser has no
-JSPI, or the worker was told not to use it (`?jspi=0`, for the tests of this fallback),
-`can_run_sync()` is False and the ranges are read one at a time as before, through the same
-mount.
+reads every slice in reader threads (`tensorloupeSlices` in web/worker.mjs, web/slicer.js: a
+buffer back from each, joined, that `split` cuts into the ranges' bytes), and Python waits for
+them in one suspension (JSPI: `pyodide.ffi.run_sync`, possible when the worker entered Python
+with `callPromising`). A planner that knows its next reads early says so (`prefetch`): they are
+started at once and awaited when they are read, so they arrive while Python computes. Where the
+browser has no JSPI, or the worker was told not to use it (`?jspi=0`, for the tests of this
+fallback), `can_run_sync()` is False and the ranges are read one at a time as before, through
+the same mount.
 
 The transport is a parameter so that this module is tested in CPython; only `js_slices` touches
 JavaScript.
@@ -105,7 +105,8 @@ def js_start_slices(path: str, ranges: list[tuple[int, int]]):
     def wait() -> list[bytes] | None:
         if not can_run_sync():       # a prefetch taken where it cannot be awaited: read again
             return None
-        return split(run_sync(reading).to_bytes(), [n for _, n in ranges])
+        shares = run_sync(reading)      # one buffer per reader thread, in order
+        return split(b"".join(share.to_bytes() for share in shares), [n for _, n in ranges])
     return wait
 
 
