@@ -269,3 +269,51 @@ def test_the_helpers_gram_is_the_same_bit_for_bit():
     with pytest.raises(ValueError, match="holds 3 values, not 8"):
         offload.decode_gram(bytes(24), 2)
     assert offload.page_helper() is None            # CPython: the analysis compares every layer itself
+
+
+def test_a_failed_helper_layer_is_compared_here():
+    """The second Python's worker died or answered wrongly: the layer is compared by this one,
+    and the analysis has the same numbers as without a helper."""
+    from tensorloupe.gram import gram_steps
+    from tensorloupe.web import offload
+
+    class Js:
+        started = 0
+
+        def tensorloupeHelperStart(self):
+            self.started += 1
+
+        def tensorloupeHelperReady(self):
+            return True
+
+        def tensorloupeHelperGram(self, data, lengths):
+            return ("answer", bytes(data), list(lengths))
+
+    class Died(Exception):
+        pass
+
+    def dead(promise):
+        raise Died("the second Python failed")
+
+    class Short:
+        def to_bytes(self):
+            return bytes(16)          # too few values for the answer
+
+    vectors = [[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [1.0, 2.0, 3.5]]
+    *_, want = gram_steps(vectors)
+    js = Js()
+    for wait_for in (dead, lambda promise: Short()):
+        helper = offload.PageHelper(js, wait_for=wait_for)
+        assert helper.ready()
+        assert helper.start(vectors)() == want
+    assert js.started == 2
+
+    def answered(promise):
+        _, data, lengths = promise
+        reply = offload.gram_reply(data, lengths)
+
+        class Buffer:
+            def to_bytes(self):
+                return reply
+        return Buffer()
+    assert offload.PageHelper(js, wait_for=answered).start(vectors)() == want
