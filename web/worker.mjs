@@ -208,28 +208,35 @@ const isJson = (url) => new URL(url).pathname.toLowerCase().endsWith(".json");
 const SLICERS = 2;
 const MIN_SLICES_TO_SHARE = 64;   // fewer are read by one slicer: a message costs more than they do
 const slicers = [];
-const slicing = new Map();        // request id -> {resolve, reject}
-let slicingId = 0;
 
-function slicer(k) {
-  if (!slicers[k]) {
-    slicers[k] = new Worker(new URL("./slicer.js", import.meta.url));
-    slicers[k].onmessage = ({data}) => {
-      const pending = slicing.get(data.id);
-      slicing.delete(data.id);
-      if (data.error !== undefined) pending.reject(new Error(data.error));
-      else pending.resolve(data.buffer);
-    };
-  }
-  return slicers[k];
+// Requests to a worker that answers each with {id, data} or {id, error}: `ask(message,
+// transfer)` is a promise of the answer's data; other messages go to `other`. (The slicers and
+// the second Python.)
+function asker(worker, other = () => {}) {
+  const waiting = new Map();
+  let last = 0;
+  worker.onmessage = ({data: answer}) => {
+    const pending = waiting.get(answer.id);
+    if (!pending) return other(answer);
+    waiting.delete(answer.id);
+    if (answer.error !== undefined) pending.reject(new Error(answer.error));
+    else pending.resolve(answer.data);
+  };
+  const ask = (message, transfer = []) => new Promise((resolve, reject) => {
+    const id = ++last;
+    waiting.set(id, {resolve, reject});
+    worker.postMessage({...message, id}, transfer);
+  });
+  ask.failAll = (error) => {
+    for (const pending of waiting.values()) pending.reject(error);
+    waiting.clear();
+  };
+  return ask;
 }
 
-function slicedBy(k, file, ranges) {
-  const id = ++slicingId;
-  return new Promise((resolve, reject) => {
-    slicing.set(id, {resolve, reject});
-    slicer(k).postMessage({id, file, ranges});
-  });
+function slicer(k) {
+  slicers[k] ??= asker(new Worker(new URL("./slicer.js", import.meta.url)));
+  return slicers[k];
 }
 
 self.tensorloupeSlices = async (path, ranges) => {
@@ -238,7 +245,7 @@ self.tensorloupeSlices = async (path, ranges) => {
   const shares = ranges.length < MIN_SLICES_TO_SHARE ? 1 : SLICERS;
   const per = Math.ceil(ranges.length / shares);
   const parts = [];
-  for (let k = 0; k < shares; k++) parts.push(slicedBy(k, file, ranges.slice(k * per, (k + 1) * per)));
+  for (let k = 0; k < shares; k++) parts.push(slicer(k)({file, ranges: ranges.slice(k * per, (k + 1) * per)}));
   return Promise.all(parts);        // the shares' bytes, in order: Python joins them
 };
 // The expert analysis' second Python (web/compute.mjs; tensorloupe/web/offload.py says why),
@@ -248,10 +255,8 @@ self.tensorloupeSlices = async (path, ranges) => {
 // The page hears its state: document.body.dataset.helper "starting", "ready" or "failed", and
 // dataset.helperBoot how it booted ("snapshot" or "fresh").
 const HELPER = new URL(self.location.href).searchParams.get("helper") !== "0";
-let helper = null;
+let helper = null;           // asker() of the second Python's worker, once started
 let helperState = "off";
-const helping = new Map();    // request id -> {resolve, reject}
-let helpingId = 0;
 
 function helperSays(state, booted = null) {
   helperState = state;
@@ -262,37 +267,29 @@ self.tensorloupeHelperAllowed = () => HELPER;
 self.tensorloupeHelperReady = () => helperState === "ready";
 self.tensorloupeHelperStart = () => {
   if (helper || !HELPER) return;
-  helper = new Worker(new URL("./compute.mjs", import.meta.url), {type: "module"});
-  helperSays("starting");
-  helper.onmessage = ({data}) => {
-    if (data.type === "ready") return helperSays("ready", data.booted);
-    if (data.type === "failed") {
-      console.warn(`the second Python did not start (${data.message}): one Python compares every layer`);
-      return helperSays("failed");
+  const worker = new Worker(new URL("./compute.mjs", import.meta.url), {type: "module"});
+  helper = asker(worker, (message) => {
+    if (message.type === "ready") return helperSays("ready", message.booted);
+    if (message.type === "failed") {
+      console.warn(`the second Python did not start (${message.message}): one Python compares every layer`);
+      helperSays("failed");
     }
-    const pending = helping.get(data.id);
-    helping.delete(data.id);
-    if (data.error !== undefined) pending.reject(new Error(data.error));
-    else pending.resolve(data.data);
-  };
-  helper.onerror = (event) => {
+  });
+  helperSays("starting");
+  worker.onerror = (event) => {
     helperSays("failed");
-    for (const pending of helping.values()) pending.reject(new Error(event.message || "the second Python failed"));
-    helping.clear();
+    helper.failAll(new Error(event.message || "the second Python failed"));
   };
   // It boots from this build's memory snapshot where one is stored (~1 s instead of ~3 s).
+  if (!wheelBytes) fetchWheel();
   Promise.all([wheelBytes, SNAPSHOTS ? savedSnapshot() : null])
-    .then(([wheel, snapshot]) => helper.postMessage({type: "boot", wheel, snapshot}), () => helperSays("failed"));
+    .then(([wheel, snapshot]) => worker.postMessage({type: "boot", wheel, snapshot}), () => helperSays("failed"));
 };
 self.tensorloupeHelperGram = (data, lengths) => {
-  const id = ++helpingId;
   // to_js made `data` a copy of its own: its buffer is handed over as it is
   const whole = data.byteOffset === 0 && data.byteLength === data.buffer.byteLength;
   const buffer = whole ? data.buffer : data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength);
-  return new Promise((resolve, reject) => {
-    helping.set(id, {resolve, reject});
-    helper.postMessage({id, data: buffer, lengths: [...lengths]}, [buffer]);
-  });
+  return helper({data: buffer, lengths: [...lengths]}, [buffer]);
 };
 self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, last]) => {
   const controller = new AbortController();

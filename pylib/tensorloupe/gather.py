@@ -142,17 +142,8 @@ def gather_windows(windows: Iterable[tuple[Tensor, int, int]],
     batch, so a sample's 32 windows, an expert's signature or the next chunks of an exact
     statistic are all in flight together. Values are decoded one window at a time as they are
     taken (a batch holds bytes, not millions of decoded floats)."""
-    batch: list = []
-    held = 0
-    for window in windows:
-        plan = _plan(*window)
-        size = sum(n for _, n in plan[-1]) if plan[-1] else 0
-        if batch and held + size > batch_bytes:
-            yield from _read_plans(batch)
-            batch, held = [], 0
-        batch.append(plan)
-        held += size
-    yield from _read_plans(batch)
+    for batch in _batches(windows, batch_bytes):
+        yield from _read_plans(batch)
 
 
 def prefetch_windows(windows: Iterable[tuple[Tensor, int, int]],
@@ -160,19 +151,25 @@ def prefetch_windows(windows: Iterable[tuple[Tensor, int, int]],
     """Tell the sources that `gather_windows(windows)` comes next (`ByteSource.prefetch`): its
     first batch of reads is started now, where a source can (a browser File), and taken when
     `gather_windows` reads it; meanwhile the caller computes."""
-    by_source: dict[int, tuple] = {}
-    held, planned = 0, False
-    for window in windows:     # the first batch, cut where gather_windows cuts it
-        *_, ranges = _plan(*window)
-        size = sum(n for _, n in ranges) if ranges else 0
-        if planned and held + size > batch_bytes:
-            break
-        planned, held = True, held + size
-        if ranges:
-            tensor = window[0]
-            by_source.setdefault(id(tensor.source), (tensor.source, []))[1].extend(ranges)
-    for source, ranges in by_source.values():
+    first = next(_batches(windows, batch_bytes))
+    for source, ranges in _ranges_by_source(first).values():
         source.prefetch(ranges)
+
+
+def _batches(windows, batch_bytes: int) -> Iterator[list]:
+    """The windows' plans (`_plan`) in batches of up to `batch_bytes` (at least one plan each;
+    no windows: one empty batch)."""
+    batch: list = []
+    held = 0
+    for window in windows:
+        plan = _plan(*window)
+        size = sum(n for _, n in plan[-1]) if plan[-1] else 0
+        if batch and held + size > batch_bytes:
+            yield batch
+            batch, held = [], 0
+        batch.append(plan)
+        held += size
+    yield batch
 
 
 def _plan(tensor: Tensor, start: int, count: int):
@@ -191,12 +188,18 @@ def _plan(tensor: Tensor, start: int, count: int):
     return tensor, start, count, first, ranges
 
 
-def _read_plans(plans: list) -> Iterator[list]:
+def _ranges_by_source(plans: list) -> dict[int, tuple]:
+    """id(source) -> (source, every range the plans read from it, in order)."""
     by_source: dict[int, tuple] = {}
     for tensor, *_, ranges in plans:
         if ranges:
             by_source.setdefault(id(tensor.source), (tensor.source, []))[1].extend(ranges)
-    data = {key: iter(source.read_many(ranges)) for key, (source, ranges) in by_source.items()}
+    return by_source
+
+
+def _read_plans(plans: list) -> Iterator[list]:
+    data = {key: iter(source.read_many(ranges))
+            for key, (source, ranges) in _ranges_by_source(plans).items()}
     for tensor, start, count, first, ranges in plans:
         if ranges is None:
             yield gather(tensor, storage_positions(tensor, range(start, start + count)))

@@ -137,10 +137,9 @@ def gram_steps(vectors: list[list[float]]) -> Iterator[Gram | None]:
             raw = _dot(multipliers[i], block).to_bytes(width, "little")
             fields.append(struct.unpack_from(f"<{stride - i}Q", raw, 8 * (i - start)))
         yield None
-    cosines, squares = _matrix(fields, half, length)
-    totals = [row[-1] - length * half for row in fields]      # sum(q_i - h)
+    cosines, squares, totals = _matrix(fields, half, length)
     yield Gram(cosines, [_scaled(math.sqrt(q), shift) for q, shift in zip(squares, shifts)],
-               [_scaled(float(t), shift) for t, shift in zip(totals, shifts)])
+               [_scaled(float(t - length * half), shift) for t, shift in zip(totals, shifts)])
 
 
 def _fixed(v: list[float], bits: int) -> tuple[list[float], float, int]:
@@ -177,7 +176,8 @@ def _bits(x: float) -> int:
     return int.from_bytes(_DOUBLE.pack(x), "little")
 
 
-def _matrix(fields: list[tuple[int, ...]], half: int, length: int) -> tuple[list[list[float]], list[int]]:
+def _matrix(fields: list[tuple[int, ...]], half: int, length: int):
+    """The cosines, and each vector's sum((q_i - h)**2) and sum(q_i)."""
     n = len(fields)
     totals = [row[-1] for row in fields]             # sum(q_i)
     offset = length * half * half
@@ -189,7 +189,7 @@ def _matrix(fields: list[tuple[int, ...]], half: int, length: int) -> tuple[list
     for i, row in enumerate(dots):
         for j in range(i + 1, n):
             matrix[i][j] = matrix[j][i] = _cosine(row[j - i], squares[i], squares[j])
-    return matrix, squares
+    return matrix, squares, totals
 
 
 def _cosine(dot: int, a: int, b: int) -> float:
