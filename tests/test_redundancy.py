@@ -222,12 +222,13 @@ def test_expert_profiles_match_numpy_on_the_signature():
 
 
 class InPlaceHelper:
-    """A GramHelper that answers when it is waited for (the page's runs in another worker):
-    ready from the `ready_from`-th time it is asked."""
+    """A GramHelper computing in this thread (the page's runs in another worker): ready from the
+    `ready_from`-th time it is asked; its answers are there at once (`at_once`), as from a helper
+    faster than this thread, or only when waited for, as from one that never catches up."""
 
-    def __init__(self, ready_from: int = 0):
+    def __init__(self, ready_from: int = 0, at_once: bool = False):
         self.asked = self.started = self.waited = 0
-        self.ready_from = ready_from
+        self.ready_from, self.at_once = ready_from, at_once
 
     def ready(self):
         self.asked += 1
@@ -237,12 +238,17 @@ class InPlaceHelper:
         from tensorloupe.gram import gram_steps
         self.started += 1
         copies = [list(v) for v in vectors]
+        helper = self
 
-        def wait():
-            self.waited += 1
-            *_, gram = gram_steps(copies)
-            return gram
-        return wait
+        class Handed:
+            def done(self):
+                return helper.at_once
+
+            def __call__(self):
+                helper.waited += 1
+                *_, gram = gram_steps(copies)
+                return gram
+        return Handed()
 
 
 def wide_moe_bytes(layers: int = 5) -> bytes:
@@ -256,18 +262,24 @@ def wide_moe_bytes(layers: int = 5) -> bytes:
     return np_save(tensors)
 
 
-@pytest.mark.parametrize("ready_from", [0, 2, 9])
-def test_a_helper_compares_every_other_layer_and_changes_nothing(ready_from):
-    from tensorloupe.redundancy import analyse_steps
+@pytest.mark.parametrize("ready_from, at_once, helped", [
+    (0, True, 4),      # a fast helper takes every layer but the last (nothing goes on beside it)
+    (0, False, 2),     # a slow one holds two (HELPER_LAYERS); this thread compares the rest
+    (2, True, 2),      # ready from the third layer: layers 2 and 3
+    (9, True, 0),      # never ready
+])
+def test_a_helper_compares_the_layers_it_can_hold_and_changes_nothing(ready_from, at_once, helped):
+    from tensorloupe.redundancy import HELPER_LAYERS, analyse_steps
+    assert HELPER_LAYERS == 2
     data = wide_moe_bytes()
     want = analyse(tensorloupe.open(data))
-    helper = InPlaceHelper(ready_from)
-    *_, (done, total, got) = analyse_steps(tensorloupe.open(data), helper=helper)
+    helper = InPlaceHelper(ready_from, at_once)
+    for done, total, got in analyse_steps(tensorloupe.open(data), helper=helper):
+        # finished in order, whichever thread compared them
+        assert [layer.index for layer in got.layers] == list(range(len(got.layers)))
     assert got.to_json() == want.to_json() and (done, total) == (30, 30)
     assert [layer.index for layer in got.layers] == [0, 1, 2, 3, 4]
-    # Ready at once: layers 0 and 2 go to the helper; ready from the third layer: layer 2 only.
-    # Never the last layer: nothing would go on beside it.
-    assert got.helped == helper.started == helper.waited == {0: 2, 2: 1, 9: 0}[ready_from]
+    assert got.helped == helper.started == helper.waited == helped
     assert want.helped == 0
 
 

@@ -289,7 +289,10 @@ self.tensorloupeHelperGram = (data, lengths) => {
   // to_js made `data` a copy of its own: its buffer is handed over as it is
   const whole = data.byteOffset === 0 && data.byteLength === data.buffer.byteLength;
   const buffer = whole ? data.buffer : data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength);
-  return helper({data: buffer, lengths: [...lengths]}, [buffer]);
+  // `settled` lets Python see, without waiting, that the answer is here (offload.Handed.done)
+  const handed = {answer: helper({data: buffer, lengths: [...lengths]}, [buffer]), settled: false};
+  handed.answer.then(() => { handed.settled = true; }, () => { handed.settled = true; });
+  return handed;
 };
 self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, last]) => {
   const controller = new AbortController();

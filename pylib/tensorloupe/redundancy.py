@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import sys
 from array import array
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
@@ -45,6 +46,11 @@ DEFAULT_THRESHOLD = 0.9
 SIGNATURE_WINDOWS = 4
 # Layers whose signature reads are started ahead of the one being compared (ByteSource.prefetch).
 PREFETCH_LAYERS = 2
+# Layers a helper (GramHelper) may hold at once: the one it compares and one queued behind it,
+# so that it never waits for the next. It takes a layer whenever it holds fewer, so the share of
+# layers it compares follows the two threads' speeds (comparing is ~3/4 of a layer's cost, and
+# only this thread measures).
+HELPER_LAYERS = 2
 # Similarities closer than this many decimal digits rank as equal (see _tie).
 TIE_DIGITS = 9
 
@@ -158,11 +164,22 @@ def analyse_steps(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
     and its `bytes_read` counts every byte read up to this step; the last one is the whole
     analysis. A model without experts yields once: (0, 0, an empty analysis). Arguments are
     checked and the experts found now, before the first step. A `helper` (the page's second
-    Python) compares the experts of every other layer while this one goes on with the next."""
+    Python) compares the experts of the layers it is handed while this one goes on with the
+    next (HELPER_LAYERS says which)."""
     if not 0 < samples_per_matrix:
         raise UsageError("samples_per_matrix must be positive")
     found = detect(checkpoint, config)
     return _steps(checkpoint, found, threshold, samples_per_matrix, helper)
+
+
+class Handover(Protocol):
+    """A layer handed to a GramHelper: its Gram, once the helper has answered."""
+
+    def done(self) -> bool:
+        """Whether the answer is here (calling would not wait)."""
+
+    def __call__(self) -> Gram:
+        """The layer's Gram (waits for it)."""
 
 
 class GramHelper(Protocol):
@@ -173,8 +190,8 @@ class GramHelper(Protocol):
     def ready(self) -> bool:
         """Whether it can take a layer now (it may still be starting)."""
 
-    def start(self, vectors: list[list[float]]) -> Callable[[], Gram]:
-        """Hand it a layer's signatures; returns the function that waits for its Gram."""
+    def start(self, vectors: list[list[float]]) -> Handover:
+        """Hand it a layer's signatures (it queues them behind the layers it holds)."""
 
 
 def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
@@ -200,7 +217,23 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
     # ahead, and the bytes their prefetch counted (a File counts reads when it starts them).
     upcoming = [(*_signature_windows(checkpoint, layer, samples_per_matrix), 0)
                 for layer in found.layers[:1]]
-    handed = None      # the layer the helper is comparing: (layer, signatures, bytes read, wait)
+    # Layers measured and not yet in `layers` (they are added in order): (layer, signatures,
+    # bytes read, its Handover) while the helper holds it, (layer, None, None, its analysis) once
+    # compared here.
+    waiting: deque = deque()
+
+    def add_finished(wait: bool) -> None:
+        nonlocal helped
+        while waiting:
+            layer, signatures, bytes_read, handed = waiting[0]
+            if signatures is not None:
+                if not wait and not handed.done():
+                    return
+                handed = finish(layer, signatures, handed(), bytes_read)
+                helped += 1
+            waiting.popleft()
+            layers.append(handed)
+
     for number, layer in enumerate(found.layers):
         windows, per_expert, prefetched = upcoming.pop(0)
         before = checkpoint.bytes_read()
@@ -219,22 +252,18 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
             before = checkpoint.bytes_read()
             prefetch_windows(planned[0])
             upcoming.append((*planned, checkpoint.bytes_read() - before))
-        if not last:
-            if helper is not None and handed is None and helper.ready():
-                # The helper compares this layer's experts while this thread reads and compares
-                # the next one's; they are finished in order.
-                handed = (layer, signatures, bytes_read, helper.start(signatures))
-                continue
-        gram = None
-        for gram in gram_steps(signatures):
-            # Comparing experts is a few steps (gram.py): a cancel may arrive between them.
-            yield done, total, so_far()
-        if handed is not None:
-            earlier, earlier_signatures, earlier_bytes, wait = handed
-            handed = None
-            layers.append(finish(earlier, earlier_signatures, wait(), earlier_bytes))
-            helped += 1
-        layers.append(finish(layer, signatures, gram, bytes_read))
+        held = sum(1 for entry in waiting if entry[1] is not None and not entry[3].done())
+        if helper is not None and not last and held < HELPER_LAYERS and helper.ready():
+            # The helper compares this layer's experts while this thread measures the next
+            # layers, and compares them itself whenever the helper already holds enough.
+            waiting.append((layer, signatures, bytes_read, helper.start(signatures)))
+        else:
+            gram = None
+            for gram in gram_steps(signatures):
+                # Comparing experts is a few steps (gram.py): a cancel may arrive between them.
+                yield done, total, so_far()
+            waiting.append((layer, None, None, finish(layer, signatures, gram, bytes_read)))
+        add_finished(wait=last)
         yield done, total, so_far()
 
 

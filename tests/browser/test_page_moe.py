@@ -423,7 +423,8 @@ def test_cancel_mid_way_then_run_to_the_end(app, wide):
 
 def check_helped_run(app, wide) -> None:
     """Once the second Python is ready (web/compute.mjs, started by the first run), it compares
-    layers 1 and 3 of 4 while the worker goes on, and everything shown is what CPython computes,
+    the layers it is handed while the worker goes on (layers 0 and 1 of 4, and 2 as well if one
+    of them is back by then: never the last), and everything shown is what CPython computes,
     bit for bit."""
     page = app.page
     app.open_file(wide)
@@ -432,7 +433,7 @@ def check_helped_run(app, wide) -> None:
     assert page.evaluate("document.body.dataset.helper") in ("starting", "ready")
     page.wait_for_selector("body[data-helper=ready]", state="attached", timeout=120_000)
     run_analysis(app)
-    assert page.get_attribute("#redundancy", "data-helped") == "2"
+    assert page.get_attribute("#redundancy", "data-helped") in ("2", "3")
     want = redundancy.analyse(tensorloupe.open(wide))
     assert all_recommendations(app) == [r.text for r in want.recommendations]
     for position, layer in enumerate(want.layers):

@@ -2,10 +2,11 @@
 
 Comparing the experts of a layer (gram.py) is ~75 % of the analysis in the page, and it runs on
 one core. When an analysis first runs, the worker starts another Pyodide in a worker of its own
-(web/compute.mjs); once it is up, the analysis hands it every other layer's signatures
-(redundancy.GramHelper): it computes that layer's Gram with the same code while this worker
-reads and compares the next layer, so both cores work. The answer is the same bit for bit (the
-same integers, the same Python), and the layers are finished in order.
+(web/compute.mjs); once it is up, the analysis hands it a layer's signatures whenever it holds
+fewer than two (redundancy.GramHelper, HELPER_LAYERS): it computes that layer's Gram with the
+same code while this worker measures and compares the next layers, so both cores work. The
+answer is the same bit for bit (the same integers, the same Python), and the layers are
+finished in order.
 
 Signatures go over as raw doubles and the Gram comes back as raw doubles (`encode_vectors`,
 `gram_reply`, `decode_gram`, tested in CPython), so no value is rounded on the way. Only
@@ -71,25 +72,35 @@ class PageHelper:
     def ready(self) -> bool:
         return bool(self._js.tensorloupeHelperReady())
 
-    def start(self, vectors: list[list[float]]) -> Callable[[], Gram]:
+    def start(self, vectors: list[list[float]]) -> "Handed":
         data, lengths = encode_vectors(vectors)
-        answer = self._js.tensorloupeHelperGram(_to_js(memoryview(data)), _to_js(lengths))
-
-        def wait() -> Gram:
-            try:
-                return decode_gram(self._await(answer).to_bytes(), len(vectors))
-            except Exception:
-                # The helper failed (its worker died, or its answer is wrong): this layer is
-                # compared here, so the analysis is still whole and still the same numbers.
-                *_, gram = gram_steps(vectors)
-                return gram
-        return wait
+        return Handed(self, vectors, self._js.tensorloupeHelperGram(_to_js(memoryview(data)), _to_js(lengths)))
 
     def _await(self, promise):
         if self._wait_for is not None:
             return self._wait_for(promise)
         from pyodide.ffi import run_sync
         return run_sync(promise)
+
+
+class Handed:
+    """A layer the helper holds (redundancy.Handover). `handed` is worker.mjs's
+    {answer: a promise of the Gram's bytes, settled: whether it has come}."""
+
+    def __init__(self, helper: PageHelper, vectors: list[list[float]], handed):
+        self._helper, self._vectors, self._handed = helper, vectors, handed
+
+    def done(self) -> bool:
+        return bool(self._handed.settled)
+
+    def __call__(self) -> Gram:
+        try:
+            return decode_gram(self._helper._await(self._handed.answer).to_bytes(), len(self._vectors))
+        except Exception:
+            # The helper failed (its worker died, or its answer is wrong): this layer is
+            # compared here, so the analysis is still whole and still the same numbers.
+            *_, gram = gram_steps(self._vectors)
+            return gram
 
 
 def _to_js(value):
