@@ -13,10 +13,10 @@ machine the CPU time is the steadier figure.
 
     python bench/moe.py [--layers 32] [--experts 64] [--browser [--query helper=0]]
 
-In the page the analysis reads two layers ahead and a second Python (web/compute.mjs) compares
-every other layer once it is up (on a first visit it boots from scratch; on a return visit,
-measured too, from the memory snapshot the first stored); `--query helper=0` measures it with
-one Python.
+In the page the analysis reads two layers ahead and a second Python (web/compute.mjs) measures
+a layer, from the bytes the worker read for it, whenever it holds fewer than two, once it is up
+(on a first visit it boots from scratch; on a return visit, measured too, from the memory
+snapshot the first stored); `--query helper=0` measures it with one Python.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def browser_run(path: Path, experts: int, query: str = "", return_visit: bool = 
           f"({elapsed / experts * 1e3:.1f} ms per expert)")
     print(f"  the page says: {outcome} / {verdict}")
     booted = page_boot
-    print(f"  layers compared by the second Python (web/compute.mjs): {helped} (it is {helper}, booted {booted})")
+    print(f"  layers measured by the second Python (web/compute.mjs): {helped} (it is {helper}, booted {booted})")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """Expert redundancy from weights alone: the planted pairs are found, nothing else, cheaply."""
 
+import math
+
 import pytest
 from safetensors.numpy import save as np_save
 import numpy as np
 
 import tensorloupe
 from tensorloupe.errors import Cancelled
+from tensorloupe.moe import detect
 from tensorloupe.redundancy import analyse
 
 PAIRS = [[0, 4], [1, 5], [2, 6], [3, 7]]
@@ -222,9 +225,9 @@ def test_expert_profiles_match_numpy_on_the_signature():
 
 
 class InPlaceHelper:
-    """A GramHelper computing in this thread (the page's runs in another worker): ready from the
-    `ready_from`-th time it is asked; its answers are there at once (`at_once`), as from a helper
-    faster than this thread, or only when waited for, as from one that never catches up."""
+    """A LayerHelper measuring in this thread (the page's runs in another worker): ready from
+    the `ready_from`-th time it is asked; its answers are there at once (`at_once`), as from a
+    helper faster than this thread, or only when waited for, as from one that never catches up."""
 
     def __init__(self, ready_from: int = 0, at_once: bool = False):
         self.asked = self.started = self.waited = 0
@@ -234,10 +237,10 @@ class InPlaceHelper:
         self.asked += 1
         return self.asked > self.ready_from
 
-    def start(self, vectors):
-        from tensorloupe.gram import gram_steps
+    def start(self, windows, per_expert):
+        from tensorloupe.redundancy import measure_bytes
         self.started += 1
-        copies = [list(v) for v in vectors]
+        copies = [w._replace(data=bytes(w.data)) for w in windows]
         helper = self
 
         class Handed:
@@ -246,8 +249,7 @@ class InPlaceHelper:
 
             def __call__(self):
                 helper.waited += 1
-                *_, gram = gram_steps(copies)
-                return gram
+                return measure_bytes(copies, list(per_expert))
         return Handed()
 
 
@@ -281,6 +283,27 @@ def test_a_helper_compares_the_layers_it_can_hold_and_changes_nothing(ready_from
     assert [layer.index for layer in got.layers] == [0, 1, 2, 3, 4]
     assert got.helped == helper.started == helper.waited == helped
     assert want.helped == 0
+
+
+def test_a_layer_measured_from_its_bytes_is_the_layer_measured_here():
+    """What the page's second Python computes from a layer's signature bytes (the same reads)
+    is what this thread computes from the values it gathers, bit for bit."""
+    from tensorloupe.gather import read_windows
+    from tensorloupe.redundancy import _signature_windows, _signatures, measure_bytes
+    from tensorloupe.gram import gram_steps
+    ckpt = tensorloupe.open(wide_moe_bytes())
+    layer = detect(ckpt).layers[1]
+    windows, per_expert = _signature_windows(ckpt, layer, 64)
+    reads = ckpt.reads()
+    raw = list(read_windows(windows))
+    read_raw = ckpt.reads() - reads
+    signatures = list(_signatures(windows, per_expert))
+    assert read_raw == ckpt.reads() - reads - read_raw      # the same reads
+    got = measure_bytes(raw, per_expert)
+    *_, want = gram_steps(signatures)
+    assert got.gram == want
+    assert got.magnitudes == [math.fsum(abs(v) for v in s) for s in signatures]
+    assert sum(w.count for w in raw) == sum(map(len, signatures))
 
 
 def test_a_cancelled_analysis_drops_the_helpers_layer():

@@ -1,18 +1,18 @@
 // The second Python of the expert analysis (tensorloupe/web/offload.py: why): a Pyodide of its
-// own that computes a layer's similarities (tensorloupe.gram) while the main worker reads and
-// compares the next layer. Started by worker.mjs when an analysis first runs; it never sees a
-// file, only the signatures it is sent.
+// own that measures a layer (tensorloupe.redundancy.measure_bytes) while the main worker goes on
+// with the next ones. Started by worker.mjs when an analysis first runs; it never sees a file,
+// only the bytes of the layers it is sent.
 //
 // worker.mjs -> here: {type: "boot", wheel: Uint8Array, snapshot}  the library, as worker.mjs has
 //                                                    it, and its memory snapshot (or null)
-//                     {type: "gram", id, data: ArrayBuffer, lengths: [n, ...]}
+//                     {id, data: ArrayBuffer, meta: JSON}  a layer's signature bytes (offload.encode_layer)
 // here -> worker.mjs: {type: "ready", booted: "snapshot" | "fresh"} / {type: "failed", message}
-//                     {id, data: ArrayBuffer} (the Gram's doubles, transferred) / {id, error}
+//                     {id, data: ArrayBuffer} (the answer's doubles, transferred) / {id, error}
 
 const LIBRARY = "/lib/tensorloupe.whl";
 let pyodide = null;
-let reply = null;     // tensorloupe.web.offload.js_gram_reply
-const waiting = [];   // gram requests that came before the boot finished
+let reply = null;     // tensorloupe.web.offload.js_layer_reply
+const waiting = [];   // layers that came before the boot finished
 
 self.onmessage = async ({data: message}) => {
   if (message.type === "boot") return boot(message.wheel, message.snapshot);
@@ -44,7 +44,7 @@ import sys
 if "${LIBRARY}" not in sys.path:
     sys.path.insert(0, "${LIBRARY}")
 `);
-    reply = pyodide.pyimport("tensorloupe.web.offload").js_gram_reply;
+    reply = pyodide.pyimport("tensorloupe.web.offload").js_layer_reply;
     self.postMessage({type: "ready", booted});
     for (const message of waiting.splice(0)) answer(message);
   } catch (error) {
@@ -52,11 +52,11 @@ if "${LIBRARY}" not in sys.path:
   }
 }
 
-function answer({id, data, lengths}) {
+function answer({id, data, meta}) {
   try {
-    const gram = reply(new Uint8Array(data), lengths);
-    const bytes = gram.toJs();
-    gram.destroy();
+    const measured = reply(new Uint8Array(data), meta);
+    const bytes = measured.toJs();
+    measured.destroy();
     const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
     self.postMessage({id, data: buffer}, [buffer]);
   } catch (error) {

@@ -285,12 +285,12 @@ self.tensorloupeHelperStart = () => {
   Promise.all([wheelBytes, SNAPSHOTS ? savedSnapshot() : null])
     .then(([wheel, snapshot]) => worker.postMessage({type: "boot", wheel, snapshot}), () => helperSays("failed"));
 };
-self.tensorloupeHelperGram = (data, lengths) => {
+self.tensorloupeHelperLayer = (data, meta) => {
   // to_js made `data` a copy of its own: its buffer is handed over as it is
   const whole = data.byteOffset === 0 && data.byteLength === data.buffer.byteLength;
   const buffer = whole ? data.buffer : data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength);
   // `settled` lets Python see, without waiting, that the answer is here (offload.Handed.done)
-  const handed = {answer: helper({data: buffer, lengths: [...lengths]}, [buffer]), settled: false};
+  const handed = {answer: helper({data: buffer, meta: String(meta)}, [buffer]), settled: false};
   handed.answer.then(() => { handed.settled = true; }, () => { handed.settled = true; });
   return handed;
 };

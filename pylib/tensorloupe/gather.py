@@ -15,9 +15,9 @@ from __future__ import annotations
 import operator
 from bisect import bisect_left
 from itertools import islice
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
-from .dtypes import DType
+from .dtypes import DType, lookup
 from .errors import UnsupportedError
 from .model import Tensor
 
@@ -198,22 +198,61 @@ def _ranges_by_source(plans: list) -> dict[int, tuple]:
 
 
 def _read_plans(plans: list) -> Iterator[list]:
+    for (tensor, start, count, *_), raw in zip(plans, _raw_plans(plans)):
+        if raw is None:
+            yield gather(tensor, storage_positions(tensor, range(start, start + count)))
+        else:
+            yield decode_window(*raw)
+
+
+def read_windows(windows: Iterable[tuple[Tensor, int, int]],
+                 batch_bytes: int = BATCH_BYTES) -> Iterator[WindowBytes]:
+    """The bytes `gather_windows` reads for each window (the same reads), not decoded: where
+    the values are to be decoded elsewhere (the page's second Python). Contiguous tensors only
+    (`contiguous_windows`)."""
+    for batch in _batches(windows, batch_bytes):
+        for raw in _raw_plans(batch):
+            if raw is None:
+                raise UnsupportedError("a strided window's bytes are not one range")
+            yield raw
+
+
+def contiguous_windows(windows: Iterable[tuple[Tensor, int, int]]) -> bool:
+    """Whether every window is read as whole blocks of its tensor (`read_windows` can read them)."""
+    return all(tensor.contiguous for tensor, _, _ in windows)
+
+
+class WindowBytes(NamedTuple):
+    """A window's bytes, as read: `decode_window` gives its values."""
+    dtype: str
+    big_endian: bool
+    skip: int               # elements before the window in the first block read
+    count: int
+    data: bytes
+
+
+def decode_window(dtype: str, big_endian: bool, skip: int, count: int, data: bytes) -> list:
+    """The values of a window from its bytes (WindowBytes): the blocks decoded, then cut."""
+    if not count:
+        return []
+    values = lookup(dtype).decode(data, big_endian)
+    return values[skip:skip + count]
+
+
+def _raw_plans(plans: list) -> Iterator[WindowBytes | None]:
+    """Each plan's bytes (one read_many per source for all of them), None for a strided one."""
     data = {key: iter(source.read_many(ranges))
             for key, (source, ranges) in _ranges_by_source(plans).items()}
     for tensor, start, count, first, ranges in plans:
         if ranges is None:
-            yield gather(tensor, storage_positions(tensor, range(start, start + count)))
-            continue
-        if not ranges:
-            yield []
-            continue
-        info = dtype_of(tensor)
-        chunks = data[id(tensor.source)]
-        values: list = []
-        for _ in ranges:
-            values += info.decode(next(chunks), tensor.big_endian)
-        skip = start - first * info.block_elems
-        yield values[skip:skip + count]
+            yield None
+        elif not ranges:
+            yield WindowBytes(tensor.dtype, tensor.big_endian, 0, 0, b"")
+        else:
+            chunks = data[id(tensor.source)]
+            joined = b"".join([next(chunks) for _ in ranges])
+            yield WindowBytes(tensor.dtype, tensor.big_endian, start - first * dtype_of(tensor).block_elems,
+                              count, joined)
 
 
 def read_batched(source, ranges: list[tuple[int, int]], batch_bytes: int = BATCH_BYTES) -> Iterator[bytes]:

@@ -29,11 +29,13 @@ import sys
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from itertools import islice
+from typing import Callable, Iterator, NamedTuple, Protocol
 
 from .dtypes import to_float
 from .errors import Cancelled, UsageError
-from .gather import dtype_of, gather_windows, prefetch_windows
+from .gather import (WindowBytes, contiguous_windows, decode_window, dtype_of, gather_windows,
+                     prefetch_windows, read_windows)
 from .gram import Gram, gram_steps
 from .model import Checkpoint, Tensor
 from .moe import MoE, MoELayer, detect
@@ -46,10 +48,10 @@ DEFAULT_THRESHOLD = 0.9
 SIGNATURE_WINDOWS = 4
 # Layers whose signature reads are started ahead of the one being compared (ByteSource.prefetch).
 PREFETCH_LAYERS = 2
-# Layers a helper (GramHelper) may hold at once: the one it compares and one queued behind it,
-# so that it never waits for the next. It takes a layer whenever it holds fewer, so the share of
-# layers it compares follows the two threads' speeds (comparing is ~3/4 of a layer's cost, and
-# only this thread measures).
+# Layers a helper (LayerHelper) may hold at once: the one it measures and one queued behind it,
+# so that it never waits for the next. It is handed a layer whenever it holds fewer, so the
+# share of layers it measures follows the two threads' speeds (a handed layer costs this thread
+# only its reads).
 HELPER_LAYERS = 2
 # Similarities closer than this many decimal digits rank as equal (see _tie).
 TIE_DIGITS = 9
@@ -114,7 +116,7 @@ class Analysis:
     threshold: float
     samples_per_matrix: int
     bytes_read: int
-    helped: int = 0          # layers whose experts a helper compared (GramHelper)
+    helped: int = 0          # layers a helper measured (LayerHelper)
 
     @property
     def complete(self) -> bool:
@@ -154,7 +156,7 @@ def analyse(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
 def analyse_steps(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
                   samples_per_matrix: int = DEFAULT_SAMPLES_PER_MATRIX,
                   config: dict | None = None,
-                  helper: "GramHelper | None" = None) -> Iterator[tuple[int, int, Analysis]]:
+                  helper: "LayerHelper | None" = None) -> Iterator[tuple[int, int, Analysis]]:
     """The analysis in small steps: yields (done experts, total experts, analysis so far).
 
     A generator so that callers can stop between steps: `analyse` through its progress callback,
@@ -164,34 +166,59 @@ def analyse_steps(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
     and its `bytes_read` counts every byte read up to this step; the last one is the whole
     analysis. A model without experts yields once: (0, 0, an empty analysis). Arguments are
     checked and the experts found now, before the first step. A `helper` (the page's second
-    Python) compares the experts of the layers it is handed while this one goes on with the
-    next (HELPER_LAYERS says which)."""
+    Python) measures the layers it is handed while this one goes on with the next
+    (HELPER_LAYERS says which)."""
     if not 0 < samples_per_matrix:
         raise UsageError("samples_per_matrix must be positive")
     found = detect(checkpoint, config)
     return _steps(checkpoint, found, threshold, samples_per_matrix, helper)
 
 
+class Measures(NamedTuple):
+    """A layer's comparison, its experts in order: the Gram of their signatures, and each
+    signature's exact sum of magnitudes (math.fsum)."""
+    gram: Gram
+    magnitudes: list[float]
+
+
+def measure_bytes(windows: list[WindowBytes], per_expert: list[int]) -> Measures:
+    """A layer's Measures from the bytes of its signature windows (gather.read_windows): what
+    the page's second Python computes for a layer it is handed, and this thread if it cannot.
+    The same decoding and the same integers as the layers compared here: the same bits."""
+    signatures = list(_grouped((decode_window(*w) for w in windows), per_expert))
+    *_, gram = gram_steps(signatures)
+    return Measures(gram, [_magnitude_sum(s) for s in signatures])
+
+
 class Handover(Protocol):
-    """A layer handed to a GramHelper: its Gram, once the helper has answered."""
+    """A layer handed to a LayerHelper: its Measures, once the helper has answered."""
 
     def done(self) -> bool:
         """Whether the answer is here (calling would not wait)."""
 
-    def __call__(self) -> Gram:
-        """The layer's Gram (waits for it)."""
+    def __call__(self) -> Measures:
+        """The layer's Measures (waits for them)."""
 
 
-class GramHelper(Protocol):
-    """Something beside this thread that computes gram_steps' last answer for a layer while this
-    thread goes on (web/offload.py: a second Pyodide in the page). Its answer must be what
-    gram_steps gives here, bit for bit: the same code on the same integers."""
+class LayerHelper(Protocol):
+    """Something beside this thread that measures a layer from the bytes of its signatures
+    while this thread goes on (web/offload.py: a second Pyodide in the page). Its answer must be
+    `measure_bytes`', bit for bit: the same code on the same bytes."""
 
     def ready(self) -> bool:
         """Whether it can take a layer now (it may still be starting)."""
 
-    def start(self, vectors: list[list[float]]) -> Handover:
-        """Hand it a layer's signatures (it queues them behind the layers it holds)."""
+    def start(self, windows: list[WindowBytes], per_expert: list[int]) -> Handover:
+        """Hand it a layer's signature bytes (it queues them behind the layers it holds)."""
+
+
+@dataclass
+class _Held:
+    """A layer a helper holds: what finishing it needs besides its answer."""
+    layer: MoELayer
+    samples: list[int]          # each expert's signature length
+    bytes_read: int
+    answer: Handover
 
 
 def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
@@ -204,10 +231,11 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
         return Analysis(found, list(layers), threshold, samples_per_matrix,
                         checkpoint.bytes_read() - start_bytes, helped)
 
-    def finish(layer, signatures, gram, bytes_read) -> LayerAnalysis:
+    def finish(layer, samples, gram, magnitudes, bytes_read) -> LayerAnalysis:
         matrices = _common_leaves(layer)
-        profiles = [_profile(e, sig, _expert_numel(checkpoint, layer, e, matrices), norm, sum_)
-                    for e, sig, norm, sum_ in zip(sorted(layer.experts), signatures, gram.norms, gram.sums)]
+        profiles = [_profile(e, n, m, _expert_numel(checkpoint, layer, e, matrices), norm, sum_)
+                    for e, n, m, norm, sum_ in zip(sorted(layer.experts), samples, magnitudes,
+                                                   gram.norms, gram.sums)]
         return _cluster(LayerAnalysis(layer.prefix, layer.index, profiles, gram.cosines, matrices,
                                       threshold, bytes_read=bytes_read))
 
@@ -217,52 +245,67 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
     # ahead, and the bytes their prefetch counted (a File counts reads when it starts them).
     upcoming = [(*_signature_windows(checkpoint, layer, samples_per_matrix), 0)
                 for layer in found.layers[:1]]
-    # Layers measured and not yet in `layers` (they are added in order): (layer, signatures,
-    # bytes read, its Handover) while the helper holds it, (layer, None, None, its analysis) once
-    # compared here.
-    waiting: deque = deque()
+    # Layers measured and not yet in `layers` (they are added in order): finished, or held by
+    # the helper.
+    waiting: deque[LayerAnalysis | _Held] = deque()
 
     def add_finished(wait: bool) -> None:
         nonlocal helped
         while waiting:
-            layer, signatures, bytes_read, handed = waiting[0]
-            if signatures is not None:
-                if not wait and not handed.done():
+            front = waiting[0]
+            if isinstance(front, _Held):
+                if not wait and not front.answer.done():
                     return
-                handed = finish(layer, signatures, handed(), bytes_read)
+                measures = front.answer()
+                front = finish(front.layer, front.samples, measures.gram, measures.magnitudes,
+                               front.bytes_read)
                 helped += 1
             waiting.popleft()
-            layers.append(handed)
+            layers.append(front)
+
+    def held() -> int:
+        return sum(1 for entry in waiting if isinstance(entry, _Held) and not entry.answer.done())
 
     for number, layer in enumerate(found.layers):
         windows, per_expert, prefetched = upcoming.pop(0)
-        before = checkpoint.bytes_read()
-        signatures = []
-        for signature in _signatures(windows, per_expert):
-            signatures.append(signature)
-            done += 1
-            yield done, total, so_far()
-        bytes_read = prefetched + checkpoint.bytes_read() - before
         last = number + 1 == len(found.layers)
+        # The helper measures this layer (from the bytes read here) while this thread goes on
+        # with the next layers, comparing them itself whenever the helper already holds enough.
+        # Never the last layer: nothing would go on beside it.
+        hand = (helper is not None and not last and held() < HELPER_LAYERS
+                and contiguous_windows(windows) and helper.ready())
+        before = checkpoint.bytes_read()
+        if hand:
+            raw = list(read_windows(windows))
+            counts = iter([w.count for w in raw])
+            samples = [sum(islice(counts, n)) for n in per_expert]
+            done += len(per_expert)
+            answer = helper.start(raw, per_expert)
+            del raw
+        else:
+            signatures = []
+            for signature in _signatures(windows, per_expert):
+                signatures.append(signature)
+                done += 1
+                yield done, total, so_far()
+        bytes_read = prefetched + checkpoint.bytes_read() - before
         # The next layers' reads are started now (a browser File reads them in other threads)
         # and arrive while this layer's experts are compared: two ahead, as the next layer may
-        # go straight on to its own comparison while a helper compares this one.
+        # be handed over at once and go straight on to the one after.
         for ahead in found.layers[number + 1 + len(upcoming):number + 1 + PREFETCH_LAYERS]:
             planned = _signature_windows(checkpoint, ahead, samples_per_matrix)
             before = checkpoint.bytes_read()
             prefetch_windows(planned[0])
             upcoming.append((*planned, checkpoint.bytes_read() - before))
-        held = sum(1 for entry in waiting if entry[1] is not None and not entry[3].done())
-        if helper is not None and not last and held < HELPER_LAYERS and helper.ready():
-            # The helper compares this layer's experts while this thread measures the next
-            # layers, and compares them itself whenever the helper already holds enough.
-            waiting.append((layer, signatures, bytes_read, helper.start(signatures)))
+        if hand:
+            waiting.append(_Held(layer, samples, bytes_read, answer))
         else:
             gram = None
             for gram in gram_steps(signatures):
                 # Comparing experts is a few steps (gram.py): a cancel may arrive between them.
                 yield done, total, so_far()
-            waiting.append((layer, None, None, finish(layer, signatures, gram, bytes_read)))
+            waiting.append(finish(layer, [len(s) for s in signatures], gram,
+                                  [_magnitude_sum(s) for s in signatures], bytes_read))
         add_finished(wait=last)
         yield done, total, so_far()
 
@@ -369,7 +412,11 @@ def _signature_windows(checkpoint, layer, samples) -> tuple[list, list[int]]:
 def _signatures(windows, per_expert) -> Iterator[list[float]]:
     """Each expert's signature in turn; the windows of a layer's experts are read together
     (gather_windows batches them into a few vectored reads)."""
-    values = gather_windows(windows)
+    return _grouped(gather_windows(windows), per_expert)
+
+
+def _grouped(values: Iterator[list], per_expert: list[int]) -> Iterator[list[float]]:
+    """The windows' values joined into each expert's signature (`per_expert` windows each)."""
     for count in per_expert:
         out: list = []
         for _ in range(count):
@@ -386,16 +433,22 @@ def _clean(out: list) -> list[float]:
     return out
 
 
-def _profile(expert: int, signature: list[float], numel: int, norm: float, total: float) -> ExpertProfile:
-    """The expert's profile from its signature, and the signature's norm and sum as the
-    similarities measured them (gram.Gram: within max_error / 2 of exact, relative to the norm).
-    mean(|w|) is an exact sum (math.fsum) of the magnitudes: the same bits in CPython 3.11 and
-    in Pyodide's 3.12+, whose sum() and math.sumprod round differently."""
-    n = len(signature) or 1
+def _profile(expert: int, samples: int, magnitudes: float, numel: int, norm: float,
+             total: float) -> ExpertProfile:
+    """The expert's profile from its signature's length, sum of magnitudes (exact), and norm and
+    sum as the similarities measured them (gram.Gram: within max_error / 2 of exact, relative
+    to the norm)."""
+    n = samples or 1
     rms = norm / math.sqrt(n)
-    mean_abs = math.fsum(_magnitudes(signature)) / n
+    mean_abs = magnitudes / n
     return ExpertProfile(expert, mean_abs / rms if rms else 0.0, rms, total / n,
-                         rms * math.sqrt(numel), len(signature))
+                         rms * math.sqrt(numel), samples)
+
+
+def _magnitude_sum(signature: list[float]) -> float:
+    """sum(|w|), exact (math.fsum): the same bits in CPython 3.11 and in Pyodide's 3.12+, whose
+    sum() and math.sumprod round differently."""
+    return math.fsum(_magnitudes(signature))
 
 
 _CLEAR_SIGN = bytes(b & 0x7F for b in range(256))

@@ -254,28 +254,43 @@ def test_the_expert_analysis_reads_each_next_layer_while_comparing(tmp_path):
 
 # --- the second Python: what goes over and what comes back (web/offload.py) ---------------------------
 
-def test_the_helpers_gram_is_the_same_bit_for_bit():
-    import math
+def layer_windows():
+    """A layer's signature bytes as gather.read_windows gives them: 3 experts of 2 windows,
+    little- and big-endian F32, F16 with a first element to skip, a window of nothing, extremes."""
+    import numpy as np
 
-    from tensorloupe.gram import gram_steps
+    from tensorloupe.gather import WindowBytes
+    rng = np.random.default_rng(4)
+    windows = []
+    for expert in range(3):
+        scale = 10.0 ** (30 * expert - 30)
+        windows.append(WindowBytes("F32", expert == 1, 0, 40,
+                                   (rng.standard_normal(40) * scale).astype(">f4" if expert == 1 else "<f4").tobytes()))
+        windows.append(WindowBytes("F16", False, 1, 19, rng.standard_normal(20).astype("<f2").tobytes())
+                       if expert != 2 else WindowBytes("F16", False, 0, 0, b""))
+    return windows, [2, 2, 2]
+
+
+def test_the_helpers_measures_are_the_same_bit_for_bit():
+    from tensorloupe.redundancy import measure_bytes
     from tensorloupe.web import offload
-    rng = random.Random(4)
-    vectors = [[rng.gauss(0, 1) * 10 ** rng.randint(-300, 300) for _ in range(50)] for _ in range(5)]
-    vectors += [[0.0] * 50, [1.5e308] * 3, [rng.random() for _ in range(20)]]   # zero, inf norm, shorter
-    data, lengths = offload.encode_vectors(vectors)
-    assert lengths == [50] * 6 + [3, 20] and len(data) == 8 * sum(lengths)
-    got = offload.decode_gram(offload.gram_reply(data, lengths), len(vectors))
-    *_, want = gram_steps(vectors)
-    assert got == want and got.norms[6] == math.inf
-    with pytest.raises(ValueError, match="holds 3 values, not 8"):
-        offload.decode_gram(bytes(24), 2)
-    assert offload.page_helper() is None            # CPython: the analysis compares every layer itself
+    windows, per_expert = layer_windows()
+    data, meta = offload.encode_layer(windows, per_expert)
+    assert len(data) == sum(len(w.data) for w in windows)
+    got = offload.decode_measures(offload.layer_reply(data, meta), 3)
+    want = measure_bytes(windows, per_expert)
+    assert got == want and len(got.gram.cosines) == 3 and got.magnitudes[2] > 0
+    with pytest.raises(ValueError, match="556 bytes are not the 560 its windows describe"):
+        offload.layer_reply(data[:-4], meta)
+    with pytest.raises(ValueError, match="holds 3 values, not 10"):
+        offload.decode_measures(bytes(24), 2)
+    assert offload.page_helper() is None            # CPython: the analysis measures every layer itself
 
 
-def test_a_failed_helper_layer_is_compared_here():
-    """The second Python's worker died or answered wrongly: the layer is compared by this one,
-    and the analysis has the same numbers as without a helper."""
-    from tensorloupe.gram import gram_steps
+def test_a_failed_helper_layer_is_measured_here():
+    """The second Python's worker died or answered wrongly: the layer is measured by this one,
+    from the same bytes, and the analysis has the same numbers as without a helper."""
+    from tensorloupe.redundancy import measure_bytes
     from tensorloupe.web import offload
 
     class Js:
@@ -287,9 +302,9 @@ def test_a_failed_helper_layer_is_compared_here():
         def tensorloupeHelperReady(self):
             return True
 
-        def tensorloupeHelperGram(self, data, lengths):
+        def tensorloupeHelperLayer(self, data, meta):
             # worker.mjs's {answer: a promise, settled}
-            return SimpleNamespace(answer=("answer", bytes(data), list(lengths)), settled=False)
+            return SimpleNamespace(answer=("answer", bytes(data), meta), settled=False)
 
     class Died(Exception):
         pass
@@ -301,24 +316,24 @@ def test_a_failed_helper_layer_is_compared_here():
         def to_bytes(self):
             return bytes(16)          # too few values for the answer
 
-    vectors = [[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [1.0, 2.0, 3.5]]
-    *_, want = gram_steps(vectors)
+    windows, per_expert = layer_windows()
+    want = measure_bytes(windows, per_expert)
     js = Js()
     for wait_for in (dead, lambda promise: Short()):
         helper = offload.PageHelper(js, wait_for=wait_for)
         assert helper.ready()
-        assert helper.start(vectors)() == want
+        assert helper.start(windows, per_expert)() == want
     assert js.started == 2
 
     def answered(promise):
-        _, data, lengths = promise
-        reply = offload.gram_reply(data, lengths)
+        _, data, meta = promise
+        reply = offload.layer_reply(data, meta)
 
         class Buffer:
             def to_bytes(self):
                 return reply
         return Buffer()
-    handed = offload.PageHelper(js, wait_for=answered).start(vectors)
+    handed = offload.PageHelper(js, wait_for=answered).start(windows, per_expert)
     assert not handed.done()
     handed._handed.settled = True           # what the promise's callback in worker.mjs sets
     assert handed.done() and handed() == want

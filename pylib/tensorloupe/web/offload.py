@@ -1,63 +1,69 @@
-"""A second Python for the expert analysis: a layer's similarities computed beside this worker.
+"""A second Python for the expert analysis: layers measured beside this worker.
 
-Comparing the experts of a layer (gram.py) is ~75 % of the analysis in the page, and it runs on
+Measuring the experts of a layer (decoding their signatures, comparing them: gram.py) runs on
 one core. When an analysis first runs, the worker starts another Pyodide in a worker of its own
-(web/compute.mjs); once it is up, the analysis hands it a layer's signatures whenever it holds
-fewer than two (redundancy.GramHelper, HELPER_LAYERS): it computes that layer's Gram with the
-same code while this worker measures and compares the next layers, so both cores work. The
-answer is the same bit for bit (the same integers, the same Python), and the layers are
+(web/compute.mjs); once it is up, the analysis hands it a layer whenever it holds fewer than two
+(redundancy.LayerHelper, HELPER_LAYERS): this worker reads the layer's signature bytes (the
+reads it makes anyway) and the helper decodes and compares them with the same code
+(redundancy.measure_bytes) while this worker goes on with the next layers, so both cores work.
+The answer is the same bit for bit (the same bytes, the same Python), and the layers are
 finished in order.
 
-Signatures go over as raw doubles and the Gram comes back as raw doubles (`encode_vectors`,
-`gram_reply`, `decode_gram`, tested in CPython), so no value is rounded on the way. Only
-`PageHelper` touches JavaScript; without JSPI (it waits for the answer with run_sync) there is
-no helper and the worker compares every layer itself, as before.
+The bytes go over as they were read, with a JSON description of the windows, and the answer
+comes back as raw doubles (`encode_layer`, `layer_reply`, `decode_measures`, tested in CPython),
+so no value is rounded on the way. Only `PageHelper` touches JavaScript; without JSPI (it waits
+for the answer with run_sync) there is no helper and the worker measures every layer itself.
 """
 
 from __future__ import annotations
 
+import json
 from array import array
 from typing import Callable
 
-from ..gram import Gram, gram_steps
+from ..gather import WindowBytes
+from ..gram import Gram
+from ..redundancy import Measures, measure_bytes
 
 
-def encode_vectors(vectors: list[list[float]]) -> tuple[bytes, list[int]]:
-    """The vectors' doubles back to back (native byte order: both sides are wasm), and their lengths."""
-    flat = array("d")
-    for v in vectors:
-        flat.extend(array("d", v))
-    return flat.tobytes(), [len(v) for v in vectors]
+def encode_layer(windows: list[WindowBytes], per_expert: list[int]) -> tuple[bytes, str]:
+    """A layer's signature bytes back to back, and what they are (JSON): each window's dtype,
+    byte order, skip, count and size, and how many windows each expert has."""
+    described = [[w.dtype, w.big_endian, w.skip, w.count, len(w.data)] for w in windows]
+    return b"".join([w.data for w in windows]), json.dumps({"windows": described, "per_expert": per_expert})
 
 
-def gram_reply(data: bytes, lengths: list[int]) -> bytes:
-    """The helper's side: the Gram of the vectors `encode_vectors` made, as doubles: the n x n
-    cosines row by row, then the n norms, then the n sums."""
-    flat = array("d")
-    flat.frombytes(data)
-    vectors, start = [], 0
-    for n in lengths:
-        vectors.append(flat[start:start + n].tolist())
-        start += n
-    *_, gram = gram_steps(vectors)
+def layer_reply(data: bytes, meta: str) -> bytes:
+    """The helper's side: the Measures of the layer `encode_layer` described, as doubles: the
+    n x n cosines row by row, then the n norms, the n sums and the n sums of magnitudes."""
+    described = json.loads(meta)
+    windows, start = [], 0
+    for dtype, big_endian, skip, count, size in described["windows"]:
+        windows.append(WindowBytes(dtype, big_endian, skip, count, data[start:start + size]))
+        start += size
+    if start != len(data):
+        raise ValueError(f"the layer's {len(data):,} bytes are not the {start:,} its windows describe")
+    gram, magnitudes = measure_bytes(windows, described["per_expert"])
     out = array("d", [x for row in gram.cosines for x in row])
-    out.extend(array("d", gram.norms))
-    out.extend(array("d", gram.sums))
+    for values in (gram.norms, gram.sums, magnitudes):
+        out.extend(array("d", values))
     return out.tobytes()
 
 
-def js_gram_reply(data, lengths) -> bytes:
-    """gram_reply called from web/compute.mjs: `data` a Uint8Array, `lengths` an Array."""
-    return gram_reply(data.to_bytes(), [int(n) for n in lengths.to_py()])
+def js_layer_reply(data, meta) -> bytes:
+    """layer_reply called from web/compute.mjs: `data` a Uint8Array, `meta` a string."""
+    return layer_reply(data.to_bytes(), str(meta))
 
 
-def decode_gram(data: bytes, n: int) -> Gram:
+def decode_measures(data: bytes, n: int) -> Measures:
     values = array("d")
     values.frombytes(data)
-    if len(values) != n * n + 2 * n:
-        raise ValueError(f"the helper's answer holds {len(values)} values, not {n * n + 2 * n}")
+    if len(values) != n * n + 3 * n:
+        raise ValueError(f"the helper's answer holds {len(values)} values, not {n * n + 3 * n}")
     cosines = [values[i * n:(i + 1) * n].tolist() for i in range(n)]
-    return Gram(cosines, values[n * n:n * n + n].tolist(), values[n * n + n:].tolist())
+    square = n * n
+    return Measures(Gram(cosines, values[square:square + n].tolist(), values[square + n:square + 2 * n].tolist()),
+                    values[square + 2 * n:].tolist())
 
 
 class PageHelper:
@@ -72,9 +78,10 @@ class PageHelper:
     def ready(self) -> bool:
         return bool(self._js.tensorloupeHelperReady())
 
-    def start(self, vectors: list[list[float]]) -> "Handed":
-        data, lengths = encode_vectors(vectors)
-        return Handed(self, vectors, self._js.tensorloupeHelperGram(_to_js(memoryview(data)), _to_js(lengths)))
+    def start(self, windows: list[WindowBytes], per_expert: list[int]) -> "Handed":
+        data, meta = encode_layer(windows, per_expert)
+        answer = self._js.tensorloupeHelperLayer(_to_js(memoryview(data)), meta)
+        return Handed(self, windows, per_expert, answer)
 
     def _await(self, promise):
         if self._wait_for is not None:
@@ -85,22 +92,21 @@ class PageHelper:
 
 class Handed:
     """A layer the helper holds (redundancy.Handover). `handed` is worker.mjs's
-    {answer: a promise of the Gram's bytes, settled: whether it has come}."""
+    {answer: a promise of the answer's bytes, settled: whether it has come}."""
 
-    def __init__(self, helper: PageHelper, vectors: list[list[float]], handed):
-        self._helper, self._vectors, self._handed = helper, vectors, handed
+    def __init__(self, helper: PageHelper, windows: list[WindowBytes], per_expert: list[int], handed):
+        self._helper, self._windows, self._per_expert, self._handed = helper, windows, per_expert, handed
 
     def done(self) -> bool:
         return bool(self._handed.settled)
 
-    def __call__(self) -> Gram:
+    def __call__(self) -> Measures:
         try:
-            return decode_gram(self._helper._await(self._handed.answer).to_bytes(), len(self._vectors))
+            return decode_measures(self._helper._await(self._handed.answer).to_bytes(), len(self._per_expert))
         except Exception:
             # The helper failed (its worker died, or its answer is wrong): this layer is
-            # compared here, so the analysis is still whole and still the same numbers.
-            *_, gram = gram_steps(self._vectors)
-            return gram
+            # measured here, from the same bytes, so the analysis is whole and the same.
+            return measure_bytes(self._windows, self._per_expert)
 
 
 def _to_js(value):
