@@ -162,7 +162,7 @@ def analyse_steps(checkpoint: Checkpoint, threshold: float = DEFAULT_THRESHOLD,
     A generator so that callers can stop between steps: `analyse` through its progress callback,
     the browser worker between messages (a cancel must be able to arrive). A step measures one
     expert, or compares one expert with the rest of its layer once the layer is measured (so
-    `done` may repeat). The analysis so far holds the finished layers (`complete` once all are)
+    `done` may repeat; it counts a whole layer at once when the layer is handed to a helper). The analysis so far holds the finished layers (`complete` once all are)
     and its `bytes_read` counts every byte read up to this step; the last one is the whole
     analysis. A model without experts yields once: (0, 0, an empty analysis). Arguments are
     checked and the experts found now, before the first step. A `helper` (the page's second
