@@ -285,6 +285,31 @@ def test_a_helper_compares_the_layers_it_can_hold_and_changes_nothing(ready_from
     assert want.helped == 0
 
 
+def test_a_layer_with_strided_experts_is_measured_here(tmp_path):
+    """Transposed expert matrices (a torch view saved with its strides) are gathered element by
+    element, not read as whole ranges: such a layer is not handed to the helper, and the
+    analysis is the same."""
+    import torch
+    from tensorloupe.redundancy import analyse_steps
+    g = torch.Generator().manual_seed(5)
+    state = {}
+    for layer in range(3):
+        for e in range(4):
+            for leaf in ("gate_proj", "up_proj", "down_proj"):
+                w = torch.randn(32, 48, generator=g)
+                state[f"model.layers.{layer}.mlp.experts.{e}.{leaf}.weight"] = w.t() if layer == 1 else w
+    path = tmp_path / "strided.pt"
+    torch.save(state, path)
+    ckpt = tensorloupe.open(path)
+    assert not ckpt.tensor("model.layers.1.mlp.experts.0.up_proj.weight").contiguous
+    want = analyse(ckpt)
+    helper = InPlaceHelper(at_once=True)
+    *_, (_, _, got) = analyse_steps(tensorloupe.open(path), helper=helper)
+    # layer 0 is handed over; layer 1 is strided and layer 2 the last: both measured here
+    assert got.helped == helper.started == 1
+    assert got.to_json() == want.to_json()
+
+
 def test_a_layer_measured_from_its_bytes_is_the_layer_measured_here():
     """What the page's second Python computes from a layer's signature bytes (the same reads)
     is what this thread computes from the values it gathers, bit for bit."""
