@@ -133,6 +133,28 @@ def test_blob_slices_in_one_buffer_equal_single_reads(path, seed):
     assert (joined.reads, joined.bytes_read) == (single.reads, single.bytes_read)
 
 
+def test_ranges_that_meet_are_one_slice(path):
+    """Ranges that meet end to start (in any order asked) are cut as one slice, no byte more;
+    each asked range gets its bytes, in the order asked, counted as asked."""
+    sliced = []
+
+    def slices(p, ranges):
+        sliced.append(list(ranges))
+        return file_slices([])(p, ranges)
+    ranges = [(100, 10), (0, 50), (50, 50), (110, 5), (300, 4), (50, 50)]   # (50, 50) asked twice
+    source = blobs.BlobSource(path, slices=slices)
+    single = blobs.BlobSource(path, slices=lambda *a: None)
+    assert source.read_many(ranges) == single.read_many(ranges) == [DATA[o:o + n] for o, n in ranges]
+    assert sliced == [[(0, 100), (50, 65), (300, 4)]]
+    assert sum(n for _, n in sliced[0]) == sum(n for _, n in ranges)
+    assert (source.reads, source.bytes_read) == (single.reads, single.bytes_read) == (6, 169)
+    log = []
+    early = prefetching(path, log)                  # a prefetch is cut the same way
+    early.prefetch(ranges)
+    assert log == [("start", 3)] and early.read_many(ranges) == [DATA[o:o + n] for o, n in ranges]
+    assert early.prefetches == 1
+
+
 def test_split_refuses_a_buffer_of_another_length():
     assert blobs.split(b"abcdef", [2, 0, 4]) == [b"ab", b"", b"cdef"]
     assert blobs.split(b"abcde", [2, 4]) is None and blobs.split(b"abcdefg", [2, 4]) is None

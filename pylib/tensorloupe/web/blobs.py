@@ -44,9 +44,10 @@ class BlobSource(FileSource):
         """Start reading these ranges now (see ByteSource.prefetch), after any started before;
         they are counted now, when the File is read, whether or not they are taken."""
         wanted = [(o, n) for o, n in ranges if n]
-        wait = self._start_slices(self.path, wanted) if len(wanted) > 1 else None
+        slices = Coalesced(wanted)
+        wait = self._start_slices(self.path, slices.ranges) if len(wanted) > 1 else None
         if wait is not None:
-            self._prefetched.append((wanted, wait))
+            self._prefetched.append((wanted, lambda: slices.split(wait())))
             self.reads += len(wanted)
             self.bytes_read += sum(n for _, n in wanted)
 
@@ -57,9 +58,9 @@ class BlobSource(FileSource):
             datas = self._prefetched.pop(0)[1]()
         else:
             self._prefetched.clear()   # not what was announced: the plan changed, drop them all
-            datas = self._slices(self.path, wanted) if len(wanted) > 1 else None
-        if datas is None or len(datas) != len(wanted) or any(
-                len(d) != n for d, (_, n) in zip(datas, wanted)):
+            slices = Coalesced(wanted)
+            datas = slices.split(self._slices(self.path, slices.ranges)) if len(wanted) > 1 else None
+        if datas is None:
             # No JSPI here, or the File changed under us: the mount's single reads say how.
             return super()._read_many(ranges)
         self.batches += 1
@@ -67,6 +68,38 @@ class BlobSource(FileSource):
         count = (lambda data: data) if taken else self._count    # a prefetch counted its reads
         data = iter(datas)
         return [count(next(data)) if n else b"" for _, n in ranges]
+
+
+class Coalesced:
+    """Ranges that touch, one slice: in Chromium a slice costs ~0.3 ms of CPU whatever its size
+    (web/slicer.js), and the expert analysis' windows of stacked experts meet end to start (an
+    expert's last window ends its matrix, the next expert's first begins there): a quarter
+    fewer slices. Only ranges that meet exactly are joined, so no byte more is read; `split`
+    gives each asked range its bytes, in the order asked."""
+
+    def __init__(self, ranges: list[tuple[int, int]]):
+        self.asked = ranges
+        self.order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+        joined: list[list[int]] = []
+        for i in self.order:
+            offset, n = ranges[i]
+            if joined and joined[-1][0] + joined[-1][1] == offset:
+                joined[-1][1] += n
+            else:
+                joined.append([offset, n])
+        self.ranges = [(offset, n) for offset, n in joined]
+
+    def split(self, datas: "list[bytes] | None") -> "list[bytes] | None":
+        """The asked ranges' bytes from the joined slices' (None if any is not as long as its
+        slice: the File changed under us)."""
+        if datas is None or len(datas) != len(self.ranges) or any(
+                len(d) != n for d, (_, n) in zip(datas, self.ranges)):
+            return None
+        pieces = split(b"".join(datas), [self.asked[i][1] for i in self.order])
+        out: list = [b""] * len(self.asked)
+        for i, piece in zip(self.order, pieces):
+            out[i] = piece
+        return out
 
 
 def open_blob(path: str, name: str | None = None) -> CachedSource:
