@@ -93,3 +93,29 @@ assert len(ok("group", {"files": files})["entries"]) == 2
     # (the ggml table is there: the memory block prices the weights at Q8_0 and Q4_K)
     assert under(modules, TORCH_READERS + GGUF_READER) == []
     assert sorted(modules & set(SLOW_STDLIB)) == []
+
+
+def test_the_workers_boot_imports_neither_the_comparison_nor_the_health_scan():
+    # What worker.mjs runs before it says "ready": the handlers and `hello`. The Compare and
+    # Health tabs import theirs with their first request.
+    modules = imported("from tensorloupe.web import dispatch\ndispatch('hello', '{}')")
+    assert "tensorloupe.web.handlers" in modules
+    assert under(modules, ("tensorloupe.compare", "tensorloupe.health")) == []
+
+
+def test_health_and_compare_are_the_api_functions_whichever_is_imported_first():
+    # tensorloupe.health and tensorloupe.compare are functions although subpackages have their
+    # names; importing a subpackage first (as the CLI, the page's handlers or a user may) must
+    # not put the module in the function's place.
+    code = """
+import tensorloupe, tensorloupe.health.rules, tensorloupe.compare.match
+from tensorloupe.compare import DEFAULT_SAMPLES
+from tensorloupe.health import health
+assert callable(tensorloupe.compare) and tensorloupe.compare.__module__ == "tensorloupe"
+assert tensorloupe.health is health and tensorloupe.health_cost.__module__ == "tensorloupe.health"
+assert tensorloupe.COMPARE_SAMPLES == DEFAULT_SAMPLES
+assert tensorloupe.Comparison.__module__ == "tensorloupe.compare"
+"""
+    assert "tensorloupe.compare.match" in imported(code)
+    # and from a fresh start, by attribute only
+    assert "tensorloupe.health.rules" in imported("import tensorloupe\nassert callable(tensorloupe.health)")

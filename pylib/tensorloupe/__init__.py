@@ -11,15 +11,23 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 
 from . import detect, targets
-from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, Comparison, compare as _compare
 from .errors import TensorloupeError
-from .health import health, health_cost
 from .model import Checkpoint, Tensor
 from .sample import (Grid, Histogram, Sample, Stats, exact_histogram, exact_stats, grid, histogram,
                      sample, values)
 from .source import ByteSource, open_source
+
+# The health scan and the comparison are imported when first used (__getattr__): the browser's
+# worker imports this package as it boots, and in Pyodide they are a fifth of its imports (~20
+# ms, dataclasses and all) that the first screen does not need.
+_LATER = {"health": ("health", "health"), "health_cost": ("health", "health_cost"),
+          "Comparison": ("compare", "Comparison")}
+COMPARE_SAMPLES = 1 << 14   # compare()'s default: compare.DEFAULT_SAMPLES (tests/test_lazy_imports.py)
 
 __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_polish.py checks)
 
@@ -61,7 +69,7 @@ def _say_redirects(ckpt: Checkpoint) -> Checkpoint:
 
 
 def compare(a, b, samples: int = COMPARE_SAMPLES, exact: bool = False, tensors=None,
-            progress=None) -> Comparison:
+            progress=None) -> "Comparison":
     """Compare two checkpoints (Checkpoints, or anything `open` takes) tensor by tensor; A is the
     reference. Sampled (`samples` elements per tensor, the same positions of both) unless
     `exact`; byte identity is always decided on the bytes. Checkpoints it opens stay open for
@@ -74,8 +82,33 @@ def compare(a, b, samples: int = COMPARE_SAMPLES, exact: bool = False, tensors=N
         if not isinstance(b, Checkpoint):
             b = open(b)
             opened.append(b)
-        return _compare(a, b, samples, exact, tensors, progress)
+        from .compare import compare as compare_checkpoints
+        return compare_checkpoints(a, b, samples, exact, tensors, progress)
     except BaseException:
         for ckpt in opened:
             ckpt.close()
         raise
+
+
+def __getattr__(name: str):
+    """The names of _LATER, imported on first use."""
+    if name not in _LATER:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _LATER[name]
+    value = getattr(importlib.import_module(f".{module}", __name__), attribute)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """This package, whose `health` and `compare` are the API's functions although subpackages
+    bear those names: the first import of a subpackage sets its parent's attribute of that name to
+    the module (Python's import system does), which must not replace the function."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in ("health", "compare") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

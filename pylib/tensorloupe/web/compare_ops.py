@@ -9,26 +9,31 @@ with the same defaults. B is opened like A (the page mounts its files the same w
 groups them; URLs are probed by the worker first, remote.py) and stays open until another B
 replaces it; a finished comparison is kept for the views only while A is still the one it was
 made with (opening another A closes the old one).
+
+The comparison's modules (tensorloupe.compare) are imported by the tab's first request, not when
+the worker boots: the first screen does not need them.
 """
 
 from __future__ import annotations
 
-from .. import open as open_checkpoint
-from ..compare import DEFAULT_SAMPLES, Comparison, compare_steps
-from ..compare.match import match
-from ..compare.views import histograms, tiles
+from typing import TYPE_CHECKING
+
+from .. import COMPARE_SAMPLES, open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..sample import Grid, View
 from . import blobs, remote
 from .jobs import Job
 from .views import MAX_GRID, heatmap_reply
 
+if TYPE_CHECKING:
+    from ..compare import Comparison
+
 HISTOGRAM_BINS = 64
 PANELS = ("a", "b", "diff")
 
 
 def _samples(args) -> int:
-    value = int(args.get("samples", DEFAULT_SAMPLES))
+    value = int(args.get("samples", COMPARE_SAMPLES))
     if value < 1:
         raise UsageError(f"samples per tensor must be at least 1, not {value}")
     return value
@@ -37,6 +42,8 @@ def _samples(args) -> int:
 def compare_job(a, b, samples: int, exact: bool, on_finish) -> Job:
     """compare_steps as a Job: one step per chunk read (so a cancel gets in between chunks of
     one big tensor in exact mode); the state is the Comparison once it is made."""
+    from ..compare import Comparison, compare_steps
+    from ..compare.match import match
     total = len(match(a, b)[0])      # descriptors only: no tensor byte is read to count pairs
     before = a.bytes_read() + b.bytes_read()
 
@@ -92,6 +99,7 @@ class CompareOps:
     def other_payload(self) -> dict:
         """What the tab says about B before anything is compared: its facts, and how many pairs
         the names (or the name map) make with A (no tensor bytes are read for it)."""
+        from ..compare.match import match
         b = self._other()
         pairs, arch = match(self.current(), b)
         return {"file": b.name, "format": b.format, "size": b.size, "tensors": len(b.tensors),
@@ -130,6 +138,7 @@ class CompareOps:
         `diff_scale: "own"` A−B on its own (its largest |value|: a quantisation's error is a
         hundredth of the weights, white on theirs); and both histograms on the same bins.
         Buffers: pixels and float64 values of A, B, A−B in turn."""
+        from ..compare.views import histograms, tiles
         row = self._compared().row(str(args.get("name")))
         rows = max(1, min(MAX_GRID, int(args.get("rows", 128))))
         cols = max(1, min(MAX_GRID, int(args.get("cols", 128))))
