@@ -281,7 +281,6 @@ def _steps(checkpoint, found: MoE, threshold, samples_per_matrix, helper=None):
             samples = [sum(islice(counts, n)) for n in per_expert]
             done += len(per_expert)
             answer = helper.start(raw, per_expert)
-            del raw
         else:
             signatures = []
             for signature in _signatures(windows, per_expert):
