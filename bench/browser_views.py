@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402  (the reference)
 
 import tensorloupe  # noqa: E402
 from tensorloupe import colormap  # noqa: E402
-from tensorloupe.sample import grid, sample  # noqa: E402
+from tensorloupe.sampler.sampling import grid, sample  # noqa: E402
 
 SIDE = 4096
 DTYPES = {"F16": np.float16, "BF16": None}

@@ -36,7 +36,7 @@ import gguf_files as fx  # noqa: E402
 
 import tensorloupe  # noqa: E402
 from tensorloupe import namemap  # noqa: E402
-from tensorloupe.sample import plan_windows  # noqa: E402
+from tensorloupe.sampler.sampling import plan_windows  # noqa: E402
 
 LAYERS = 32
 BIG = {"vocab": 128256, "hidden": 4096, "ffn": 14336, "heads": 32, "kv_heads": 8}

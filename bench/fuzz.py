@@ -52,10 +52,11 @@ PACKAGE = os.sep + "tensorloupe" + os.sep
 
 def exercise(files: list[tuple[str, bytes]]) -> None:
     """What `tensorloupe inspect` and the page do with a file, on in-memory bytes."""
-    from tensorloupe import detect, report, shards
-    from tensorloupe.sample import sample, values
+    from tensorloupe.opening import detect, shards
+    from tensorloupe import report
+    from tensorloupe.sampler.sampling import sample, values
     from tensorloupe.formats.gguf import reader as gguf
-    from tensorloupe.source import MemorySource
+    from tensorloupe.source.base import MemorySource
 
     sources = [MemorySource(data, name) for name, data in files]
     ckpt = detect.read(sources[0]) if len(sources) == 1 else shards.open_all(sources)

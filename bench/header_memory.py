@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     sys.path.insert(0, str(args.pylib))
     import tensorloupe
-    from tensorloupe.source import FileSource
+    from tensorloupe.source.base import FileSource
 
     with tempfile.TemporaryDirectory() as tmp:
         st = Path(tmp) / "many.safetensors"

@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pylib"))
 import tensorloupe  # noqa: E402
-from tensorloupe.health import DEFAULT_BUDGET, health, health_cost  # noqa: E402
-from tensorloupe.health.measure import windows  # noqa: E402
+from tensorloupe.healthscan import DEFAULT_BUDGET, health, health_cost  # noqa: E402
+from tensorloupe.healthscan.measure import windows  # noqa: E402
 
 ROLES = {  # role: shape as a function of (d, ff)
     "self_attn.q_proj.weight": lambda d, ff: (d, d), "self_attn.k_proj.weight": lambda d, ff: (d, d),

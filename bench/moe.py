@@ -35,9 +35,10 @@ from pathlib import Path
 sys.path.insert(0, os.environ.get("TENSORLOUPE_PYLIB") or str(Path(__file__).resolve().parent.parent / "pylib"))
 
 import tensorloupe  # noqa: E402
-from tensorloupe import redundancy, source
-from tensorloupe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, SIGNATURE_WINDOWS, analyse
-from tensorloupe.sample import plan_windows
+from tensorloupe.moe import redundancy
+from tensorloupe import source
+from tensorloupe.moe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, SIGNATURE_WINDOWS, analyse
+from tensorloupe.sampler.sampling import plan_windows
 
 D_MODEL, D_FF = 2048, 1408
 MATRICES = {"gate_up_proj": (2 * D_FF, D_MODEL), "down_proj": (D_MODEL, D_FF)}

@@ -22,7 +22,7 @@ import numpy as np
 from safetensors import safe_open
 
 import tensorloupe
-from tensorloupe.sample import plan_windows
+from tensorloupe.sampler.sampling import plan_windows
 
 SAMPLES = 65536
 REPEAT = 5

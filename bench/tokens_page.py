@@ -28,7 +28,7 @@ import gguf_open  # noqa: E402  (its build() writes the 262k-vocabulary file)
 
 import tensorloupe  # noqa: E402
 from tensorloupe import tokens  # noqa: E402
-from tensorloupe.source import FileSource  # noqa: E402
+from tensorloupe.source.base import FileSource  # noqa: E402
 
 
 def ours(path: Path) -> tuple[float, int, int, int]:

@@ -276,7 +276,7 @@ def test_training_groups_by_segment_agree_with_the_table_as_regular_expressions(
     # expressions (used for the other names) must give the same group for every name.
     import random
 
-    from tensorloupe import components
+    from tensorloupe.architecture import components
     words = [w for _, _, _, group_words in components.TRAINING_STATE for w in group_words]
     pieces = words + [w.upper() for w in words] + ["model", "layers", "0", "weight", "\n", "",
                                                    "Optim", "ſcheduler", "\u212aema", "emas"]

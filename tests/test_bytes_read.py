@@ -5,7 +5,8 @@ past the end of the file counts only the bytes that exist."""
 import pytest
 
 import tensorloupe
-from tensorloupe.source import CachedSource, FileSource
+from tensorloupe.source.cache import CachedSource
+from tensorloupe.source.base import FileSource
 
 import torch_files
 import safetensors_files

@@ -282,7 +282,7 @@ def test_integer_tensors_and_empty_tensors(tmp_path):
 
 
 def test_tiles_show_the_same_elements_of_a_b_and_a_minus_b_on_one_scale():
-    from tensorloupe.compare import views
+    from tensorloupe.comparison import views
     hf = load_file(str(SOURCES / "llama" / "model.safetensors"))
     gg = gguf_arrays(CONVERTED / "tiny-llama.q8_0.gguf")
     result = tensorloupe.compare(SOURCES / "llama" / "model.safetensors", CONVERTED / "tiny-llama.q8_0.gguf")

@@ -8,9 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-from tensorloupe import gather as g
+from tensorloupe.sampler import gather as g
 from tensorloupe.model import Tensor
-from tensorloupe.source import MemorySource
+from tensorloupe.source.base import MemorySource
 
 NUMPY = {"F16": "<f2", "F32": "<f4", "I32": "<i4", "U8": "u1", "BOOL": "?", "F64": "<f8"}
 
@@ -83,7 +83,7 @@ def test_windows_read_together_equal_windows_read_one_by_one():
 
 
 def test_histogram_with_a_range_matches_numpy():
-    from tensorloupe.stats import histogram
+    from tensorloupe.sampler.stats import histogram
     values = np.random.default_rng(4).standard_normal(20_000)
     for value_range in [(-1.0, 1.0), (0.0, 5.0), (-10.0, 10.0)]:
         expected, _ = np.histogram(values, bins=32, range=value_range)

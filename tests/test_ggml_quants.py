@@ -16,7 +16,8 @@ from gguf.quants import dequantize, quantize
 from gguf.scripts.gguf_convert_endian import byteswap_tensors
 
 from tensorloupe.dtypes.plain import DTYPES
-from tensorloupe.dtypes.ggml import grids as ggml_grids, iquants as ggml_iquants, legacy as ggml_legacy
+from tensorloupe.dtypes.ggml import (grids as ggml_grids, iquants as ggml_iquants,
+                                     legacy as ggml_legacy)
 from tensorloupe.dtypes.ggml import GGML_TYPE_NAMES, QUANT_DTYPES, ggml_dtype
 
 # gguf-py 0.19.0 has no dequantizer for these; they get known-answer tests below.

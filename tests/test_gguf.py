@@ -23,7 +23,7 @@ from tensorloupe import cli  # noqa: E402
 from tensorloupe.errors import UnsupportedError, UsageError  # noqa: E402
 from tensorloupe.formats.gguf import reader as tg  # noqa: E402
 from tensorloupe.formats.gguf import metadata as gguf_meta  # noqa: E402
-from tensorloupe.source import MemorySource  # noqa: E402
+from tensorloupe.source.base import MemorySource  # noqa: E402
 
 
 @pytest.fixture(scope="module")

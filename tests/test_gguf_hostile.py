@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 import gguf_files as fx  # noqa: E402
 
 import tensorloupe  # noqa: E402
-from tensorloupe.errors import (FormatError, LimitError, TensorloupeError,  # noqa: E402
-                                TruncatedError)
+from tensorloupe.errors import FormatError, LimitError, TensorloupeError, TruncatedError
 from tensorloupe.formats.gguf import reader as tg  # noqa: E402
 from tensorloupe.formats.gguf import metadata as gguf_meta  # noqa: E402
-from tensorloupe.source import MemorySource  # noqa: E402
+from tensorloupe.source.base import MemorySource  # noqa: E402
 
 STRING, ARRAY, U32, F32_T = 8, 9, 4, 6
 KV_START = 24  # magic, version, two uint64 counts

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tensorloupe.gram import BLOCK_ROWS, cosine_matrix, cosine_steps, max_error, value_bits
+from tensorloupe.moe.gram import BLOCK_ROWS, cosine_matrix, cosine_steps, max_error, value_bits
 
 
 def numpy_cosine(vectors):
@@ -111,7 +111,7 @@ def test_norms_and_sums_are_within_the_bound(scale):
     """Gram.norms and Gram.sums, from the same fixed-point integers: each within max_error / 2
     of numpy's, relative to the norm (the sum: to the norm times sqrt(length)), at every scale a
     double reaches (extreme vectors are scaled to ~1 first, and back after)."""
-    from tensorloupe.gram import gram_steps
+    from tensorloupe.moe.gram import gram_steps
     rng = np.random.default_rng(int(-math.log10(scale)) + 400)
     length = 8192
     m = rng.standard_normal((5, length)) * rng.uniform(1e-3, 1e3, (5, 1))
@@ -135,7 +135,7 @@ def test_norms_and_sums_are_within_the_bound(scale):
 
 
 def test_norms_beyond_the_largest_double_are_infinite():
-    from tensorloupe.gram import gram_steps
+    from tensorloupe.moe.gram import gram_steps
     *_, gram = gram_steps([[1.5e308] * 4, [1.0, 2.0, 3.0, 4.0]])
     assert gram.norms[0] == math.inf and gram.sums[0] == math.inf
     assert gram.norms[1] == math.sqrt(30.0) and gram.sums[1] == 10.0
@@ -144,7 +144,7 @@ def test_norms_beyond_the_largest_double_are_infinite():
 def test_both_dot_products_are_exact_and_equal():
     """math.sumprod (Pyodide's 3.12+) and sum(map(mul)) (CPython 3.11) give the same integers."""
     import random
-    from tensorloupe import gram
+    from tensorloupe.moe import gram
     rng = random.Random(8)
     a = [rng.getrandbits(25) for _ in range(3000)]
     b = [rng.getrandbits(64 * 65) for _ in range(3000)]

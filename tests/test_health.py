@@ -18,8 +18,8 @@ from safetensors.torch import save as save_torch
 import health_files
 import tensorloupe
 from tensorloupe.errors import Cancelled, UsageError
-from tensorloupe.health import DEFAULT_BUDGET, health, health_cost, health_steps
-from tensorloupe.health.measure import windows
+from tensorloupe.healthscan import DEFAULT_BUDGET, health, health_cost, health_steps
+from tensorloupe.healthscan.measure import windows
 
 ROOT = Path(__file__).resolve().parent.parent
 SEVERITY = {"dead": "error", "nonfinite": "error", "scale": "error", "norm_collapsed": "error",
@@ -287,7 +287,7 @@ def test_one_scaled_expert_among_many_is_the_only_flag():
 def test_median_without_one_member_is_the_siblings_median():
     from statistics import median
 
-    from tensorloupe.health.rules import _median_without
+    from tensorloupe.healthscan.rules import _median_without
     values = [0.3, 0.1, 0.1, 0.7, 0.2, 0.9]
     for i, v in enumerate(values):
         assert _median_without(sorted(values), v) == median(values[:i] + values[i + 1:])

@@ -18,7 +18,7 @@ import pytest
 import numpy  # noqa: F401  (CPython only: the packages these files come from are not in Pyodide)
 
 import tensorloupe
-from tensorloupe.health import health
+from tensorloupe.healthscan import health
 
 
 def package_file(package: str, relative: str) -> Path:

@@ -12,7 +12,7 @@ import hostile_headers
 import tensorloupe
 from tensorloupe.cli import main
 from tensorloupe.errors import FormatError, LimitError, TensorloupeError
-from tensorloupe.report import human_bytes, human_count
+from tensorloupe.display import human_bytes, human_count
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,7 +135,7 @@ def test_every_hostile_header_gives_a_library_error_or_opens(files):
 def test_statistics_of_values_near_the_float64_limit():
     # Found by bench/fuzz.py (pytorch-legacy input 161800): math.fsum raised OverflowError
     # ("intermediate overflow in fsum") for two values of 1.7e308.
-    from tensorloupe.stats import compute
+    from tensorloupe.sampler.stats import compute
     s = compute([1.7e308, 1.7e308, -1e308])
     assert s.mean == pytest.approx(8e307) and s.max == 1.7e308
     assert compute([1.7e308, -1.7e308]).std == float("inf")  # the true spread is beyond float64

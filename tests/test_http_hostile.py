@@ -11,7 +11,7 @@ import pytest
 import tensorloupe
 from tensorloupe.cli import main
 from tensorloupe.errors import FormatError, UsageError
-from tensorloupe.source import HttpSource
+from tensorloupe.source.remote import HttpSource
 
 BODY = bytes(range(256)) * 4  # the file every honest answer serves (1024 bytes)
 BIG = bytes(range(256)) * 512  # 128 KiB: reads past the first request's 64 KiB go to the server

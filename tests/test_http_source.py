@@ -8,7 +8,7 @@ import pytest
 
 import tensorloupe
 from tensorloupe.errors import UsageError
-from tensorloupe.source import HttpSource
+from tensorloupe.source.remote import HttpSource
 
 import build  # (its Range-capable server is the one the app is served with)
 

@@ -12,17 +12,17 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pylib" / "tensorloupe"
 
 # Lowest first. A module may import from its own layer or any lower one (never upward).
 LAYERS = [
-    ["errors", "jsonable", "http_reply"],
-    ["source", "dtypes", "unpickling", "parallel", "http_pool"],
-    ["model"],
+    ["errors", "jsonable", "display"],
+    ["source", "dtypes", "unpickling"],
+    ["model", "roles"],
     ["formats"],
-    ["detect", "shards", "targets"],
-    ["gather", "stats", "sample", "staged", "colormap", "gram"],
-    ["moe", "redundancy", "report", "synthetic", "architecture", "memory", "tokens", "health", "npy",
-     "compare", "namemap", "roles", "beside", "components", "arch_report", "vocab",
-     "tokenizer_json", "inferred"],
+    ["opening"],
+    ["sampler", "colormap"],
+    ["moe", "namemap", "tokens", "report", "npy", "synthetic"],
+    ["architecture", "healthscan", "comparison"],
     ["cli", "web", "tensorloupe"],  # "tensorloupe" is the package's own __init__ (the public API)
 ]
+ROOT_MODULES_AT_MOST = 11   # the API, the vocabulary and the renderings; every job has a folder
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 
 
@@ -96,9 +96,22 @@ def test_no_import_cycle():
     assert cycles == []
 
 
-def test_no_package_shadows_torch_or_pickle():
-    names = {p.name for p in PACKAGE.rglob("*") if p.is_dir()} | {p.stem for p in PACKAGE.rglob("*.py")}
-    assert not names & {"torch", "pickle"}  # `import torch` in a test must reach the oracle
+def test_no_module_is_named_like_torch_pickle_a_builtin_or_an_api_function():
+    # `import torch` in a test must reach the oracle; `from . import zip` would hide the builtin
+    # in the importing module; a subpackage named like one of the API's functions would replace
+    # that function on the package when it is imported (Python sets the parent's attribute).
+    import builtins
+
+    import tensorloupe
+    api = {name for name in tensorloupe.__all__ if name[0].islower()}
+    names = {p.name for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"} | \
+        {p.stem for p in PACKAGE.rglob("*.py") if p.stem != "__init__"}
+    assert sorted(names & ({"torch", "pickle"} | set(dir(builtins)) | api)) == []
+
+
+def test_the_package_root_holds_only_the_api_the_vocabulary_and_the_renderings():
+    root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert len(root) <= ROOT_MODULES_AT_MOST, root
 
 
 def test_the_walker_sees_imports():
@@ -106,4 +119,4 @@ def test_the_walker_sees_imports():
     graph = all_modules()
     assert "tensorloupe.dtypes.ggml" in graph["tensorloupe.formats.gguf.reader"]
     assert "tensorloupe.errors" in graph["tensorloupe.model"]
-    assert "tensorloupe.formats.pytorch.zip" in graph["tensorloupe.detect"]
+    assert "tensorloupe.formats.pytorch.zipped" in graph["tensorloupe.opening.detect"]

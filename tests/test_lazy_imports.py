@@ -51,7 +51,7 @@ def test_inspect_of_a_safetensors_file_imports_no_other_reader(demo_path):
     assert "tensorloupe.formats.safetensors" in modules
     assert under(modules, TORCH_READERS + GGUF_READER) == []
     # the command's own modules only: no tokenizers, no health report text
-    assert under(modules, ("tensorloupe.tokens", "tensorloupe.health.text")) == []
+    assert under(modules, ("tensorloupe.tokens", "tensorloupe.healthscan.text")) == []
 
 
 def test_a_gguf_file_imports_its_reader_and_codecs_but_no_torch_reader(tmp_path):
@@ -65,7 +65,7 @@ def test_a_gguf_file_imports_its_reader_and_codecs_but_no_torch_reader(tmp_path)
 def test_a_torch_file_imports_the_torch_reader_and_no_ggml_codecs(tmp_path):
     path = torch_files.write_all(tmp_path)["state_dict"]
     modules = imported(f"import tensorloupe\ntensorloupe.open({str(path)!r}).close()")
-    assert "tensorloupe.formats.pytorch.zip" in modules
+    assert "tensorloupe.formats.pytorch.zipped" in modules
     # The GGUF reader comes before torch in the sniffing order, so it is imported to sniff;
     # its codecs are imported by a GGUF file's tensors only.
     assert under(modules, GGML_CODECS) == []
@@ -100,22 +100,22 @@ def test_the_workers_boot_imports_neither_the_comparison_nor_the_health_scan():
     # Health tabs import theirs with their first request.
     modules = imported("from tensorloupe.web import dispatch\ndispatch('hello', '{}')")
     assert "tensorloupe.web.handlers" in modules
-    assert under(modules, ("tensorloupe.compare", "tensorloupe.health")) == []
+    assert under(modules, ("tensorloupe.comparison", "tensorloupe.healthscan")) == []
 
 
 def test_health_and_compare_are_the_api_functions_whichever_is_imported_first():
-    # tensorloupe.health and tensorloupe.compare are functions although subpackages have their
-    # names; importing a subpackage first (as the CLI, the page's handlers or a user may) must
-    # not put the module in the function's place.
+    # The analyses' packages are named apart from the API's functions (healthscan, comparison;
+    # test_layering.py keeps it so), so importing one first (as the CLI, the page's handlers or a
+    # user may) cannot put a module in a function's place.
     code = """
-import tensorloupe, tensorloupe.health.rules, tensorloupe.compare.match
-from tensorloupe.compare import DEFAULT_SAMPLES
-from tensorloupe.health import health
+import tensorloupe, tensorloupe.healthscan.rules, tensorloupe.comparison.match
+from tensorloupe.comparison import DEFAULT_SAMPLES
+from tensorloupe.healthscan import health
 assert callable(tensorloupe.compare) and tensorloupe.compare.__module__ == "tensorloupe"
-assert tensorloupe.health is health and tensorloupe.health_cost.__module__ == "tensorloupe.health"
+assert tensorloupe.health is health and tensorloupe.health_cost.__module__ == "tensorloupe.healthscan"
 assert tensorloupe.COMPARE_SAMPLES == DEFAULT_SAMPLES
-assert tensorloupe.Comparison.__module__ == "tensorloupe.compare"
+assert tensorloupe.Comparison.__module__ == "tensorloupe.comparison"
 """
-    assert "tensorloupe.compare.match" in imported(code)
+    assert "tensorloupe.comparison.match" in imported(code)
     # and from a fresh start, by attribute only
-    assert "tensorloupe.health.rules" in imported("import tensorloupe\nassert callable(tensorloupe.health)")
+    assert "tensorloupe.healthscan.rules" in imported("import tensorloupe\nassert callable(tensorloupe.health)")

@@ -9,7 +9,8 @@ import torch
 from gguf import GGUFReader
 
 import tensorloupe
-from tensorloupe import architecture, memory
+from tensorloupe import architecture
+from tensorloupe.architecture import memory
 from tensorloupe.model import Checkpoint, Tensor
 
 import gguf_files

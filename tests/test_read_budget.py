@@ -10,8 +10,8 @@ import struct
 import pytest
 
 import tensorloupe
-from tensorloupe.redundancy import analyse
-from tensorloupe.sample import exact_stats, grid, sample
+from tensorloupe.moe.redundancy import analyse
+from tensorloupe.sampler.sampling import exact_stats, grid, sample
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parent.parent / "fixtures" / "out"
 

@@ -9,8 +9,10 @@ import pytest
 import build
 import tensorloupe
 from tensorloupe.errors import TruncatedError, UsageError
-from tensorloupe.source import (ByteSource, CachedSource, FileSource, HttpSource, MemorySource,
-                                SliceSource)
+from tensorloupe.source import ByteSource
+from tensorloupe.source.cache import CachedSource
+from tensorloupe.source.base import FileSource, MemorySource, SliceSource
+from tensorloupe.source.remote import HttpSource
 
 DATA = bytes(random.Random(7).randrange(256) for _ in range(300_000))
 

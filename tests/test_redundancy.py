@@ -9,7 +9,7 @@ import numpy as np
 import tensorloupe
 from tensorloupe.errors import Cancelled
 from tensorloupe.moe import detect
-from tensorloupe.redundancy import analyse
+from tensorloupe.moe.redundancy import analyse
 
 PAIRS = [[0, 4], [1, 5], [2, 6], [3, 7]]
 
@@ -149,7 +149,7 @@ def test_torch_checkpoint_with_qwen_names_and_planted_duplicates(tmp_path):
 
 
 def test_steps_yield_progress_and_finish_with_the_analysis(demo_bytes, demo_analysis):
-    from tensorloupe.redundancy import analyse_steps
+    from tensorloupe.moe.redundancy import analyse_steps
     ckpt = tensorloupe.open(demo_bytes)
     steps = list(analyse_steps(ckpt))
     done = [d for d, _, _ in steps]
@@ -165,7 +165,7 @@ def test_steps_yield_progress_and_finish_with_the_analysis(demo_bytes, demo_anal
 
 def test_cost_is_what_the_analysis_reads(demo_bytes, tmp_path):
     from gguf_files import write_moe
-    from tensorloupe.redundancy import cost, detect
+    from tensorloupe.moe.redundancy import cost, detect
     for source in (demo_bytes, write_moe(tmp_path / "moe.gguf")):
         for samples in (100, 4096):
             ckpt = tensorloupe.open(source)
@@ -186,7 +186,7 @@ def test_cost_is_what_the_analysis_reads(demo_bytes, tmp_path):
 def test_near_equal_similarities_rank_the_same_everywhere():
     # Copies of an expert are 1.0 or 1 - 2e-16 similar depending on how dot products round
     # (CPython 3.11 against 3.12+ and Pyodide): the ranking must not depend on that.
-    from tensorloupe.redundancy import ExpertProfile, LayerAnalysis, _cluster
+    from tensorloupe.moe.redundancy import ExpertProfile, LayerAnalysis, _cluster
     profiles = [ExpertProfile(e, 0.8, 1.0, 0.0, 1.0, 4) for e in range(4)]
     for near_one in (1.0, 1.0 - 2.0 ** -52):
         sim = [[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, near_one], [1.0, 0.0, 1.0, 0.0],
@@ -207,7 +207,7 @@ def test_expert_profiles_match_numpy_on_the_signature():
     """mean(|w|) is exact; rms and mean come from the similarities' fixed-point sums, within
     gram.max_error / 2 (relative to the rms); the score is their ratio."""
     import math
-    from tensorloupe import gram, redundancy
+    from tensorloupe.moe import gram, redundancy
     ckpt = tensorloupe.open(stacked_moe_bytes())
     analysis = analyse(ckpt, samples_per_matrix=1024)
     layer = analysis.layers[0]
@@ -238,7 +238,7 @@ class InPlaceHelper:
         return self.asked > self.ready_from
 
     def start(self, windows, per_expert):
-        from tensorloupe.redundancy import measure_bytes
+        from tensorloupe.moe.redundancy import measure_bytes
         self.started += 1
         copies = [w._replace(data=bytes(w.data)) for w in windows]
         helper = self
@@ -271,7 +271,7 @@ def wide_moe_bytes(layers: int = 5) -> bytes:
     (9, True, 0),      # never ready
 ])
 def test_a_helper_compares_the_layers_it_can_hold_and_changes_nothing(ready_from, at_once, helped):
-    from tensorloupe.redundancy import HELPER_LAYERS, analyse_steps
+    from tensorloupe.moe.redundancy import HELPER_LAYERS, analyse_steps
     assert HELPER_LAYERS == 2
     data = wide_moe_bytes()
     want = analyse(tensorloupe.open(data))
@@ -290,7 +290,7 @@ def test_a_layer_with_strided_experts_is_measured_here(tmp_path):
     element, not read as whole ranges: such a layer is not handed to the helper, and the
     analysis is the same."""
     import torch
-    from tensorloupe.redundancy import analyse_steps
+    from tensorloupe.moe.redundancy import analyse_steps
     g = torch.Generator().manual_seed(5)
     state = {}
     for layer in range(3):
@@ -313,9 +313,9 @@ def test_a_layer_with_strided_experts_is_measured_here(tmp_path):
 def test_a_layer_measured_from_its_bytes_is_the_layer_measured_here():
     """What the page's second Python computes from a layer's signature bytes (the same reads)
     is what this thread computes from the values it gathers, bit for bit."""
-    from tensorloupe.gather import read_windows
-    from tensorloupe.redundancy import _signature_windows, _signatures, measure_bytes
-    from tensorloupe.gram import gram_steps
+    from tensorloupe.sampler.gather import read_windows
+    from tensorloupe.moe.redundancy import _signature_windows, _signatures, measure_bytes
+    from tensorloupe.moe.gram import gram_steps
     ckpt = tensorloupe.open(wide_moe_bytes())
     layer = detect(ckpt).layers[1]
     windows, per_expert = _signature_windows(ckpt, layer, 64)
@@ -332,7 +332,7 @@ def test_a_layer_measured_from_its_bytes_is_the_layer_measured_here():
 
 
 def test_a_cancelled_analysis_drops_the_helpers_layer():
-    from tensorloupe.redundancy import analyse_steps
+    from tensorloupe.moe.redundancy import analyse_steps
     helper = InPlaceHelper()
     steps = analyse_steps(tensorloupe.open(wide_moe_bytes()), helper=helper)
     for done, total, so_far in steps:

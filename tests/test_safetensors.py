@@ -15,8 +15,9 @@ from safetensors.torch import load as torch_load_bytes
 from safetensors.torch import save as torch_save
 
 import tensorloupe
-from tensorloupe.errors import FormatError, LimitError, TensorloupeError, TruncatedError, UnknownFormatError
-from tensorloupe.sample import sample, values
+from tensorloupe.errors import (FormatError, LimitError, TensorloupeError, TruncatedError,
+                                UnknownFormatError)
+from tensorloupe.sampler.sampling import sample, values
 
 
 def build(header: dict, data: bytes = b"", *, raw_header: bytes | None = None) -> bytes:

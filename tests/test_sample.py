@@ -12,9 +12,10 @@ from safetensors.numpy import save as np_save
 import tensorloupe
 from tensorloupe.errors import Cancelled, UsageError
 from tensorloupe.model import Tensor
-from tensorloupe.sample import MAX_WINDOWS, exact_stats, grid, histogram, lattice, plan_windows, sample, values
-from tensorloupe.source import MemorySource
-from tensorloupe.stats import compute
+from tensorloupe.sampler.sampling import (MAX_WINDOWS, exact_stats, grid, histogram, lattice,
+                                          plan_windows, sample, values)
+from tensorloupe.source.base import MemorySource
+from tensorloupe.sampler.stats import compute
 
 RNG = np.random.default_rng(42)
 MATRIX = (RNG.standard_normal((640, 480)) * 0.02).astype(np.float32)

@@ -16,7 +16,7 @@ import gguf_files as fx  # noqa: E402
 
 import tensorloupe  # noqa: E402
 import tensorloupe.source  # noqa: E402
-from tensorloupe import shards  # noqa: E402
+from tensorloupe.opening import shards  # noqa: E402
 from tensorloupe.errors import FormatError, UsageError  # noqa: E402
 from tensorloupe.formats.gguf import reader as tg  # noqa: E402
 
@@ -251,7 +251,7 @@ def test_each_part_is_read_as_soon_as_it_is_open(tmp_path):
     urls = [f"http://example.test/{p.name}" for p in paths[:2]]
     first_read = threading.Event()
 
-    class Watched(tensorloupe.source.MemorySource):
+    class Watched(tensorloupe.source.base.MemorySource):
         def _read(self, offset, n):
             first_read.set()
             return super()._read(offset, n)
@@ -260,7 +260,7 @@ def test_each_part_is_read_as_soon_as_it_is_open(tmp_path):
         name = url.rsplit("/", 1)[1]
         if name == paths[1].name:
             assert first_read.wait(30), "part 1 was not read before part 2 was opened"
-            return tensorloupe.source.MemorySource((tmp_path / name).read_bytes(), name)
+            return tensorloupe.source.base.MemorySource((tmp_path / name).read_bytes(), name)
         return Watched((tmp_path / name).read_bytes(), name)
     ckpt = shards.open_each(urls, open_one)
     assert [p["name"] for p in ckpt.extras["shards"]["parts"]] == [p.name for p in paths[:2]]
@@ -271,7 +271,7 @@ def test_open_errors_come_before_read_errors_and_every_source_is_closed(tmp_path
     index.write_text("{not json")
     opened = []
 
-    class Closing(tensorloupe.source.MemorySource):
+    class Closing(tensorloupe.source.base.MemorySource):
         closed = False
 
         def close(self):

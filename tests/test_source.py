@@ -3,7 +3,9 @@
 import pytest
 
 from tensorloupe.errors import TruncatedError, UsageError
-from tensorloupe.source import CachedSource, FileSource, MemorySource, SliceSource, SourceFile, open_source
+from tensorloupe.source.cache import CachedSource
+from tensorloupe.source.base import FileSource, MemorySource, SliceSource, SourceFile
+from tensorloupe.source import open_source
 
 DATA = bytes(range(256)) * 40  # 10240 bytes
 

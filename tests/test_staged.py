@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import tensorloupe
-from tensorloupe.sample import grid, sample
-from tensorloupe.staged import EVERY, MIN_ROWS, StagedGrid, StagedSample
-from tensorloupe.stats import compute, histogram, sorted_histogram, summarize
+from tensorloupe.sampler.sampling import grid, sample
+from tensorloupe.sampler.staged import EVERY, MIN_ROWS, StagedGrid, StagedSample
+from tensorloupe.sampler.stats import compute, histogram, sorted_histogram, summarize
 
 
 def checkpoint_bytes(tensors: dict[str, np.ndarray], dtypes: dict[str, str] | None = None) -> bytes:

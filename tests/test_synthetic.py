@@ -8,7 +8,7 @@ from safetensors.torch import load as reference_load
 
 import tensorloupe
 from tensorloupe import moe, synthetic
-from tensorloupe.sample import values
+from tensorloupe.sampler.sampling import values
 
 # Pinned: if this changes, the demo (and every screenshot and test built on it) changed.
 DEMO_SHA256 = "6c5b2e10951831830ba90d2d5bd850e7f4f8abbdb0364ad572a15bc3d94c6f00"

@@ -12,8 +12,9 @@ from safetensors.numpy import save_file
 import tensorloupe
 from tensorloupe import tokens
 from tensorloupe.cli import main
-from tensorloupe.source import FileSource
-from tensorloupe.vocab import shown
+from tensorloupe.source.base import FileSource
+from tensorloupe.tokens.gguf import TOKEN_TYPES
+from tensorloupe.tokens.vocab import shown
 
 import gguf_files
 import tokenizer_files
@@ -67,7 +68,7 @@ def test_a_page_matches_gguf_py(llama):
     assert [e["id"] for e in page["tokens"]] == list(range(250, 270))
     assert [e["token"] for e in page["tokens"]] == words[250:270]
     assert [e["score"] for e in page["tokens"]] == pytest.approx(scores[250:270])
-    assert [e["type"] for e in page["tokens"]] == [tokens.TOKEN_TYPES[t] for t in types[250:270]]
+    assert [e["type"] for e in page["tokens"]] == [TOKEN_TYPES[t] for t in types[250:270]]
     summary = vocab.summary()
     assert summary["size"] == len(words) == 1100 and summary["model"] == "llama"
     bos, eos = field["tokenizer.ggml.bos_token_id"].contents(), field["tokenizer.ggml.eos_token_id"].contents()

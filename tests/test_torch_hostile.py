@@ -284,7 +284,7 @@ import shutil  # noqa: E402
 import zipfile  # noqa: E402
 
 from tensorloupe.errors import FormatError  # noqa: E402
-from tensorloupe.formats.pytorch import globals as torch_globals  # noqa: E402
+from tensorloupe.formats.pytorch import allowlist  # noqa: E402
 
 
 @pytest.fixture(scope="module")

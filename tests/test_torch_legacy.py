@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import tensorloupe
-from tensorloupe import detect
+from tensorloupe.opening import detect
 from tensorloupe.errors import FormatError, LimitError, TruncatedError
 from tensorloupe.formats.pytorch import legacy as torch_legacy
-from tensorloupe.source import MemorySource
+from tensorloupe.source.base import MemorySource
 
 import torch_files as tf  # noqa: E402
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import tensorloupe
-from tensorloupe.formats.pytorch import globals as torch_globals
+from tensorloupe.formats.pytorch import allowlist
 from tensorloupe.errors import UnsupportedError
-from tensorloupe.formats.pytorch import zip as torch_zip
-from tensorloupe.source import MemorySource
+from tensorloupe.formats.pytorch import zipped
+from tensorloupe.source.base import MemorySource
 
 import torch_files as tf  # noqa: E402
 
@@ -218,12 +218,12 @@ def test_unknown_and_quantized_dtypes(tmp_path):
 
 def test_sniff_and_detection(files, tmp_path):
     head = files["views"].read_bytes()[:1024]
-    assert torch_zip.sniff(head, 0, "anything")
+    assert zipped.sniff(head, 0, "anything")
     plain = io.BytesIO()
     with zipfile.ZipFile(plain, "w") as archive:
         archive.writestr("readme.txt", "hello")
     # any ZIP goes to the torch reader, whose members decide (and name a ZIP of something else)
-    assert torch_zip.sniff(plain.getvalue(), 0, "notes.zip")
+    assert zipped.sniff(plain.getvalue(), 0, "notes.zip")
     for suffix in (".bin", ".ckpt", ".pth"):
         renamed = tmp_path / f"pytorch_model{suffix}"
         renamed.write_bytes(files["state_dict"].read_bytes())
@@ -348,7 +348,7 @@ def test_unknown_storage_class_and_dtype_open_with_a_problem(tmp_path):
     assert b.dtype == "torch.float6_e3m2" and "no decoder" in b.problem
     # not allow-listed, so (honestly) "may execute code": torch.load would look it up and call it
     assert {(g["verdict"], g["reason"]) for g in ckpt.extras["safety"]["globals"]
-            if g["name"].startswith("torch.Float6")} == {("dangerous", torch_globals.MAY_EXECUTE)}
+            if g["name"].startswith("torch.Float6")} == {("dangerous", allowlist.MAY_EXECUTE)}
 
 
 def test_a_broken_local_header_is_found_when_the_storage_is_needed(tmp_path):

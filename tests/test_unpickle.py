@@ -13,14 +13,14 @@ import tracemalloc
 import pytest
 
 from tensorloupe.errors import FormatError, LimitError, TensorloupeError, TruncatedError
-from tensorloupe.formats.pytorch import globals as torch_globals
+from tensorloupe.formats.pytorch import allowlist
 from tensorloupe.unpickling.args import READERS
-from tensorloupe.unpickling.values import Limits, Marker, SafeKey, StandIn
+from tensorloupe.unpickling.objects import Limits, Marker, SafeKey, StandIn
 from tensorloupe.unpickling.machine import _TABLE, unpickle
 
 
 def load(data: bytes, **kw):
-    return unpickle(data, torch_globals.resolve, **kw).value
+    return unpickle(data, allowlist.resolve, **kw).value
 
 
 def plain(obj):
@@ -112,18 +112,18 @@ def test_allowed_builders_produce_data():
 def test_extension_codes_are_resolved_through_the_registry_as_data():
     copyreg.add_extension("place", "Thing", 0xF3)
     try:
-        result = unpickle(b"\x80\x02\x82\xf3).", torch_globals.resolve)
+        result = unpickle(b"\x80\x02\x82\xf3).", allowlist.resolve)
         assert "place.Thing" in result.globals
     finally:
         copyreg.remove_extension("place", "Thing", 0xF3)
-    result = unpickle(b"\x80\x02\x83\x34\x12).", torch_globals.resolve)
+    result = unpickle(b"\x80\x02\x83\x34\x12).", allowlist.resolve)
     assert list(result.globals) == ["copyreg._extension_registry.unregistered_code_4660"]
     # a real unpickler stops at an unregistered code ("unregistered extension code"): inert
     assert result.globals["copyreg._extension_registry.unregistered_code_4660"].verdict == "inert"
 
 
 def test_globals_and_opcodes_are_counted():
-    result = unpickle(pickle.dumps([{1, 2}, {3}], protocol=2), torch_globals.resolve)
+    result = unpickle(pickle.dumps([{1, 2}, {3}], protocol=2), allowlist.resolve)
     assert result.global_counts == {"builtins.set": 1}
     assert result.opcodes["REDUCE"] == 2 and result.opcodes["PROTO"] == 1
 
@@ -150,7 +150,7 @@ def test_globals_and_opcodes_are_counted():
     ("mymodel.io", "Loader", "dangerous"), ("antigravity", "fly", "dangerous"),
 ])
 def test_verdicts(module, name, verdict):
-    assert torch_globals.resolve(module, name).verdict == verdict
+    assert allowlist.resolve(module, name).verdict == verdict
 
 
 # Globals that ran a command or code under pickle.loads in the audit but were reported "unknown":
@@ -175,9 +175,9 @@ GADGETS = [
 
 @pytest.mark.parametrize("module, name, reason", GADGETS)
 def test_known_gadgets_are_dangerous_with_a_reason(module, name, reason):
-    standin = torch_globals.resolve(module, name)
+    standin = allowlist.resolve(module, name)
     assert standin.verdict == "dangerous"
-    assert reason in standin.reason and standin.reason != torch_globals.MAY_EXECUTE
+    assert reason in standin.reason and standin.reason != allowlist.MAY_EXECUTE
 
 
 @pytest.mark.parametrize("data, error, words", [
@@ -238,13 +238,13 @@ def test_deep_and_exponential_keys_are_refused_before_hashing():
 
 def test_pickle_end_is_reported_for_back_to_back_pickles():
     raw = pickle.dumps(1, protocol=2) + pickle.dumps("two", protocol=2)
-    first = unpickle(raw, torch_globals.resolve)
+    first = unpickle(raw, allowlist.resolve)
     assert first.value == 1
-    assert unpickle(raw, torch_globals.resolve, start=first.end).value == "two"
+    assert unpickle(raw, allowlist.resolve, start=first.end).value == "two"
 
 
 def test_standins_are_inert_objects():
-    standin = torch_globals.resolve("os", "system")
+    standin = allowlist.resolve("os", "system")
     assert isinstance(standin, StandIn) and standin.builder is None
     assert not callable(standin)
 
@@ -300,7 +300,7 @@ OBJECT_BOMBS = {
 
 
 def unpickled(data: bytes, **kw):
-    return unpickle(data, torch_globals.resolve, **kw)
+    return unpickle(data, allowlist.resolve, **kw)
 
 
 @pytest.mark.parametrize("name", sorted(OBJECT_BOMBS))

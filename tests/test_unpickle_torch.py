@@ -7,7 +7,7 @@ import zipfile
 
 import torch
 
-from tensorloupe.formats.pytorch import globals as torch_globals
+from tensorloupe.formats.pytorch import allowlist
 from tensorloupe.formats.pytorch.common import storage_loader
 from tensorloupe.unpickling.machine import unpickle
 
@@ -22,7 +22,7 @@ def test_the_count_of_a_real_state_dict_is_close_to_its_memory():
         data = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
     tracemalloc.start()
     try:
-        result = unpickle(data, torch_globals.resolve, storage_loader())
+        result = unpickle(data, allowlist.resolve, storage_loader())
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -12,22 +12,20 @@
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
-from . import detect, targets
 from .errors import TensorloupeError
 from .model import Checkpoint, Tensor
-from .sample import (Grid, Histogram, Sample, Stats, exact_histogram, exact_stats, grid, histogram,
-                     sample, values)
+from .sampler.sampling import (Grid, Histogram, Sample, Stats, exact_histogram, exact_stats, grid,
+                               histogram, sample, values)
+from .opening import detect, targets
 from .source import ByteSource, open_source
 
 # The health scan and the comparison are imported when first used (__getattr__): the browser's
 # worker imports this package as it boots, and in Pyodide they are a fifth of its imports (~20
 # ms, dataclasses and all) that the first screen does not need.
-_LATER = {"health": ("health", "health"), "health_cost": ("health", "health_cost"),
-          "Comparison": ("compare", "Comparison")}
-COMPARE_SAMPLES = 1 << 14   # compare()'s default: compare.DEFAULT_SAMPLES (tests/test_lazy_imports.py)
+_LATER = {"health": ("healthscan", "health"), "health_cost": ("healthscan", "health_cost"),
+          "Comparison": ("comparison", "Comparison")}
+COMPARE_SAMPLES = 1 << 14   # compare()'s default: comparison.DEFAULT_SAMPLES (tests/test_lazy_imports.py)
 
 __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_polish.py checks)
 
@@ -38,10 +36,10 @@ __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histog
 
 def open(target, name: str | None = None, *, follow_redirects: bool = False) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
     """Open a checkpoint from a path, URL, bytes, a ByteSource, a folder, an index json, or a list
-    of shard paths (targets.py says what each names). A URL is read by Range requests; a redirect
+    of shard paths (opening/targets.py says what each names). A URL is read by Range requests; a redirect
     to another site is followed only with follow_redirects."""
     if isinstance(target, (list, tuple)) or targets.needs_resolving(target):
-        from . import shards
+        from .opening import shards
         # URLs: every part's first request (its header bytes) in flight at once, each header
         # read as soon as it arrives.
         return _say_redirects(shards.open_each(
@@ -82,7 +80,7 @@ def compare(a, b, samples: int = COMPARE_SAMPLES, exact: bool = False, tensors=N
         if not isinstance(b, Checkpoint):
             b = open(b)
             opened.append(b)
-        from .compare import compare as compare_checkpoints
+        from .comparison import compare as compare_checkpoints
         return compare_checkpoints(a, b, samples, exact, tensors, progress)
     except BaseException:
         for ckpt in opened:
@@ -99,16 +97,3 @@ def __getattr__(name: str):
     globals()[name] = value
     return value
 
-
-class _Package(types.ModuleType):
-    """This package, whose `health` and `compare` are the API's functions although subpackages
-    bear those names: the first import of a subpackage sets its parent's attribute of that name to
-    the module (Python's import system does), which must not replace the function."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in ("health", "compare") and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -1,7 +1,7 @@
 """`tensorloupe inspect|stats|values|moe|health|diff|tokens|demo`: the library on the command line.
 
 Every command that reads a checkpoint takes it the same way (`add_files` / `open_files`, see
-targets.py): one file, all shards or split parts of one, a folder, an index json, or URLs.
+opening/targets.py): one file, all shards or split parts of one, a folder, an index json, or URLs.
 Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
@@ -16,19 +16,21 @@ import json
 import os
 import sys
 
-from . import __version__, arch_report, beside, report
+from . import __version__, report
+from .architecture import report as arch_report
+from .opening import beside
 from . import open as open_checkpoint
 from .model import Checkpoint
 from .source import is_url
-from .targets import resolve
+from .opening.targets import resolve
 from .errors import FetchError, TensorloupeError, UsageError
-from .health import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
-from .redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
-from .sample import DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample, values
+from .healthscan import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
+from .moe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
+from .sampler.sampling import (DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample,
+                               values)
 from .jsonable import bounded, json_number
-from .memory import CACHE_TYPES
-from .vocab import DEFAULT_PAGE
-from .compare import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
+from .architecture.memory import CACHE_TYPES
+from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS = 0, 2, 3, 4
 
@@ -89,7 +91,7 @@ def split_files(items: list[str], keep: int = 0) -> tuple[list[str], list[str]]:
 
 
 def open_files(items, args) -> Checkpoint:
-    """Open what the user named as one checkpoint (see targets.py), for any command."""
+    """Open what the user named as one checkpoint (see opening/targets.py), for any command."""
     return open_checkpoint(resolve(items).files,
                            follow_redirects=getattr(args, "follow_redirects", False))
 
@@ -129,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_files(p)   # a GGUF file, or a checkpoint with tokenizer.json beside it
     p.add_argument("--find", help="tokens containing this text (or, if a number, that token id)")
     p.add_argument("--start", type=int, default=0, help="first token id of the page (default 0)")
-    p.add_argument("--count", type=int, default=DEFAULT_PAGE, help="tokens per page (default %(default)s)")
+    p.add_argument("--count", type=int, help="tokens per page (default: one page, as the Tokens tab shows)")
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_tokens)
 
@@ -240,6 +242,10 @@ def run_inspect(args) -> int:
 # does not pay for them.
 def run_tokens(args) -> int:
     from . import tokens
+    from .tokens import text as tokens_text
+    from .tokens.vocab import DEFAULT_PAGE
+    if args.count is None:
+        args.count = DEFAULT_PAGE
     if args.start < 0 or args.count < 0:
         raise UsageError("--start and --count must be >= 0")
     target = resolve(args.items)
@@ -253,7 +259,7 @@ def run_tokens(args) -> int:
         if args.json:
             _emit(doc)
         else:
-            tokens.print_tokens(doc)
+            tokens_text.print_tokens(doc)
     return EXIT_OK
 
 
@@ -312,14 +318,15 @@ def run_moe(args) -> int:
         if args.json:
             _emit(bounded(analysis.to_json()))
         else:
-            report.print_moe(analysis)
+            from .moe import text as moe_text
+            moe_text.print_moe(analysis)
     return EXIT_OK
 
 
 def run_health(args) -> int:
     if args.budget < 1 or args.confirm_bytes < 0:
         raise UsageError("--budget must be at least 1 and --confirm-bytes at least 0")
-    from .health import text as health_text
+    from .healthscan import text as health_text
     budget = None if args.exact else args.budget
     with open_files(args.items, args) as ckpt:
         if not args.json:
@@ -345,7 +352,8 @@ def run_diff(args) -> int:
         if args.json:
             _emit(result.to_json())
         else:
-            report.print_diff(result, args.top)
+            from .comparison import text as comparison_text
+            comparison_text.print_diff(result, args.top)
     return EXIT_OK
 
 

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from .errors import UsageError
 from .model import Tensor
-from .sample import grid, values
+from .sampler.sampling import grid, values
 
 MAGIC = b"\x93NUMPY\x01\x00"
 ALIGN = 64

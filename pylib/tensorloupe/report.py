@@ -1,11 +1,14 @@
-"""Human-readable and JSON renderings of checkpoints, shared by the CLI and the web worker."""
+"""The checkpoint's own renderings, human-readable and JSON, shared by the CLI and the web worker.
+
+Each analysis prints its own text (architecture/report.py, moe/text.py, comparison/text.py,
+healthscan/text.py, tokens/text.py); number formats are in display.py.
+"""
 
 from __future__ import annotations
 
 import json
-import math
 
-
+from .display import exact_count, human_bytes, human_count, short
 from .model import Checkpoint, Tensor
 from .jsonable import FULL, Limits, bounded, json_number
 
@@ -81,50 +84,6 @@ def tensor_table(ckpt: Checkpoint, fmt: str) -> str:
 def inspect_json(ckpt: Checkpoint) -> dict:
     ckpt.locate_all()
     return checkpoint_json(ckpt)
-
-
-def human_bytes(n: int) -> str:
-    # Integer comparisons and division: a header can make a count no float can hold (1e1233).
-    for power, unit in enumerate(("B", "KiB", "MiB", "GiB", "TiB")):
-        if n < 1024 ** (power + 1) or unit == "TiB":
-            if n >= 1024 ** 5 * 1000:
-                return f"{scientific(n)} B"
-            return f"{n} B" if unit == "B" else f"{n / 1024 ** power:.1f} {unit}"
-    return str(n)
-
-
-def human_count(n: int) -> str:
-    if n >= 10**15:
-        return scientific(n)
-    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
-        if n >= scale:
-            return f"{n / scale:.2f}{unit}"
-    return str(n)
-
-
-def exact_count(n: int) -> str:
-    """1,234,567; beyond what str() may print (4,300 digits), the scientific form."""
-    return f"{n:,}" if n.bit_length() < 14000 else scientific(n)
-
-
-def scientific(n: int) -> str:
-    """A non-negative integer of any size as 1.23e45, by integer arithmetic only (no float
-    conversion to overflow, no str() of more than 4,300 digits)."""
-    if n < 1000:
-        return str(n)
-    exponent = int((n.bit_length() - 1) * 0.30102999566398120)
-    while 10 ** (exponent + 1) <= n:
-        exponent += 1
-    while 10 ** exponent > n:
-        exponent -= 1
-    mantissa = n * 100 // 10 ** exponent  # three significant digits, truncated
-    return f"{mantissa // 100}.{mantissa % 100:02d}e{exponent}"
-
-
-def short(value, width: int = 100) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def print_inspect(ckpt: Checkpoint) -> None:
@@ -236,74 +195,3 @@ def unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
         flat, i = divmod(flat, dim)
         index.append(i)
     return list(reversed(index))
-
-
-def print_moe(analysis) -> None:
-    found = analysis.moe
-    if not found.detected:
-        print(f"No Mixture-of-Experts structure: {found.reason}.")
-        return
-    top_k = f"{found.top_k} (from {found.top_k_source})" if found.top_k else "unknown (no metadata says)"
-    print(f"Mixture of Experts: {len(found.layers)} layers, {found.expert_count} experts, top-k {top_k}")
-    print(f"Redundancy from weights alone: {analysis.samples_per_matrix} elements per matrix per expert, "
-          f"{human_bytes(analysis.bytes_read)} read; threshold {analysis.threshold}")
-    for layer, measured in zip(found.layers, analysis.layers):
-        router = ", ".join(layer.router) or "none found"
-        kind = "stacked" if layer.stacked else "per-expert tensors"
-        shared = f", shared: {len(layer.shared)} tensors" if layer.shared else ""
-        print(f"\n{layer.prefix}: {layer.expert_count} experts ({kind}), router {router}{shared}")
-        print(f"  signature matrices: {', '.join(measured.matrices)}")
-        experts = [p.expert for p in measured.experts]
-        print("  cosine " + "".join(f"{e:>6}" for e in experts) + "   score")
-        for profile, row in zip(measured.experts, measured.similarity):
-            print(f"  {profile.expert:>6} " + "".join(f"{v:6.2f}" for v in row) + f"   {profile.score:.3f}")
-        if measured.clusters:
-            print("  near-duplicate clusters: " + "  ".join("{" + ", ".join(map(str, c)) + "}"
-                                                         for c in measured.clusters))
-        for r in measured.recommendations:
-            print(f"  -> {r.text}")
-        if not measured.recommendations:
-            print("  no expert is redundant at this threshold")
-
-
-def _db(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return "inf" if value == math.inf else f"{value:.1f}"
-
-
-def print_diff(result, top: int = 15) -> None:
-    """The comparison as text: headline, counts, the ranking, per-role SNR by layer, layers."""
-    s = result.summary
-    mode = ("exact (every element)" if result.exact else
-            f"sampled (up to {result.samples} elements per tensor; smaller tensors whole)")
-    print(f"A: {result.a.name} ({result.a.format}, {len(result.a.tensors)} tensors)")
-    print(f"B: {result.b.name} ({result.b.format}, {len(result.b.tensors)} tensors)")
-    print(f"matched {s['matched']} pairs" + (f" through the {result.name_map} name map" if result.name_map else "")
-          + f"; values {mode}; byte identity decided on bytes")
-    # what the comparison read beyond the headers (their cached blocks serve small files whole)
-    print(f"bytes read for the comparison: A {result.bytes_read['a']:,}, B {result.bytes_read['b']:,}")
-    print(s["headline"])
-    print("  " + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in s["counts"].items()))
-    differ = {r.name: r for r in result.rows}
-    if s["ranked"] and top:
-        print(f"\nmost changed (relative error ‖a−b‖/‖a‖), top {min(top, len(s['ranked']))}:")
-        print(f"  {'tensor':48} {'rel err':>10} {'SNR dB':>7} {'cosine':>9} {'max|a-b|':>10}")
-        for name in s["ranked"][:top]:
-            d = differ[name].diff
-            print(f"  {name[:48]:48} {d.rel_error:10.3e} {_db(d.snr_db):>7} {d.cosine:9.6f} {d.max_abs:10.3e}")
-    if s["roles"]:
-        print("\nSNR dB per role by layer:")
-        for role, points in s["roles"].items():
-            print(f"  {role[:48]:48} " + " ".join(_db(p["snr_db"]) for p in points))
-    changed = [e for e in s["layers"] if e["changed"]]
-    if changed:
-        print("\nlayers changed most:")
-        for e in changed[:top]:
-            print(f"  layer {e['layer']:>4}: {e['changed']}/{e['tensors']} tensors changed, "
-                  f"pooled rel err {e['rel_error']:.3e}, SNR {_db(e['snr_db'])} dB")
-    others = [r for r in result.rows if r.category in ("only_in_a", "only_in_b", "shape_changed", "unreadable")]
-    for r in others[:top]:
-        print(f"  {r.category.replace('_', ' ')}: {r.name}" + (f" ({r.message})" if r.message else ""))
-    if len(others) > top:
-        print(f"  … and {len(others) - top} more (see --json)")

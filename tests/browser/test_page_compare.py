@@ -20,7 +20,7 @@ from safetensors.numpy import save_file
 import build
 import tensorloupe
 from tensorloupe import colormap
-from tensorloupe.compare import views
+from tensorloupe.comparison import views
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = ROOT / "fixtures" / "out" / "converted-src" / "llama" / "model.safetensors"

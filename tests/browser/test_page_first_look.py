@@ -14,8 +14,8 @@ import pytest
 
 import build
 import tensorloupe
-from tensorloupe.sample import grid, sample
-from tensorloupe.staged import StagedGrid, StagedSample
+from tensorloupe.sampler.sampling import grid, sample
+from tensorloupe.sampler.staged import StagedGrid, StagedSample
 
 from page_checks import assert_heatmap_matches, assert_stats_equal, cli_stats, json_value, same
 

@@ -16,7 +16,7 @@ from safetensors.numpy import save_file
 
 import health_files
 import tensorloupe
-from tensorloupe.health import health_cost
+from tensorloupe.healthscan import health_cost
 
 ROOT = Path(__file__).resolve().parents[2]
 STEP_TIMEOUT_MS = 60_000

@@ -1,4 +1,4 @@
-"""The Experts tab's redundancy analysis, in the page, against tensorloupe.redundancy in CPython:
+"""The Experts tab's redundancy analysis, in the page, against tensorloupe.moe.redundancy in CPython:
 the demo model's planted pairs and nothing else, the same similarities, scores and recommendation
 lines; the threshold moved without reading again; two experts side by side (per-expert tensors and
 stacked GGUF slices); the similarity matrix's pixels; the cost stated before it runs; cancel mid-way
@@ -14,8 +14,9 @@ import pytest
 from safetensors.numpy import save_file
 
 import tensorloupe
-from tensorloupe import colormap, redundancy
-from tensorloupe.sample import Grid
+from tensorloupe import colormap
+from tensorloupe.moe import redundancy
+from tensorloupe.sampler.sampling import Grid
 from tensorloupe.synthetic import demo_bytes
 
 from page_checks import assert_lattice_pixels

@@ -21,7 +21,7 @@ import pytest
 
 import tensorloupe
 from tensorloupe.errors import UsageError
-from tensorloupe.source import HttpSource
+from tensorloupe.source.remote import HttpSource
 
 from page_checks import assert_heatmap_matches, assert_stats_equal, cli_stats
 

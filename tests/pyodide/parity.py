@@ -14,7 +14,9 @@ import sys
 import tensorloupe
 import random
 
-from tensorloupe import arch_report, colormap, gram, moe, redundancy, report, synthetic, tokens
+from tensorloupe.architecture import report as arch_report
+from tensorloupe import colormap, moe, report, synthetic, tokens
+from tensorloupe.moe import gram, redundancy
 from tensorloupe.errors import TensorloupeError
 from tensorloupe.jsonable import bounded, json_number
 from tensorloupe.web import handlers, page_table

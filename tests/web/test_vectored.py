@@ -229,7 +229,7 @@ def test_no_prefetch_where_the_browser_cannot_suspend(path):
 
 
 def test_a_cache_prefetches_exactly_what_its_read_will_fetch(path):
-    from tensorloupe.source import CachedSource
+    from tensorloupe.source.cache import CachedSource
     log = []
     cached = CachedSource(prefetching(path, log), block_size=4096, max_bytes=1 << 16)
     cached.read(0, 10)                       # block 0 is cached now
@@ -247,8 +247,8 @@ def test_the_expert_analysis_reads_each_next_layer_while_comparing(tmp_path):
     from safetensors.numpy import save_file
 
     import tensorloupe
-    from tensorloupe import redundancy
-    from tensorloupe.source import CachedSource
+    from tensorloupe.moe import redundancy
+    from tensorloupe.source.cache import CachedSource
     rng = np.random.default_rng(5)
     tensors = {}
     for layer in range(3):
@@ -281,7 +281,7 @@ def layer_windows():
     little- and big-endian F32, F16 with a first element to skip, a window of nothing, extremes."""
     import numpy as np
 
-    from tensorloupe.gather import WindowBytes
+    from tensorloupe.sampler.gather import WindowBytes
     rng = np.random.default_rng(4)
     windows = []
     for expert in range(3):
@@ -294,7 +294,7 @@ def layer_windows():
 
 
 def test_the_helpers_measures_are_the_same_bit_for_bit():
-    from tensorloupe.redundancy import measure_bytes
+    from tensorloupe.moe.redundancy import measure_bytes
     from tensorloupe.web import offload
     windows, per_expert = layer_windows()
     data, meta = offload.encode_layer(windows, per_expert)
@@ -312,7 +312,7 @@ def test_the_helpers_measures_are_the_same_bit_for_bit():
 def test_a_failed_helper_layer_is_measured_here():
     """The second Python's worker died or answered wrongly: the layer is measured by this one,
     from the same bytes, and the analysis has the same numbers as without a helper."""
-    from tensorloupe.redundancy import measure_bytes
+    from tensorloupe.moe.redundancy import measure_bytes
     from tensorloupe.web import offload
 
     class Js:

@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 
 import tensorloupe
 from tensorloupe import colormap
-from tensorloupe.compare import views
+from tensorloupe.comparison import views
 from tensorloupe.errors import FormatError, UsageError
 from tensorloupe.web.handlers import Session
 

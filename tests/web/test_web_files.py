@@ -13,7 +13,8 @@ import pytest
 
 import tensorloupe
 from tensorloupe.errors import FormatError, UsageError
-from tensorloupe.source import HttpSource, range_refused
+from tensorloupe.source.remote import HttpSource
+from tensorloupe.source.http_reply import range_refused
 from tensorloupe.web import remote
 from tensorloupe.web.files import given, group
 from tensorloupe.web.handlers import Session

@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 
 import tensorloupe
 from tensorloupe import colormap
-from tensorloupe.sample import grid, histogram, sample
+from tensorloupe.sampler.sampling import grid, histogram, sample
 from tensorloupe.web.handlers import Session
 
 

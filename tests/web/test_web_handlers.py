@@ -11,7 +11,8 @@ import pytest
 from safetensors.numpy import save_file
 
 import tensorloupe
-from tensorloupe import arch_report, colormap, report
+from tensorloupe.architecture import report as arch_report
+from tensorloupe import colormap, report
 from tensorloupe.jsonable import PREVIEW, bounded
 from tensorloupe.web import moe_ops, page_table
 from tensorloupe.web.handlers import Session, dispatch, exact_job
@@ -209,7 +210,7 @@ def test_moe_analysis_in_steps_equals_analyse(monkeypatch):
     assert all(a["bytes_read"] <= b["bytes_read"] for a, b in zip(progress, progress[1:]))
     assert progress[7]["bytes_read"] == 8 * 49152 and progress[7]["layers_done"] == 0
     from tensorloupe.synthetic import demo_bytes
-    expected = tensorloupe.redundancy.analyse(tensorloupe.open(demo_bytes())).to_json()
+    expected = tensorloupe.moe.redundancy.analyse(tensorloupe.open(demo_bytes())).to_json()
     del expected["moe"]
     assert last["analysis"] == json.loads(json.dumps(expected))
     assert s.checkpoint.bytes_read() - before == plan["total_bytes"] == last["bytes_read"]
@@ -298,8 +299,8 @@ def test_expert_heatmaps_share_one_scale_and_slice_stacked_experts(tmp_path):
     assert [p["tensor"] for p in result["panels"]] == ["blk.1.ffn_gate_exps.weight[1]", "blk.1.ffn_gate_exps.weight[5]"]
     assert len(buffers) == 6                      # pixels and values of each expert, then of the difference
     ckpt = tensorloupe.open(path)
-    layer = tensorloupe.redundancy.detect(ckpt).layers[1]
-    grids = [tensorloupe.grid(tensorloupe.redundancy.expert_tensor(ckpt, layer, e, "gate"), 256, 256) for e in (1, 5)]
+    layer = tensorloupe.moe.redundancy.detect(ckpt).layers[1]
+    grids = [tensorloupe.grid(tensorloupe.moe.redundancy.expert_tensor(ckpt, layer, e, "gate"), 256, 256) for e in (1, 5)]
     assert result["scale"] == max(g.amax for g in grids)
     for k, g in enumerate(grids):
         values = array("d")

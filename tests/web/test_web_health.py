@@ -9,7 +9,7 @@ import pytest
 import health_files
 import tensorloupe
 from tensorloupe.errors import UsageError
-from tensorloupe.health import health, health_cost
+from tensorloupe.healthscan import health, health_cost
 from tensorloupe.web.handlers import Session
 
 

@@ -12,7 +12,7 @@ import struct
 from typing import Callable
 
 from ..errors import FormatError, LimitError, TruncatedError
-from .values import LIMITS
+from .objects import LIMITS
 
 
 def _fixed(fmt: str):

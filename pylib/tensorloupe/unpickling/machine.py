@@ -5,7 +5,7 @@ protocol); args.py has one reader per argument kind and this module one handler 
 name, joined into a 256-entry dispatch table at import.
 Nothing here imports a module, looks up an attribute or calls an object named by the pickle: a
 global becomes whatever `resolve(module, name)` returns (allow-listed stand-ins, see
-formats/pytorch/globals.py), and the opcodes that call (REDUCE, INST, OBJ, NEWOBJ, NEWOBJ_EX) only ever
+formats/pytorch/allowlist.py), and the opcodes that call (REDUCE, INST, OBJ, NEWOBJ, NEWOBJ_EX) only ever
 run a stand-in's own pure builder; anything else yields an inert Marker that records the call.
 
 Why not `pickle.Unpickler` with a restricted find_class: the C unpickler satisfies EXT opcodes
@@ -27,7 +27,7 @@ from typing import Any, Callable
 from ..errors import LOW_LEVEL_ERRORS, FormatError, LimitError, TensorloupeError, TruncatedError
 from .args import READERS
 from .nesting import deeper_than, dismantle
-from .values import LIMITS, Limits, Marker, StandIn, Stateful, safe_key, shown
+from .objects import LIMITS, Limits, Marker, StandIn, Stateful, safe_key, shown
 
 HIGHEST_PROTOCOL = 5
 

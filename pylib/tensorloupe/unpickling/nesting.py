@@ -16,7 +16,7 @@ checkpoint's hyper_parameters: under 20). So:
 
 from __future__ import annotations
 
-from .values import SafeKey, Stateful
+from .objects import SafeKey, Stateful
 
 CONTAINERS = (list, tuple, dict, set, frozenset)
 

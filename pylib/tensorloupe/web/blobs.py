@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..source import CachedSource, FileSource
+from ..source.cache import CachedSource
+from ..source.base import FileSource
 
 # (mounted path, [(offset, length), ...]) -> the bytes of each range, or None if unavailable here
 Slices = Callable[[str, list[tuple[int, int]]], "list[bytes] | None"]
@@ -114,8 +115,8 @@ def open_blob(path: str, name: str | None = None) -> CachedSource:
 def open_target(target: str | list[str], name: str | None = None):
     """What tensorloupe.open should open for `target`, as blob sources: a path that names a file
     is one source (keeping `name`); a list (the files of one checkpoint), a folder or an index,
-    the list of files targets.resolve finds (opened together as one checkpoint, shards.py)."""
-    from ..targets import needs_resolving, resolve
+    the list of files targets.resolve finds (opened together as one checkpoint, opening/shards.py)."""
+    from ..opening.targets import needs_resolving, resolve
     if isinstance(target, str) and not needs_resolving(target):
         return open_blob(target, name)
     return [open_blob(f) for f in resolve(target).files]

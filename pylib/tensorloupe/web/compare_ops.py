@@ -1,7 +1,7 @@
 """The Compare tab's requests: a second checkpoint B held beside the open one (A, the reference),
 the comparison as a job (web/jobs.py) that steps once per chunk read, and the views of one
 compared pair: A, B and A−B over the same tile on one colour scale, both histograms on the same
-bins (compare/views.py).
+bins (comparison/views.py).
 
 Mixed into handlers.Session, whose `current()` (A) and `jobs` it uses. The report sent is
 `Comparison.to_json()`, what `tensorloupe diff A B --json` prints, computed by the same function
@@ -10,7 +10,7 @@ groups them; URLs are probed by the worker first, remote.py) and stays open unti
 replaces it; a finished comparison is kept for the views only while A is still the one it was
 made with (opening another A closes the old one).
 
-The comparison's modules (tensorloupe.compare) are imported by the tab's first request, not when
+The comparison's modules (tensorloupe.comparison) are imported by the tab's first request, not when
 the worker boots: the first screen does not need them.
 """
 
@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from .. import COMPARE_SAMPLES, open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
-from ..sample import Grid, View
+from ..sampler.sampling import Grid, View
 from . import blobs, remote
 from .jobs import Job
 from .views import MAX_GRID, heatmap_reply
 
 if TYPE_CHECKING:
-    from ..compare import Comparison
+    from ..comparison import Comparison
 
 HISTOGRAM_BINS = 64
 PANELS = ("a", "b", "diff")
@@ -42,8 +42,8 @@ def _samples(args) -> int:
 def compare_job(a, b, samples: int, exact: bool, on_finish) -> Job:
     """compare_steps as a Job: one step per chunk read (so a cancel gets in between chunks of
     one big tensor in exact mode); the state is the Comparison once it is made."""
-    from ..compare import Comparison, compare_steps
-    from ..compare.match import match
+    from ..comparison import Comparison, compare_steps
+    from ..comparison.match import match
     total = len(match(a, b)[0])      # descriptors only: no tensor byte is read to count pairs
     before = a.bytes_read() + b.bytes_read()
 
@@ -99,7 +99,7 @@ class CompareOps:
     def other_payload(self) -> dict:
         """What the tab says about B before anything is compared: its facts, and how many pairs
         the names (or the name map) make with A (no tensor bytes are read for it)."""
-        from ..compare.match import match
+        from ..comparison.match import match
         b = self._other()
         pairs, arch = match(self.current(), b)
         return {"file": b.name, "format": b.format, "size": b.size, "tensors": len(b.tensors),
@@ -138,7 +138,7 @@ class CompareOps:
         `diff_scale: "own"` A−B on its own (its largest |value|: a quantisation's error is a
         hundredth of the weights, white on theirs); and both histograms on the same bins.
         Buffers: pixels and float64 values of A, B, A−B in turn."""
-        from ..compare.views import histograms, tiles
+        from ..comparison.views import histograms, tiles
         row = self._compared().row(str(args.get("name")))
         rows = max(1, min(MAX_GRID, int(args.get("rows", 128))))
         cols = max(1, min(MAX_GRID, int(args.get("cols", 128))))

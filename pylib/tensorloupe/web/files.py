@@ -1,7 +1,7 @@
 """What the user gave the page, as checkpoints: dropped or picked files, a dropped folder, URLs.
 
 Files that are parts of one checkpoint become one entry that opens them together
-(`tensorloupe.open([...])`, shards.py): split GGUF `<stem>-00001-of-00003.gguf`, sharded
+(`tensorloupe.open([...])`, opening/shards.py): split GGUF `<stem>-00001-of-00003.gguf`, sharded
 safetensors `<stem>-00001-of-00003.safetensors` with their `<stem>.safetensors.index.json` if it
 is there. A `config.json` beside a model (same folder) is not an entry of its own: it goes with
 every entry of that folder, for the top-k of moe.detect and the architecture; nor are
@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .. import detect
-from ..beside import (MAX_CONFIG_BYTES, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME, parse_object,
-                      read_bounded)
+from ..opening import detect
+from ..opening.beside import (MAX_CONFIG_BYTES, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME,
+                              parse_object, read_bounded)
 from ..errors import UsageError
-from ..shards import PART_NAME
-from ..source import is_url, url_name
+from ..opening.shards import PART_NAME
+from ..source import is_url
+from ..source.remote import url_name
 
 CONFIG_NAME = "config.json"
 # Files that go with the model beside them (same folder) rather than being entries: the worker

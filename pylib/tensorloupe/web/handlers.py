@@ -14,15 +14,16 @@ import json
 import sys
 import traceback
 
-from .. import colormap, moe, npy, report, shards
+from .. import colormap, moe, npy, report
+from ..opening import shards
 from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
-from ..gather import dtype_of
+from ..sampler.gather import dtype_of
 from ..model import Checkpoint
-from ..sample import EXACT_CHUNK_ELEMS, exact_stats_steps, values
-from ..staged import StagedGrid, StagedSample
+from ..sampler.sampling import EXACT_CHUNK_ELEMS, exact_stats_steps, values
+from ..sampler.staged import StagedGrid, StagedSample
 from ..jsonable import PREVIEW, json_number
-from ..stats import Stats
+from ..sampler.stats import Stats
 from . import blobs, files, remote
 from .jobs import Job, Jobs
 from .page_table import bytes_by_dtype, page_table
@@ -199,7 +200,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     # --- one tensor --------------------------------------------------------------------------
 
-    # A first look (staged.py) keeps what it read here, for the request that refines it; the
+    # A first look (sampler/staged.py) keeps what it read here, for the request that refines it; the
     # page asks for that next, so one of each is enough (another tensor or view replaces it).
     staged_sample: StagedSample | None = None
     staged_grid: StagedGrid | None = None
@@ -224,7 +225,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     def op_heatmap(self, args):
         """A lattice over (a region of) a 2-D view: RGBA pixels and float64 values, row-major.
-        `first_look`: every 8th row and column (staged.py) when the lattice's rows are many separate reads
+        `first_look`: every 8th row and column (sampler/staged.py) when the lattice's rows are many separate reads
         (the reply says `first_look`; the page then asks again without it)."""
         t = self.current().tensor(args["name"])
         staged = staged_lattice(t, args)

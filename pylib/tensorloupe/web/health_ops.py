@@ -1,10 +1,9 @@
 """The Health tab's requests: what the scan will read (said before it runs) and the scan itself as
 a job (web/jobs.py) of one tensor, or one piece of a confirmation, per step.
 
-Mixed into handlers.Session, whose `current()` and `jobs` it uses. (`tensorloupe.health` is the
-function of the public API, so the names are imported from the subpackage.) The report sent is
+Mixed into handlers.Session, whose `current()` and `jobs` it uses. The report sent is
 `tensorloupe health --json`'s, computed by the same function with the same defaults. The
-subpackage is imported by the first request: the worker's boot does not wait for it.
+healthscan package is imported by the first request: the worker's boot does not wait for it.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from .jobs import Job
 
 
 def _budget(args) -> int | None:
-    from ..health import DEFAULT_BUDGET
+    from ..healthscan import DEFAULT_BUDGET
     if args.get("exact"):
         return None
     value = int(args.get("budget", DEFAULT_BUDGET))
@@ -25,13 +24,13 @@ def _budget(args) -> int | None:
 
 class HealthOps:
     def op_health_plan(self, args):
-        from ..health import health_cost
+        from ..healthscan import health_cost
         ckpt = self.current()
         cost = health_cost(ckpt, _budget(args))
         return {**cost.to_json(), "file_size": ckpt.size}, []
 
     def op_health_start(self, args):
-        from ..health import health_steps
+        from ..healthscan import health_steps
         ckpt = self.current()
         steps = health_steps(ckpt, _budget(args))
         return self.jobs.start(Job(

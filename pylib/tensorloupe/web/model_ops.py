@@ -10,11 +10,12 @@ vocabulary.
 
 from __future__ import annotations
 
-from .. import arch_report, tokens
+from ..architecture import report as arch_report
+from .. import tokens
 from ..errors import UsageError
 from ..jsonable import bounded
-from ..memory import CACHE_TYPES
-from ..vocab import DEFAULT_PAGE, MAX_PAGE
+from ..architecture.memory import CACHE_TYPES
+from ..tokens.vocab import DEFAULT_PAGE, MAX_PAGE
 
 MAX_CONTEXT = 1 << 40
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from .. import colormap, redundancy
+from .. import colormap
+from ..moe import redundancy
 from ..errors import UsageError
-from ..sample import Grid
+from ..sampler.sampling import Grid
 from .jobs import Job
 from .offload import page_helper
 from .views import heatmap_reply, lattice

@@ -1,6 +1,6 @@
 """A second Python for the expert analysis: layers measured beside this worker.
 
-Measuring the experts of a layer (decoding their signatures, comparing them: gram.py) runs on
+Measuring the experts of a layer (decoding their signatures, comparing them: moe/gram.py) runs on
 one core. When an analysis first runs, the worker starts another Pyodide in a worker of its own
 (web/compute.mjs); once it is up, the analysis hands it a layer whenever it holds fewer than two
 (redundancy.LayerHelper, HELPER_LAYERS): this worker reads the layer's signature bytes (the
@@ -21,9 +21,9 @@ import json
 from array import array
 from typing import Callable
 
-from ..gather import WindowBytes
-from ..gram import Gram
-from ..redundancy import Measures, measure_bytes
+from ..sampler.gather import WindowBytes
+from ..moe.gram import Gram
+from ..moe.redundancy import Measures, measure_bytes
 
 
 def encode_layer(windows: list[WindowBytes], per_expert: list[int]) -> tuple[bytes, str]:

@@ -25,7 +25,10 @@ import re
 from typing import Callable, NamedTuple
 
 from ..errors import FormatError, LimitError, UsageError
-from ..source import ByteSource, CachedSource, http_failed, range_refused, url_name
+from ..source import ByteSource
+from ..source.cache import CachedSource
+from ..source.http_reply import http_failed, range_refused
+from ..source.remote import url_name
 from .files import MAX_CONFIG_BYTES, parse_config
 
 # The probe brings the first 64 KiB (web/worker.mjs), and block 0 is exactly those bytes: a

@@ -6,8 +6,8 @@ import sys
 from array import array
 
 from .. import colormap
-from ..sample import Grid, grid
-from ..staged import StagedGrid
+from ..sampler.sampling import Grid, grid
+from ..sampler.staged import StagedGrid
 from ..jsonable import json_number
 
 MAX_GRID = 512          # lattice cells per side the page may ask for
@@ -30,7 +30,7 @@ def lattice(tensor, args: dict) -> tuple[Grid, tuple[int, int, int, int] | None]
 
 
 def staged_lattice(tensor, args: dict) -> StagedGrid:
-    """The same grid in two stages (staged.py), keyed by the tensor and what the request asks."""
+    """The same grid in two stages (sampler/staged.py), keyed by the tensor and what the request asks."""
     rows, cols, region, plane, index = lattice_args(args)
     key = (id(tensor), rows, cols, region, plane, tuple(sorted((index or {}).items())))
     return StagedGrid(tensor, rows, cols, region, plane, index, key=key)

@@ -16,7 +16,7 @@ from itertools import chain
 from operator import getitem, mul
 
 from .columns import (CRUMBS, Layout, bit_or, byte_table, column, f16s, interleave, nibbles,
-                           repeat_each, signed, spread_bits, u16s, u32s)
+                      repeat_each, signed, spread_bits, u16s, u32s)
 from .grids import grid
 
 QK_K = 256

@@ -10,7 +10,7 @@ from __future__ import annotations
 from operator import mul, sub
 
 from .columns import (BITS, CRUMBS, HIGH_NIBBLE, LOW_NIBBLE, Layout, bit_or, byte_table, f16s,
-                           f32s, interleave, nibbles, repeat_each, signed, to_f32)
+                      f32s, interleave, nibbles, repeat_each, signed, to_f32)
 
 QK_K = 256
 K_SCALE_SIZE = 12

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from operator import add, getitem, mul
 
-from .columns import (Layout, bit_or, byte_table, f16s, nibbles, repeat_each, signed,
-                           spread_bits, to_f32)
+from .columns import (Layout, bit_or, byte_table, f16s, nibbles, repeat_each, signed, spread_bits,
+                      to_f32)
 
 QK4_0 = QK4_1 = QK5_0 = QK5_1 = QK8_0 = QK8_1 = 32
 QK1_0 = 128

@@ -120,7 +120,7 @@ def read(source: ByteSource) -> Checkpoint:
     if split is not None and split["count"] > 1:
         warnings.append(split_note(split))
     for record in records.values():
-        record["source"] = 0  # index into Checkpoint.sources (shards.py renumbers it)
+        record["source"] = 0  # index into Checkpoint.sources (opening/shards.py renumbers it)
     extras = {
         "gguf": {"version": version, "endian": "big" if big_endian else "little",
                  "alignment": alignment, "data_offset": data_offset,
@@ -136,7 +136,7 @@ def read(source: ByteSource) -> Checkpoint:
 
 def _split(metadata: dict, types: dict) -> dict | None:
     """{"no", "count"} of a part of a split model (split.no is None if absent or not an integer),
-    the structured form shards.py and the page use; None if split.count is not an integer."""
+    the structured form opening/shards.py and the page use; None if split.count is not an integer."""
     count, no = metadata.get("split.count"), metadata.get("split.no")
     if types.get("split.count") not in INTEGER_TYPES:
         return None
@@ -144,7 +144,7 @@ def _split(metadata: dict, types: dict) -> dict | None:
 
 
 def split_note(split: dict) -> str:
-    """The warning a lone part carries (shards.py drops it from parts it merges)."""
+    """The warning a lone part carries (opening/shards.py drops it from parts it merges)."""
     no = "?" if split["no"] is None else split["no"] + 1
     return (f"this is part {no} of {split['count']} of a split model: open all parts together to "
             "see every tensor")

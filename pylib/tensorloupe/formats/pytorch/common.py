@@ -1,7 +1,7 @@
 """What the three torch containers share: one unpickling path, the walk that names tensors, the
 tensor descriptors, and the Checkpoint (with safety.py's metadata and safety report).
 
-A reader (torch_zip, torch_legacy, torch_tar) reads its pickle bytes, calls `load_pickle` with
+A reader (zipped, torch_legacy, torch_tar) reads its pickle bytes, calls `load_pickle` with
 them, decides where each storage's bytes are, and hands everything to `checkpoint`. Tensor names
 are the dotted path through dicts, lists, tuples and module pickles
 (`state_dict.model.layers.0.weight`); a module's `_parameters`, `_buffers` and `_modules` add no
@@ -16,9 +16,9 @@ from typing import Callable
 from ...errors import FormatError, LimitError, TensorloupeError
 from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
-from . import globals as torch_globals
-from ...unpickling.values import LIMITS, Limits, Marker, StandIn, shown
-from .globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
+from . import allowlist
+from ...unpickling.objects import LIMITS, Limits, Marker, StandIn, shown
+from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
 from ...unpickling.machine import Unpickled, unpickle
 
@@ -77,7 +77,7 @@ def storage_loader(legacy: bool = False):
 
 
 def load_pickle(data: bytes, persistent_load, *, start: int = 0, limits: Limits = LIMITS) -> Unpickled:
-    return unpickle(data, torch_globals.resolve, persistent_load, start=start, limits=limits)
+    return unpickle(data, allowlist.resolve, persistent_load, start=start, limits=limits)
 
 
 # --- naming -------------------------------------------------------------------------------------

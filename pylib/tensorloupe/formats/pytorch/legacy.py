@@ -24,8 +24,8 @@ from ...errors import ErrorFactory, FormatError, LimitError, TensorloupeError, T
 from ...model import Checkpoint
 from ...source import ByteSource
 from .common import checkpoint, load_pickle, storage_loader
-from .globals import TORCH_DTYPES
-from ...unpickling.values import LIMITS, shown
+from .allowlist import TORCH_DTYPES
+from ...unpickling.objects import LIMITS, shown
 
 FORMAT = "pytorch-legacy"
 PICKLE_FORMAT = "pickle"  # a file torch.load would unpickle that is no torch checkpoint

@@ -17,8 +17,10 @@ import zipfile
 import zlib
 from typing import NamedTuple
 
-from ...errors import ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError, UnsupportedError
-from ...source import ByteSource, SourceFile
+from ...errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError,
+                       UnsupportedError)
+from ...source import ByteSource
+from ...source.base import SourceFile
 from .lookup import Lookup
 
 # APPNOTE 4.3.7 local file header: signature, version, flags, method, time, date, crc,

@@ -9,8 +9,8 @@ metadata large. `safety_report` is the shape the CLI and the web UI render as ex
 from __future__ import annotations
 
 from ...jsonable import NOT_MINE, PICKLED, Limits, bounded, key_text
-from ...unpickling.values import Marker, SafeKey, StandIn
-from .globals import NumpyData, StorageRef, TensorRef
+from ...unpickling.objects import Marker, SafeKey, StandIn
+from .allowlist import NumpyData, StorageRef, TensorRef
 from ...unpickling.machine import Unpickled
 
 MAX_LISTED = 10            # globals named in a warning

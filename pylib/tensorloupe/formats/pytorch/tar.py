@@ -17,14 +17,15 @@ from __future__ import annotations
 import struct
 import tarfile
 
-from ...errors import LOW_LEVEL_ERRORS, ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError
+from ...errors import (LOW_LEVEL_ERRORS, ErrorFactory, FormatError, LimitError, TensorloupeError,
+                       TruncatedError)
 from ...model import Checkpoint
 from ...source import ByteSource
-from ...unpickling.values import LIMITS, shown
+from ...unpickling.objects import LIMITS, shown
 from .common import checkpoint, load_pickle
 from .safety import segment
 from .members import CappedFile
-from .globals import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
+from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 
 FORMAT = "pytorch-tar"
 MEMBERS = ("sys_info", "pickle", "tensors", "storages")

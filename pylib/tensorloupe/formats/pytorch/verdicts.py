@@ -1,5 +1,5 @@
 """What a global a pickle names would do if a real unpickler (torch.load(weights_only=False))
-imported and called it: "inert" or "dangerous", with the reason. (globals.py says first which
+imported and called it: "inert" or "dangerous", with the reason. (allowlist.py says first which
 names are allowed: rebuilt as data by tensorloupe.)
 """
 

@@ -1,0 +1,285 @@
+"""The globals a torch pickle may name: allow-listed stand-ins, verdicts, and torch's type tables.
+
+A torch checkpoint's pickle names a few dozen globals (rebuild functions, storage classes, dtypes,
+OrderedDict). Each allowed name is one row below with a pure builder that turns the call's
+arguments into data (a TensorRef, a dict, a tuple, a number); nothing is imported and no attribute
+of a real module is looked up. Every other name resolves to a stand-in without a builder, so any
+call to it becomes an inert unpickling.objects.Marker. verdicts.py says what every other name would do
+if a real unpickler ran the file.
+"""
+
+from __future__ import annotations
+
+import _compat_pickle
+import struct
+
+from ...unpickling.objects import Marker, StandIn, Stateful, safe_keys
+from .verdicts import MAY_EXECUTE, judge_other  # noqa: F401 (MAY_EXECUTE: the reason tests name)
+
+# torch dtype name -> (tensorloupe dtype table name or None if we cannot decode it, bytes per element)
+TORCH_DTYPES: dict[str, tuple[str | None, int]] = {
+    "float32": ("F32", 4), "float64": ("F64", 8), "float16": ("F16", 2), "bfloat16": ("BF16", 2),
+    "int8": ("I8", 1), "int16": ("I16", 2), "int32": ("I32", 4), "int64": ("I64", 8),
+    "uint8": ("U8", 1), "uint16": ("U16", 2), "uint32": ("U32", 4), "uint64": ("U64", 8),
+    "bool": ("BOOL", 1), "complex64": ("C64", 8), "complex128": ("C128", 16),
+    "float8_e4m3fn": ("F8_E4M3", 1), "float8_e5m2": ("F8_E5M2", 1),
+    "float8_e4m3fnuz": ("F8_E4M3FNUZ", 1), "float8_e5m2fnuz": ("F8_E5M2FNUZ", 1),
+    "float8_e8m0fnu": ("F8_E8M0", 1),
+    # Quantized tensors show their raw integer codes (int_repr), the scale is in the tensor's info.
+    "qint8": ("I8", 1), "quint8": ("U8", 1), "qint32": ("I32", 4),
+    "complex32": (None, 4), "quint4x2": (None, 1), "quint2x4": (None, 1),
+    "float4_e2m1fn_x2": (None, 1), "bits8": (None, 1), "bits16": (None, 2), "bits1x8": (None, 1),
+    "bits2x4": (None, 1), "bits4x2": (None, 1),
+}
+# Spellings torch also accepts for the same dtypes (torch.float is torch.float32, ...).
+DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "short": "int16",
+                 "int": "int32", "long": "int64", "cfloat": "complex64", "cdouble": "complex128",
+                 "chalf": "complex32"}
+
+# Legacy typed storage classes (torch/storage.py `_dtype_to_storage_type_map`) -> torch dtype.
+STORAGE_CLASSES = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+    "ByteStorage": "uint8", "BoolStorage": "bool", "BFloat16Storage": "bfloat16",
+    "ComplexDoubleStorage": "complex128", "ComplexFloatStorage": "complex64",
+    "QInt8Storage": "qint8", "QInt32Storage": "qint32", "QUInt8Storage": "quint8",
+    "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4", "UntypedStorage": "uint8",
+}
+STORAGE_MODULES = ("torch", "torch.cuda", "torch.storage")
+
+
+class StorageRef:
+    """A storage named by a persistent id: where its bytes are is decided by the container."""
+
+    __slots__ = ("key", "dtype", "numel", "location", "kind")
+
+    def __init__(self, key: str, dtype: str, numel: int, location: str, kind: str):
+        self.key, self.dtype, self.numel, self.location, self.kind = key, dtype, numel, location, kind
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the storage (counting 1 per element when its dtype is unknown)."""
+        return self.numel * TORCH_DTYPES.get(self.dtype, (None, 1))[1]
+
+
+class TensorRef(Stateful):
+    """A tensor as its rebuild function describes it: a strided view into a storage."""
+
+    __slots__ = ("storage", "offset", "size", "stride", "dtype", "kind", "info")
+
+    def __init__(self, storage, offset, size, stride, dtype, kind="tensor", info=None):
+        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+        self.dtype, self.kind, self.info = dtype, kind, info or {}
+        self.state = self.items = self.dictitems = None
+
+
+class NumpyData(Stateful):
+    """numpy arrays, dtypes and scalars, kept as data: their BUILD state says what they hold."""
+
+    __slots__ = ("what", "args")
+
+    def __init__(self, what: str, args: tuple):
+        self.what, self.args = what, args
+        self.state = self.items = self.dictitems = None
+
+
+def dtype_of(standin) -> str:
+    """The torch dtype name a stand-in (a dtype object or a storage class) stands for.
+
+    A global we do not know (a newer torch's dtype or storage class) keeps its own name: its
+    tensors get a problem (no decoder) and the file still opens.
+    """
+    if isinstance(standin, StandIn):
+        return standin.name if standin.value is None else standin.value[1]
+    raise TypeError(f"a {type(standin).__name__} is not a torch dtype or storage class")
+
+
+def _tensor_args(storage, offset, size, stride):
+    if not isinstance(storage, StorageRef):
+        raise TypeError("the first argument of a tensor rebuild is not a storage")
+    if not isinstance(offset, int) or not all(isinstance(v, int) for v in (*size, *stride)):
+        raise TypeError("a tensor's offset, size and stride must be integers")
+    return storage, offset, tuple(size), tuple(stride)
+
+
+def _rebuild_tensor(args, kwargs):
+    storage, offset, size, stride = _tensor_args(*args[:4])
+    return TensorRef(storage, offset, size, stride, storage.dtype)
+
+
+def _rebuild_tensor_v3(args, kwargs):
+    storage, offset, size, stride = _tensor_args(*args[:4])
+    return TensorRef(storage, offset, size, stride, dtype_of(args[6]))
+
+
+def _rebuild_parameter(args, kwargs):
+    data = args[0]
+    if isinstance(data, TensorRef):
+        data.kind = "parameter"
+    return data
+
+
+def _number(value):
+    # an int beyond int64 is no torch scale or zero point (and str() may refuse its digits)
+    if type(value) is int:
+        return value if -(1 << 63) <= value < 1 << 63 else None
+    return value if type(value) is float else None
+
+
+def _rebuild_qtensor(args, kwargs):
+    # The values shown are the stored integer codes (torch's int_repr()); scale and zero point
+    # (per tensor) or the channel axis go in the tensor's info.
+    storage, offset, size, stride = _tensor_args(*args[:4])
+    params = args[4]
+    scheme = params[0].name.rpartition(".")[2] if isinstance(params[0], StandIn) else "unknown"
+    quantizer = {"qscheme": scheme}
+    if scheme == "per_tensor_affine" and len(params) == 3:
+        quantizer.update(scale=_number(params[1]), zero_point=_number(params[2]))
+    elif len(params) == 4:
+        quantizer["axis"] = _number(params[3])
+    return TensorRef(storage, offset, size, stride, storage.dtype, "quantized", {"quantizer": quantizer})
+
+
+def _rebuild_from_type_v2(args, kwargs):
+    func, new_type, inner_args, _state = args
+    if not isinstance(func, StandIn) or func.builder is _rebuild_from_type_v2:
+        return Marker("torch._tensor._rebuild_from_type_v2", args)  # no nesting: no recursion
+    result = func.apply(tuple(inner_args), None)
+    if isinstance(result, TensorRef) and isinstance(new_type, StandIn):
+        result.info["subclass"] = new_type.name
+    return result
+
+
+def _rebuild_meta(args, kwargs):
+    dtype, size, stride = dtype_of(args[0]), tuple(args[1]), tuple(args[2])
+    return TensorRef(None, 0, size, stride, dtype, "meta")
+
+
+def _ordered_dict(args, kwargs):
+    pairs = list(args[0]) if args and type(args[0]) in (list, tuple) else []
+    if not all(type(pair) in (list, tuple) and len(pair) == 2 for pair in pairs):
+        raise TypeError("OrderedDict is given items that are not (key, value) pairs")
+    return dict(zip(safe_keys(key for key, _ in pairs), (value for _, value in pairs)))
+
+
+def _device(args, kwargs):
+    # torch.device("cuda", 0) -> "cuda:0" (no str() of a pickle int over 64 bits: it may have
+    # more digits than str() allows)
+    return ":".join(a if type(a) is str else str(a) for a in args
+                    if (type(a) is str and len(a) < 40) or (type(a) is int and a.bit_length() < 64))
+
+
+def _codecs_encode(args, kwargs):
+    # Protocol 2 pickles bytes as _codecs.encode(text, "latin1").
+    text, encoding = (args + ("utf-8",))[:2]
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "ascii"):
+        raise TypeError("_codecs.encode is only read for str with latin1/utf-8/ascii")
+    return text.encode(encoding)
+
+
+def _sized(convert, accepted):
+    def build(args, kwargs):
+        if any(not isinstance(a, accepted) for a in args):
+            raise TypeError(f"unexpected argument types {[type(a).__name__ for a in args]}")
+        return convert(*args)
+    return build
+
+
+_NUMPY_SCALARS = {"b1": "?", "i1": "b", "u1": "B", "i2": "h", "u2": "H", "i4": "i", "u4": "I",
+                  "i8": "q", "u8": "Q", "f2": "e", "f4": "f", "f8": "d"}
+
+
+def _numpy_scalar(args, kwargs):
+    dtype, raw = args[0], args[1] if len(args) > 1 else None
+    code = dtype.args[0] if isinstance(dtype, NumpyData) and dtype.args else None
+    order = ">" if isinstance(dtype, NumpyData) and isinstance(dtype.state, tuple) and \
+        len(dtype.state) > 1 and dtype.state[1] == ">" else "<"
+    if isinstance(raw, bytes) and isinstance(code, str) and code in _NUMPY_SCALARS:
+        layout = struct.Struct(order + _NUMPY_SCALARS[code])
+        if layout.size == len(raw):
+            return layout.unpack(raw)[0]
+    return NumpyData("scalar", args)
+
+
+def _numpy(what):
+    return lambda args, kwargs: NumpyData(what, args)
+
+
+_TENSOR_BUILDERS = {
+    "torch._utils._rebuild_tensor": _rebuild_tensor,
+    "torch._utils._rebuild_tensor_v2": _rebuild_tensor,
+    "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
+    "torch._utils._rebuild_parameter": _rebuild_parameter,
+    "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+    "torch._utils._rebuild_qtensor": _rebuild_qtensor,
+    "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
+    "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta,
+}
+_DATA_BUILDERS = {
+    "collections.OrderedDict": _ordered_dict,
+    "torch.Size": _sized(tuple, (list, tuple)),
+    "torch.device": _device,
+    "_codecs.encode": _codecs_encode,
+    "builtins.set": _sized(lambda items=(): set(safe_keys(items)), (list, tuple)),
+    "builtins.frozenset": _sized(lambda items=(): frozenset(safe_keys(items)), (list, tuple)),
+    "builtins.complex": _sized(complex, (int, float)),
+    "builtins.bytearray": _sized(bytearray, (bytes, bytearray)),
+    "builtins.bytes": _sized(bytes, (bytes,)),
+    "builtins.slice": _sized(slice, (int, type(None))),
+    "numpy.dtype": _numpy("dtype"),
+    "numpy.core.multiarray._reconstruct": _numpy("ndarray"),
+    "numpy._core.multiarray._reconstruct": _numpy("ndarray"),
+    "numpy.core.multiarray.scalar": _numpy_scalar,
+    "numpy._core.multiarray.scalar": _numpy_scalar,
+}
+# Names allowed as arguments only (calling them still makes a Marker), including the legacy
+# tensor classes (torch.FloatTensor, ...) the tar format records next to each tensor.
+_ALLOWED_VALUES = {"numpy.ndarray", "torch.Tensor", "torch.nn.parameter.Parameter",
+                   "torch.per_tensor_affine", "torch.per_channel_affine",
+                   "torch.per_channel_affine_float_qparams", "torch.strided"} | {
+    f"{module}.{name.removesuffix('Storage')}Tensor" for module in ("torch", "torch.cuda")
+    for name in STORAGE_CLASSES}
+
+def normalize(module: str, name: str) -> tuple[str, str]:
+    """The module and name a real unpickler would import, after Python 2 renames (fix_imports)."""
+    module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
+
+
+def judge(module: str, name: str) -> tuple[str, str]:
+    """(verdict, reason): "allowed", "inert" or "dangerous", and why."""
+    full = f"{module}.{name}"
+    if full in _TENSOR_BUILDERS or full in _DATA_BUILDERS or full in _ALLOWED_VALUES or \
+            _torch_value(full) is not None:
+        return "allowed", "read as data by tensorloupe (torch's own allow-list has it)"
+    return judge_other(module, name)
+
+
+def verdict(module: str, name: str) -> str:
+    return judge(module, name)[0]
+
+
+def _torch_value(full_name: str):
+    """('dtype', name) for torch dtype objects, ('storage', dtype) for storage classes."""
+    module, _, name = full_name.rpartition(".")
+    if module == "torch" and (name in TORCH_DTYPES or name in DTYPE_ALIASES):
+        return ("dtype", DTYPE_ALIASES.get(name, name))
+    if module in STORAGE_MODULES and name in STORAGE_CLASSES:
+        return ("storage", STORAGE_CLASSES[name])
+    return None
+
+
+# Allow-listed builders that are functions, not classes: NEWOBJ (cls.__new__(cls, ...)) on them
+# fails in torch (weights_only or not), so it is refused here too instead of read as a call.
+_FUNCTIONS = frozenset(_TENSOR_BUILDERS) | {
+    "_codecs.encode", "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
+
+
+def resolve(module: str, name: str) -> StandIn:
+    module, name = normalize(module, name)
+    full = f"{module}.{name}"
+    builder = _TENSOR_BUILDERS.get(full) or _DATA_BUILDERS.get(full)
+    verdict, reason = judge(module, name)
+    return StandIn(full, verdict, builder, _torch_value(full), reason=reason,
+                   function=full in _FUNCTIONS)

@@ -1,0 +1,170 @@
+"""One tensor's health numbers from a bounded read: rms, max|w|, non-finite counts, whether every
+value is the same, and a digest of the bytes read (duplicate candidates are found by digest).
+
+Each tensor is read in a few contiguous windows spread over it (as the sampler does) within a byte
+budget; a tensor that fits in the budget is read whole, and then its numbers are exact. Quantized
+tensors are measured on their dequantized values, block by block; the digest is of the raw bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from ..sampler.gather import dtype_of, gather_range
+from ..model import Tensor
+from ..jsonable import json_number
+from ..roles import role_of
+from ..sampler.sampling import plan_windows
+from ..sampler.stats import SCALE_DOWN, Stats, compute, merge
+
+DEFAULT_BUDGET = 32 << 10      # bytes read per tensor: a 7B model's 291 tensors cost ~9 MB
+# Few windows: every read costs ~1.5 ms in the browser and a model has hundreds of tensors.
+WINDOWS = 8
+# Largest piece decoded at once (elements): a whole-tensor read (`budget=None`) is streamed.
+PIECE_ELEMS = 1 << 20
+# Element kinds whose values are weights; integer and boolean tensors are buffers (ids, masks).
+MEASURED_KINDS = ("float", "quant")
+
+
+@dataclass
+class Measure:
+    name: str
+    role: str
+    layer: int | None
+    expert: int | None
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+    nbytes: int
+    samples: int = 0          # elements read
+    exact: bool = False       # every element was read
+    rms: float = math.nan     # over finite values
+    max_abs: float = math.nan
+    mean_abs: float = math.nan   # mean |w|: moves with the bulk of the values, barely with a few huge ones
+    mean: float = math.nan
+    std: float = math.nan
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    zeros: int = 0            # values exactly 0
+    constant: float | None = None   # the one value every element read has, if they all agree
+    digest: str | None = None       # sha256 of the raw bytes read (contiguous tensors only)
+    bytes_read: int = 0
+    skipped: str | None = None      # why the tensor was not measured
+    flags: list[str] = field(default_factory=list)   # kinds of the flags raised on it
+
+    @property
+    def measured(self) -> bool:
+        return self.skipped is None
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.posinf + self.neginf
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "role": self.role, "layer": self.layer, "expert": self.expert,
+               "dtype": self.dtype, "shape": list(self.shape), "numel": self.numel,
+               "samples": self.samples, "exact": self.exact}
+        if self.skipped:
+            out["skipped"] = self.skipped
+            return out
+        out.update({key: json_number(getattr(self, key)) for key in
+                    ("rms", "max_abs", "mean_abs", "mean", "std", "nan", "posinf", "neginf", "zeros")})
+        out["constant"] = json_number(self.constant) if self.constant is not None else None
+        out["flags"] = list(self.flags)
+        return out
+
+
+def skip_reason(tensor: Tensor) -> str | None:
+    if tensor.problem:
+        return tensor.problem
+    info = tensor.dtype_info
+    if info is None:
+        return f"unknown dtype {tensor.dtype!r}"
+    if info.kind not in MEASURED_KINDS:
+        return f"{info.kind} values are not weights"
+    if tensor.numel == 0:
+        return "it has no elements"
+    return None
+
+
+def windows(tensor: Tensor, budget: int | None) -> list[tuple[int, int]]:
+    """The element windows read from `tensor`: whole blocks within `budget` bytes (every element
+    when `budget` is None or the tensor fits)."""
+    info = dtype_of(tensor)
+    block = info.block_elems if tensor.contiguous else 1
+    if budget is None:
+        return [(0, tensor.numel)]
+    elements = max(1, budget // info.block_bytes) * info.block_elems
+    return plan_windows(tensor.numel, elements, block, WINDOWS)
+
+
+def window_bytes(tensor: Tensor, start: int, count: int) -> int:
+    """Bytes a window costs: the whole blocks it touches."""
+    info = dtype_of(tensor)
+    if not tensor.contiguous:
+        return count * info.block_bytes  # at least; strided gathers merge nearby ranges
+    first, last = start // info.block_elems, (start + count - 1) // info.block_elems
+    return (last - first + 1) * info.block_bytes
+
+
+def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
+    """Measure `tensor` piece by piece: yields the measure after each piece read (the last yield
+    is complete), so that a long whole-tensor read can be cancelled between pieces."""
+    role = role_of(tensor.name)
+    m = Measure(tensor.name, role.role, role.layer, role.expert, tensor.dtype, tuple(tensor.shape),
+                tensor.numel, tensor.nbytes, skipped=skip_reason(tensor))
+    if m.skipped:
+        yield m
+        return
+    info = dtype_of(tensor)
+    import hashlib   # here: importing tensorloupe brings this module
+    digest = hashlib.sha256() if tensor.contiguous else None
+    # The sum of |w| is kept scaled by 2**-64: it can pass the largest float (values near 1e308)
+    # while their mean does not, and scaling by a power of two is exact.
+    stats, first, constant, abs_sum = Stats(), None, True, 0.0
+    for start, count in windows(tensor, budget):
+        for piece_start in range(start, start + count, PIECE_ELEMS):
+            n = min(PIECE_ELEMS, start + count - piece_start)
+            values = _read(tensor, info, piece_start, n, digest, m)
+            part = compute(values, percentiles=False)
+            finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
+            abs_sum += math.fsum([abs(v) * SCALE_DOWN for v in finite])
+            stats = merge(stats, part) if stats.count else part
+            if constant:
+                if first is None:
+                    first = values[0]
+                constant = part.finite == part.count and part.min == part.max == first
+            m.samples += n
+            _fill(m, stats, first if constant else None, abs_sum)
+            yield m
+    m.exact = m.samples == m.numel
+    m.digest = digest.hexdigest() if digest is not None else None
+    yield m
+
+
+def _read(tensor: Tensor, info, start: int, count: int, digest, m: Measure) -> list:
+    if digest is None:
+        before = tensor.source.root().bytes_read
+        values = gather_range(tensor, start, count)
+        m.bytes_read += tensor.source.root().bytes_read - before
+        return values
+    be, bb = info.block_elems, info.block_bytes
+    first, last = start // be, (start + count - 1) // be
+    data = tensor.source.read_data(tensor.offset + first * bb, (last - first + 1) * bb)
+    m.bytes_read += len(data)
+    digest.update(data)
+    skip = start - first * be
+    return info.decode(data, tensor.big_endian)[skip:skip + count]
+
+
+def _fill(m: Measure, stats: Stats, constant, abs_sum: float) -> None:
+    m.nan, m.posinf, m.neginf, m.zeros = stats.nan, stats.posinf, stats.neginf, stats.exact_zeros
+    m.mean, m.std = stats.mean, stats.std
+    m.constant = float(constant) if constant is not None else None
+    if stats.finite:
+        m.rms = math.hypot(stats.std, stats.mean)     # sqrt(std² + mean²), without overflow
+        m.max_abs = max(abs(stats.min), abs(stats.max))
+        m.mean_abs = abs_sum / stats.finite / SCALE_DOWN

@@ -1,0 +1,98 @@
+"""Which reader a file needs: cheap signature checks tried in order, then the file extension.
+
+Before any format is tried, files that are commonly mistaken for checkpoints (Git LFS pointers,
+HTML pages saved by a browser, empty files) get a message of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from types import ModuleType
+from typing import Callable, NamedTuple
+
+from ..errors import UnknownFormatError
+from ..model import Checkpoint
+from ..source import ByteSource
+
+HEAD_BYTES = 1024
+
+
+# Readers are imported when their turn comes: a safetensors file never pays for importing the
+# torch and GGUF readers (pickletools, tarfile, the ggml codecs: most of the start-up in Pyodide).
+def _safetensors():
+    from ..formats import safetensors
+    return safetensors
+
+
+def _gguf():
+    from ..formats.gguf import reader
+    return reader
+
+
+def _torch_zip():
+    from ..formats.pytorch import zipped
+    return zipped
+
+
+def _torch_legacy():
+    from ..formats.pytorch import legacy
+    return legacy
+
+
+def _torch_tar():
+    from ..formats.pytorch import tar
+    return tar
+
+
+class Reader(NamedTuple):
+    load: Callable[[], ModuleType]   # the container reader: FORMAT, sniff(head, size, name), read(source)
+    extensions: tuple[str, ...]      # the names that mean "this was meant to be that format"
+
+
+# The container readers in sniffing order. Their extensions are here, not in the readers, so
+# that listing file types (a dropped folder's model files) imports none of them.
+READERS = (
+    Reader(_safetensors, (".safetensors",)),
+    Reader(_gguf, (".gguf",)),
+    Reader(_torch_zip, (".pt", ".pth", ".bin", ".ckpt")),
+    Reader(_torch_legacy, (".pkl", ".pickle")),   # plain pickles: read for their safety report
+    Reader(_torch_tar, ()),          # shares .pt/.pth/... with the ZIP format: found by content only
+)
+EXTENSIONS = tuple(ext for reader in READERS for ext in reader.extensions)
+
+LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"
+                         rb"(?:.*\n)*?size (\d+)", re.MULTILINE)
+HTML_START = (b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")
+
+
+def read(source: ByteSource) -> Checkpoint:
+    head = source.read(0, min(HEAD_BYTES, source.size))
+    _refuse_impostors(source, head)
+    for entry in READERS:
+        reader = entry.load()
+        if reader.sniff(head, source.size, source.name):
+            return reader.read(source)
+    extension = os.path.splitext(source.name)[1].lower()
+    for entry in READERS:
+        if extension in entry.extensions:
+            # Nothing matched, but the name says what it should be: let that reader say what is wrong.
+            return entry.load().read(source)
+    raise UnknownFormatError(
+        f"this is not a checkpoint tensorloupe can read ({', '.join(EXTENSIONS)})",
+        file=source.name, found=f"first bytes {head[:16].hex(' ')}")
+
+
+def _refuse_impostors(source: ByteSource, head: bytes) -> None:
+    if source.size == 0:
+        raise UnknownFormatError("the file is empty (0 bytes)", file=source.name)
+    pointer = LFS_POINTER.match(head)
+    if pointer:
+        raise UnknownFormatError(
+            f"this is a Git LFS pointer file ({source.size} bytes), not the model: the real file "
+            f"({int(pointer.group(1)):,} bytes) was never downloaded; run `git lfs pull` or "
+            "download it from the model page", file=source.name)
+    if head.lstrip()[:16].lower().startswith(HTML_START):
+        raise UnknownFormatError(
+            "this is an HTML page saved under a model's file name (a login, error or download "
+            "page?), not a checkpoint", file=source.name)

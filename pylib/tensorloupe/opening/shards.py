@@ -1,0 +1,409 @@
+"""Checkpoints stored as several files, opened as one (`tensorloupe.open([path, ...])`).
+
+Split GGUF (llama.cpp `gguf-split`, gguf-py `GGUFWriter(split_max_tensors=...)`): parts named
+`<stem>-00001-of-00003.gguf`, each a complete GGUF file whose metadata has `split.no` (0-based),
+`split.count` and `split.tensors.count`; the first part carries the model's metadata.
+
+Sharded safetensors (transformers `save_pretrained`): `model-00001-of-00002.safetensors`, ... and
+optionally `model.safetensors.index.json`, {"metadata": {"total_size": N}, "weight_map": {tensor:
+shard file name}}. With an index, the shards it names are the set; without one, the `-NNNNN-of-NNNNN`
+names are.
+
+Parts may be given in any order. The result keeps the base format ("gguf", "safetensors"), so every
+view works unchanged, and each Tensor keeps its own part's source. `extras["shards"]` lists the
+parts ({"count", "parts": [{"no", "name", "size", "tensors"}], "missing": [file names],
+"missing_count": N}; at most MAX_LISTED names are listed). A missing part is a warning that names
+it ("part 2 of 3 (model-00002-of-00003.gguf) is missing ..."), not an error: the parts at hand can
+still be inspected; code that needs to know reads extras["shards"], never the warning's text.
+Files that cannot belong together (mixed formats, disagreeing part counts, the same part twice,
+one tensor in two parts) are errors, and so is a part count no real split writes (llama.cpp's
+split.count is a uint16): missing parts are counted by arithmetic, never by walking the count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from operator import attrgetter
+from typing import Callable, NamedTuple
+
+from . import detect
+from ..errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError,
+                      UsageError)
+from ..model import Checkpoint, Tensor
+from .parallel import MAX_WORKERS, map_parallel
+from ..source import ByteSource, is_url
+from ..formats import safetensors
+
+PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors)$")
+INDEX_SUFFIX = ".json"
+# transformers writes indexes of a few hundred KB; refuse to parse anything absurd.
+MAX_INDEX_BYTES = 100_000_000
+# llama.cpp writes split.count as a uint16 (LLM_KV_SPLIT_COUNT); the -NNNNN-of-NNNNN names allow
+# at most 99999 safetensors shards.
+MAX_SPLIT_COUNT = 65535
+# Missing parts named one by one (in warnings and extras["shards"]["missing"]); the rest are counted.
+MAX_LISTED = 20
+
+
+def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpoint:
+    """`read(source)` reads one of them (default read_one); a caller that has read some already
+    (the page reads each shard's header as it arrives) passes its own."""
+    if not sources:
+        raise UsageError("no files were given")
+    indexes = [s for s in sources if is_index(s.name)]
+    files = [s for s in sources if not is_index(s.name)]
+    try:
+        if not files:
+            raise UsageError("only index files were given; add the checkpoint files",
+                             file=indexes[0].name)
+        if len(indexes) > 1:
+            raise UsageError("more than one index file was given",
+                             found=", ".join(s.name for s in indexes))
+        # Remote parts are opened side by side: each header is a round trip or two of waiting.
+        # So is the index, first (the rest of a large one is a request of its own); its errors
+        # are raised where the merge reads it, after the checks that need no index.
+        workers = MAX_WORKERS if any(s.root().waits for s in sources) else 1
+        done = map_parallel(read or read_one, indexes + files, workers)
+        indexes, parts = done[:len(indexes)], done[len(indexes):]
+        formats = sorted({p.format for p in parts})
+        if len(formats) > 1:
+            raise FormatError("the files are not shards of one checkpoint: they are of different "
+                              "formats", found=", ".join(f"{p.name} ({p.format})" for p in parts))
+        merger = MERGERS.get(formats[0])
+        if len(parts) == 1 and not indexes and not (merger and merger.is_part(parts[0])):
+            return parts[0]
+        if merger is None:
+            raise UnsupportedError(f"{formats[0]} files cannot be opened as shards of one "
+                                   "checkpoint", format=formats[0])
+        return merger.merge(parts, indexes)
+    except BaseException:
+        for source in sources:
+            source.close()
+        raise
+
+
+def open_each(targets: list, open_one: Callable[[object], ByteSource]) -> Checkpoint:
+    """open_all of `open_one(target)` for each target, each file read in the same task that
+    opened it: a remote part's header is parsed while the other parts' first requests are still
+    on their way, not after the last of them. Errors are those of opening every target first
+    (the first target that cannot be opened, in the order given), then open_all's."""
+    workers = MAX_WORKERS if any(is_url(t) for t in targets) else 1
+
+    def open_and_read(target):
+        try:
+            source = open_one(target)
+        except BaseException as e:    # raised below, in the order given
+            return None, e, None
+        try:
+            return source, None, ("read", read_one(source))
+        except BaseException as e:    # raised by open_all, which closes every source
+            return source, None, ("error", e)
+    done = map_parallel(open_and_read, list(targets), workers)
+    failed = next((e for _, e, _ in done if e is not None), None)
+    if failed is not None:
+        for source, _, _ in done:
+            if source is not None:
+                source.close()
+        raise failed
+    known = {source: read for source, _, read in done}
+
+    def read(source):
+        how, value = known[source]
+        if how == "error":
+            raise value
+        return value
+    return open_all([source for source, _, _ in done], read)
+
+
+def is_index(name: str) -> bool:
+    return name.lower().endswith(INDEX_SUFFIX)
+
+
+def read_one(source: ByteSource):
+    """A part's Checkpoint, or for an index a ReadIndex (its contents or the error reading it)."""
+    if is_index(source.name):
+        try:
+            return ReadIndex(source.name, read_index(source), None)
+        except TensorloupeError as e:
+            return ReadIndex(source.name, None, e)
+    try:
+        return detect.read(source)
+    except TensorloupeError as e:
+        raise e.located(file=source.name)
+
+
+class ReadIndex(NamedTuple):
+    name: str
+    index: dict | None
+    error: TensorloupeError | None
+
+    def get(self) -> dict:
+        if self.error is not None:
+            raise self.error
+        return self.index
+
+
+# --- split GGUF -------------------------------------------------------------------------------
+
+def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
+    # Imported here: the GGUF reader brings the ggml codecs, which other sets never need.
+    from ..formats.gguf import reader as gguf
+    from ..formats.gguf.card import model_card
+    if indexes:
+        raise UsageError("an index file only goes with sharded safetensors", file=indexes[0].name)
+    numbered = []
+    for p in parts:
+        count, no = p.metadata.get("split.count"), p.metadata.get("split.no")
+        if not (_is_int(count) and _is_int(no)):
+            if len(parts) == 1:
+                return p
+            raise FormatError("this file is not part of a split GGUF model (it has no split.count "
+                              "and split.no)", file=p.name, format="gguf")
+        if count > MAX_SPLIT_COUNT:
+            raise LimitError(f"split.count {count} is more parts than any split model has",
+                             file=p.name, format="gguf", expected=f"at most {MAX_SPLIT_COUNT}",
+                             found=count)
+        if not 0 <= no < count:
+            raise FormatError(f"split.no {no} is outside the {count} parts of the model",
+                              file=p.name, format="gguf", expected=f"0..{count - 1}", found=no)
+        numbered.append((no, count, p))
+    counts = sorted({count for _, count, _ in numbered})
+    if len(counts) > 1:
+        raise FormatError("the files are parts of different split models: they disagree on "
+                          "split.count", format="gguf",
+                          found=", ".join(f"{p.name}: {c}" for _, c, p in numbered))
+    count = counts[0]
+    by_no: dict[int, Checkpoint] = {}
+    for no, _, p in numbered:
+        if no in by_no:
+            raise UsageError(f"part {no + 1} of {count} was given twice",
+                             format="gguf", found=f"{by_no[no].name} and {p.name}")
+        by_no[no] = p
+    ordered = [by_no[no] for no in sorted(by_no)]
+    warnings: list[str] = []
+    missing = _missing(count, set(by_no), lambda no: _part_name(ordered, no, count, "gguf"),
+                       warnings)
+    tensors = _merge_tensors(ordered, "gguf")
+    head = by_no.get(0, ordered[0])
+    expected = head.metadata.get("split.tensors.count")
+    if not missing and _is_int(expected) and expected != len(tensors):
+        warnings.append(f"split.tensors.count says {expected} tensors but the parts hold "
+                        f"{len(tensors)}")
+    sources = [p.sources[0] for p in ordered]
+    head_source = ordered.index(head)
+    arrays = {key: dict(record, source=head_source)
+              for key, record in head.extras.get("gguf_arrays", {}).items()}
+    for p in ordered:
+        # The note each part makes about being one of several is said by the set as a whole.
+        note = gguf.split_note(p.extras["split"]) if "split" in p.extras else None
+        warnings += [f"{p.name}: {w}" for w in p.warnings if w != note]
+    size = sum(p.size for p in ordered)
+    extras = {"gguf": head.extras["gguf"], "gguf_arrays": arrays,
+              "model_card": model_card(head.metadata, tensors, size),
+              "shards": _shards_report(ordered, [no for no in sorted(by_no)], count, missing,
+                                       count - len(by_no))}
+    return Checkpoint("gguf", set_name([p.name for p in ordered]), size, tensors,
+                      metadata=dict(head.metadata),
+                      warnings=warnings, extras=extras, sources=sources)
+
+
+# --- sharded safetensors ------------------------------------------------------------------------
+
+def read_index(source: ByteSource) -> dict:
+    error = ErrorFactory(source.name, "safetensors index")
+
+    if source.size > MAX_INDEX_BYTES:
+        raise error(LimitError, "the index file is too large", expected=f"at most {MAX_INDEX_BYTES} "
+                    "bytes", found=source.size)
+    try:
+        index = json.loads(source.read(0, source.size).decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise error(FormatError, "the index is not valid UTF-8", offset=e.start) from e
+    except (ValueError, RecursionError) as e:
+        # JSONDecodeError is a ValueError; so is an integer of more than 4,300 digits.
+        raise error(FormatError, f"the index is not valid JSON: {getattr(e, 'msg', e)}",
+                    offset=getattr(e, "pos", None)) from e
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise error(FormatError, "the index has no weight_map of tensor names to file names")
+    metadata = index.get("metadata")
+    # Tens of thousands of tensors name a few hundred files: each file name is cut once.
+    bases = {v: _basename(v) for v in set(weight_map.values())}
+    return {"weight_map": {k: bases[v] for k, v in weight_map.items()},
+            "metadata": metadata if isinstance(metadata, dict) else {}}
+
+
+def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
+    index = indexes[0].get() if indexes else None
+    index_name = indexes[0].name if indexes else None
+    warnings: list[str] = []
+    names = {p.name: p for p in parts}
+    if len(names) < len(parts):
+        raise UsageError("the same shard was given twice", format="safetensors",
+                         found=", ".join(p.name for p in parts))
+    if index is not None:
+        expected = sorted(set(index["weight_map"].values()))
+        count = len(expected)
+        ordered = [names[n] for n in expected if n in names]
+        given = {no for no, name in enumerate(expected) if name in names}
+        missing = _missing(count, given, expected.__getitem__, warnings)
+        for p in parts:
+            if p.name not in expected:
+                warnings.append(f"{p.name} is not named by {index_name}; its tensors are shown "
+                                "anyway")
+                ordered.append(p)
+        numbers = [expected.index(p.name) if p.name in expected else None for p in ordered]
+    else:
+        ordered, numbers, count, missing = _by_part_name(parts, warnings)
+    tensors = _merge_tensors(ordered, "safetensors")
+    if index is not None:
+        _check_weight_map(index, ordered, set(expected) - set(names), warnings)
+    for p in ordered:
+        warnings += [f"{p.name}: {w}" for w in p.warnings]
+    size = sum(p.size for p in ordered)
+    extras = {"shards": _shards_report(ordered, numbers, count, missing,
+                                       count - sum(no is not None for no in numbers))}
+    if index is not None:
+        extras["index"] = {"name": index_name, "metadata": index["metadata"]}
+    return Checkpoint("safetensors", set_name([p.name for p in ordered]), size, tensors,
+                      metadata=dict(ordered[0].metadata), warnings=warnings, extras=extras,
+                      sources=[p.sources[0] for p in ordered])
+
+
+def _by_part_name(parts: list[Checkpoint], warnings: list[str]):
+    """Without an index, -NNNNN-of-NNNNN in the names says which shards make the set."""
+    matches = [PART_NAME.match(p.name) for p in parts]
+    if not all(matches):
+        unnamed = [p.name for p, m in zip(parts, matches) if not m]
+        warnings.append("without an index file and with names not like model-00001-of-00002."
+                        f"safetensors ({', '.join(unnamed)}), missing shards cannot be detected")
+        return parts, list(range(len(parts))), len(parts), []
+    sets = {(m["stem"], int(m["count"])) for m in matches}
+    if len(sets) > 1:
+        raise FormatError("the files are shards of different checkpoints", format="safetensors",
+                          found=", ".join(p.name for p in parts))
+    stem, count = sets.pop()
+    by_no: dict[int, Checkpoint] = {}
+    for p, m in zip(parts, matches):
+        by_no[int(m["no"]) - 1] = p
+    ordered = [by_no[no] for no in sorted(by_no)]
+    missing = _missing(count, set(by_no), lambda no: f"{stem}-{no + 1:05d}-of-{count:05d}.safetensors",
+                       warnings)
+    return ordered, sorted(by_no), count, missing
+
+
+def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
+                      warnings: list[str]) -> None:
+    """The shards against their index. Tens of thousands of names are compared as sets (at C
+    speed); the names are walked one by one, for the warnings' order, only when they disagree."""
+    weight_map = index["weight_map"]
+    found: dict[str, str] = {}
+    for p in parts:   # a part's tensors all come from its one source
+        found.update(dict.fromkeys(p.by_name, p.sources[0].name))
+    if found.items() - weight_map.items():
+        for name, shard in found.items():
+            if name not in weight_map:
+                warnings.append(f"tensor {name!r} in {shard} is not in the index")
+            elif weight_map[name] != shard:
+                warnings.append(f"tensor {name!r} is in {shard} but the index says {weight_map[name]}")
+    if weight_map.keys() - found.keys():
+        absent = [n for n, shard in weight_map.items() if n not in found and shard not in missing]
+        if absent:
+            warnings.append(f"{len(absent)} tensors the index lists are in none of the shards, e.g. "
+                            f"{absent[0]!r}")
+    total = index["metadata"].get("total_size")
+    if not missing and _is_int(total):
+        held = sum(map(attrgetter("nbytes"), itertools.chain.from_iterable(p.tensors for p in parts)))
+        if total != held:
+            warnings.append(f"the index's total_size is {total} bytes but the tensors hold {held}")
+
+
+# --- shared ------------------------------------------------------------------------------------
+
+def _merge_tensors(parts: list[Checkpoint], fmt: str) -> list[Tensor]:
+    tensors = list(itertools.chain.from_iterable(p.tensors for p in parts))
+    # Every name once (the usual case) is seen at C speed; only then are the names walked, to
+    # name the tensor given twice and the parts that hold it.
+    if len(set(map(attrgetter("name"), tensors))) < len(tensors):
+        owner: dict[str, str] = {}
+        for p in parts:
+            for t in p.tensors:
+                if t.name in owner:
+                    raise FormatError(f"tensor {t.name!r} is in two parts", format=fmt,
+                                      found=f"{owner[t.name]} and {p.name}")
+                owner[t.name] = p.name
+    return tensors
+
+
+def _missing(count: int, given: set[int], name, warnings: list[str]) -> list[str]:
+    """Names of the first MAX_LISTED parts (0-based numbers) not given, with a warning for each
+    and one for the rest. Walks only as far as it lists: a count is never iterated."""
+    listed: list[str] = []
+    no = 0
+    while len(listed) < MAX_LISTED and no < count:
+        if no not in given:
+            listed.append(name(no))
+            warnings.append(f"part {no + 1} of {count} ({listed[-1]}) is missing: its tensors "
+                            "are not shown")
+        no += 1
+    rest = count - len(given) - len(listed)
+    if rest > 0:
+        warnings.append(f"{rest} more of the {count} parts are missing")
+    return listed
+
+
+def _shards_report(ordered, numbers, count, missing, missing_count) -> dict:
+    return {"count": count, "missing": missing, "missing_count": missing_count,
+            "parts": [{"no": None if no is None else no + 1, "name": p.name, "size": p.size,
+                       "tensors": len(p.tensors)} for p, no in zip(ordered, numbers)]}
+
+
+class Merger(NamedTuple):
+    is_part: Callable[[Checkpoint], bool]   # whether a lone file says it is one of several
+    merge: Callable[[list[Checkpoint], list[ReadIndex]], Checkpoint]
+
+
+# Keyed by each reader's FORMAT (the GGUF reader's "gguf", named without importing it): the
+# formats that can be split, and how.
+MERGERS = {
+    "gguf": Merger(lambda c: "split" in c.extras and c.extras["split"]["count"] > 1, _merge_gguf),
+    safetensors.FORMAT: Merger(lambda c: PART_NAME.match(c.name) is not None, _merge_safetensors),
+}
+
+
+def set_name(names: list[str]) -> str:
+    """One name for the files of a set, as a shell would write it:
+    model-{00001..00003}-of-00003.safetensors (parts 1 to 3), a-{00001,00003}-of-00003.gguf."""
+    if len(names) == 1:
+        return names[0]
+    matches = [PART_NAME.match(n) for n in names]
+    if all(matches) and len({(m["stem"], m["count"], m["ext"]) for m in matches}) == 1:
+        numbers = sorted(int(m["no"]) for m in matches)
+        if numbers == list(range(numbers[0], numbers[-1] + 1)):
+            inner = f"{numbers[0]:05d}..{numbers[-1]:05d}"
+        else:
+            inner = ",".join(f"{n:05d}" for n in numbers)
+        m = matches[0]
+        return f"{m['stem']}-{{{inner}}}-of-{m['count']}.{m['ext']}"
+    return f"{names[0]} and {len(names) - 1} more"
+
+
+
+def _part_name(parts: list[Checkpoint], no: int, count: int, ext: str) -> str:
+    """The file name part `no` (0-based) should have, from the names of the parts at hand."""
+    for p in parts:
+        m = PART_NAME.match(p.name)
+        if m:
+            return f"{m['stem']}-{no + 1:05d}-of-{count:05d}.{ext}"
+    return f"split.no {no}"
+
+
+def _basename(name: str) -> str:
+    return name.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

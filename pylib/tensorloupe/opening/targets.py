@@ -1,0 +1,117 @@
+"""What a user may name as one checkpoint, turned into the files that open together.
+
+Every command (and `tensorloupe.open`) accepts the same things: one file; several files that are
+parts of one checkpoint (safetensors shards, split GGUF parts, with or without the index); a
+folder holding one checkpoint; a `*.safetensors.index.json` (its shards are the files it names,
+beside it); and URLs of any of these files (an index URL's shards are resolved relative to it).
+A `config.json` beside the model is found too (moe reads its top-k).
+
+Names only, plus the index's JSON: nothing here reads a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from ..errors import UsageError
+from .shards import PART_NAME, read_index
+from ..source import is_url, open_source
+
+INDEX_SUFFIX = ".safetensors.index.json"
+CONFIG_NAME = "config.json"
+MODEL_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth", ".bin", ".ckpt", ".jit")
+
+
+class Target(NamedTuple):
+    files: list[str]          # paths or URLs to open together (tensorloupe.open([...]))
+    config: str | None        # a config.json beside them (local files only), or None
+
+
+def resolve(items) -> Target:
+    """The files (and config.json) that `items` (paths, folders, index files, URLs) name."""
+    if isinstance(items, (str, os.PathLike)):
+        items = [items]
+    items = [os.fspath(i) if isinstance(i, os.PathLike) else i for i in items]
+    expanding = [isinstance(i, str) and _expands(i) for i in items]
+    # An index given with shards beside it names the set; the shards given are the ones wanted.
+    alone = all(expanding) or not any(isinstance(i, str) and i.lower().endswith(INDEX_SUFFIX)
+                                      for i in items)
+    files: list = []
+    found: list = []        # what folders and indexes add; a file given twice stays an error
+    for item, expands in zip(items, expanding):
+        # bytes and ByteSources (the Python API) are files already
+        if expands and (alone or not item.lower().endswith(INDEX_SUFFIX)):
+            found += _expand(item)
+        else:
+            files.append(item)
+    files += [f for i, f in enumerate(found) if f not in files and f not in found[:i]]
+    if not files:
+        raise UsageError("no files were given")
+    return Target(files, _config_beside(files))
+
+
+def needs_resolving(target) -> bool:
+    """Whether a single path must go through resolve(): a folder or an index file."""
+    return isinstance(target, (str, os.PathLike)) and _expands(os.fspath(target))
+
+
+def _expands(item: str) -> bool:
+    return item.lower().endswith(INDEX_SUFFIX) or (not is_url(item) and os.path.isdir(item))
+
+
+def _expand(item: str) -> list[str]:
+    if item.lower().endswith(INDEX_SUFFIX):
+        return [item] + _shards_of(item)
+    if not is_url(item) and os.path.isdir(item):
+        return _folder(item)
+    return [item]
+
+
+def _shards_of(index: str) -> list[str]:
+    """The shard files an index names: URLs relative to its URL, or local files beside it (the
+    missing ones are left to shards.py, which names them in a warning)."""
+    source = open_source(index)
+    try:
+        weight_map = read_index(source)["weight_map"]
+    finally:
+        source.close()
+    names = sorted(set(weight_map.values()))
+    if is_url(index):
+        from urllib.parse import urljoin   # URLs only (urllib.parse brings ipaddress: slow in Pyodide)
+        return [urljoin(index, name) for name in names]
+    folder = os.path.dirname(index)
+    present = [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
+    if not present:
+        raise UsageError(f"none of the {len(names)} shard files the index names is beside it "
+                         f"(e.g. {names[0]})" if names else "the index names no shard files",
+                         file=os.path.basename(index))
+    return present
+
+
+def _folder(folder: str) -> list[str]:
+    """The one checkpoint a folder holds: its index and shards, one set of parts, or one file."""
+    names = sorted(n for n in os.listdir(folder)
+                   if not n.startswith(".") and os.path.isfile(os.path.join(folder, n)))
+    indexes = [n for n in names if n.lower().endswith(INDEX_SUFFIX)]
+    models = [n for n in names if n.lower().endswith(MODEL_SUFFIXES)]
+    label = os.path.basename(os.path.normpath(folder)) or folder
+    if len(indexes) == 1:
+        return _expand(os.path.join(folder, indexes[0]))
+    sets = {(m["stem"], m["ext"]) if m else n for n, m in ((n, PART_NAME.match(n)) for n in models)}
+    if len(indexes) > 1 or len(sets) > 1:
+        found = indexes if len(indexes) > 1 else models
+        raise UsageError("the folder holds several checkpoints: name the one to open",
+                         file=label, found=", ".join(found))
+    if not models:
+        raise UsageError("the folder holds no checkpoint file (.safetensors, .gguf, .pt, .pth, "
+                         ".bin, .ckpt)", file=label)
+    return [os.path.join(folder, n) for n in models]
+
+
+def _config_beside(files: list) -> str | None:
+    first = files[0]
+    if not isinstance(first, str) or is_url(first):
+        return None
+    path = os.path.join(os.path.dirname(first), CONFIG_NAME)
+    return path if os.path.isfile(path) else None

@@ -1,0 +1,322 @@
+"""What the views ask of a tensor: a spread-out sample, a lattice for the heatmap, exact values,
+and whole-tensor statistics streamed in chunks.
+
+Sampling reads contiguous windows spread evenly over the tensor (stratified), never single
+elements on a stride: in the browser every read costs ~1.5 ms, so 4096 strided reads would take
+6 s while 32 windows take 50 ms and see the same distribution.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ..errors import Cancelled, UsageError
+from .gather import dtype_of, gather, gather_range, gather_windows
+from ..model import Tensor
+from ..jsonable import json_number
+from .stats import (Binner, Histogram, Stats, compute, finite_floats, histogram, merge,
+                    sorted_histogram, summarize)
+
+__all__ = ["sample", "grid", "values", "exact_stats", "exact_histogram", "histogram", "Sample", "Grid", "Stats",
+           "Histogram"]
+
+DEFAULT_SAMPLES = 1 << 16
+MAX_WINDOWS = 32
+EXACT_CHUNK_ELEMS = 1 << 20
+
+
+@dataclass
+class Sample:
+    values: list
+    stats: Stats
+    windows: list[tuple[int, int]]   # (first logical index, count) of each window read
+    numel: int
+    first_look: bool = False         # a part of the sample's windows (staged.py), shown first
+    ordered: list | None = field(default=None, repr=False, compare=False)   # finite values, sorted
+
+    @property
+    def exhaustive(self) -> bool:
+        return len(self.values) == self.numel
+
+    def histogram(self, bins: int = 64, log: bool = False) -> Histogram:
+        """`histogram(self.values, bins)`, from the values the statistics sorted already."""
+        if self.ordered is None:
+            return histogram(self.values, bins, log)
+        return sorted_histogram(self.ordered, bins, log)
+
+    def to_json(self) -> dict:
+        out = {"stats": self.stats.to_json(), "samples": len(self.values), "numel": self.numel,
+               "exhaustive": self.exhaustive}
+        if self.first_look:
+            out["first_look"] = True
+        return out
+
+
+def summarized(values: list, windows: list[tuple[int, int]], numel: int, first_look: bool = False) -> Sample:
+    stats, ordered = summarize(values)
+    return Sample(values, stats, windows, numel, first_look, ordered)
+
+
+def plan_windows(numel: int, max_samples: int, block_elems: int = 1,
+                 max_windows: int = MAX_WINDOWS) -> list[tuple[int, int]]:
+    """Up to `max_windows` block-aligned windows spread evenly over [0, numel)."""
+    if numel <= max_samples:
+        return [(0, numel)] if numel else []
+    windows = min(max_windows, max(1, max_samples // block_elems))
+    length = max(block_elems, (max_samples // windows) // block_elems * block_elems)
+    windows = min(windows, max(1, max_samples // length))
+    slack = numel - length
+    out = []
+    for k in range(windows):
+        start = (slack * k // (windows - 1)) if windows > 1 else slack // 2
+        start = start // block_elems * block_elems
+        out.append((start, min(length, numel - start)))
+    return out
+
+
+def sample_windows(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> list[tuple[int, int]]:
+    """The windows `sample` reads: (first logical index, count) each."""
+    if max_samples < 1:
+        raise UsageError("max_samples must be at least 1")
+    info = dtype_of(tensor)
+    return plan_windows(tensor.numel, max_samples, info.block_elems if tensor.contiguous else 1)
+
+
+def read_windows(tensor: Tensor, windows: list[tuple[int, int]]) -> Iterator[list]:
+    """The values of each window in turn, every window's reads issued together."""
+    return gather_windows((tensor, start, count) for start, count in windows)
+
+
+def sample(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> Sample:
+    windows = sample_windows(tensor, max_samples)
+    values: list = []
+    for part in read_windows(tensor, windows):
+        values += part
+    return summarized(values, windows, tensor.numel)
+
+
+def values(tensor: Tensor, start: int = 0, count: int = 100) -> list:
+    """Exact elements in row-major order, like a debugger's view of the tensor."""
+    if start < 0 or count < 0:
+        raise UsageError("start and count must be >= 0")
+    count = max(0, min(count, tensor.numel - start))
+    return gather_range(tensor, start, count)
+
+
+def _chunks(tensor: Tensor, chunk_elems: int) -> Iterator[tuple[int, int, list]]:
+    """Every element in row-major chunks (whole quant blocks): yields (done, total, values)."""
+    info = dtype_of(tensor)
+    chunk = max(info.block_elems, chunk_elems // info.block_elems * info.block_elems)
+    total = tensor.numel
+    starts = range(0, total, chunk)
+    # The next chunks are read ahead, together (gather.BATCH_BYTES at a time).
+    parts = gather_windows((tensor, start, min(chunk, total - start)) for start in starts)
+    for start, values in zip(starts, parts):
+        yield min(start + chunk, total), total, values
+
+
+def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Iterator[tuple[int, int, Stats]]:
+    """Statistics of every element, one chunk at a time: yields (done, total, stats so far).
+
+    A generator so that callers can stop between chunks: the CLI through a progress callback,
+    the browser worker between messages (a cancel must be able to arrive)."""
+    result = Stats()
+    for done, total, chunk in _chunks(tensor, chunk_elems):
+        part = compute(chunk, percentiles=False)
+        result = merge(result, part) if result.count else part
+        yield done, total, result
+
+
+def exact_histogram_steps(tensor: Tensor, stats: Stats, bins: int = 64,
+                          chunk_elems: int = EXACT_CHUNK_ELEMS) -> Iterator[tuple[int, int, Binner]]:
+    """The histogram of every element over the exact [min, max] that exact_stats found: a second
+    streamed pass (bins over a sampled range would drop the extremes the first pass found)."""
+    binner = Binner(stats.min, stats.max, bins)
+    for done, total, chunk in _chunks(tensor, chunk_elems):
+        binner.add(finite_floats(chunk))
+        yield done, total, binner
+
+
+def _run(steps, progress, what: str):
+    last = None
+    for done, total, last in steps:
+        if progress is not None and progress(done, total) is False:
+            raise Cancelled(f"{what} cancelled")
+    return last
+
+
+def exact_stats(tensor: Tensor, progress: Callable[[int, int], object] | None = None,
+                chunk_elems: int = EXACT_CHUNK_ELEMS) -> Stats:
+    """Statistics of every element, streamed in chunks. `progress(done, total)` returning False
+    (or raising Cancelled) stops the work with Cancelled."""
+    return _run(exact_stats_steps(tensor, chunk_elems), progress,
+                f"exact statistics of {tensor.name!r}") or Stats()
+
+
+def exact_histogram(tensor: Tensor, stats: Stats, bins: int = 64,
+                    progress: Callable[[int, int], object] | None = None,
+                    chunk_elems: int = EXACT_CHUNK_ELEMS, log: bool = False) -> Histogram:
+    """The histogram of every element, bins over [stats.min, stats.max] (from exact_stats)."""
+    binner = _run(exact_histogram_steps(tensor, stats, bins, chunk_elems), progress,
+                  f"exact histogram of {tensor.name!r}")
+    return (binner or Binner(stats.min, stats.max, bins)).result(log)
+
+
+@dataclass
+class Grid:
+    rows: int                 # lattice size
+    cols: int
+    values: list              # rows * cols values, row-major
+    row_index: list[int]      # the view row each lattice row shows
+    col_index: list[int]
+    view_shape: tuple[int, int]
+    exact: bool               # every view element in the region is shown (one cell per element)
+    first_look: bool = False  # a part of the lattice asked for, shown first (staged.py)
+
+    @property
+    def amax(self) -> float:
+        floats = self.floats()
+        # No NaN or Inf (their sum is finite): the largest |value| from max and min, which
+        # Pyodide runs 5x faster than abs() and isfinite() called once per value.
+        if math.isfinite(sum(floats)):
+            return abs(max(max(floats), -min(floats))) if floats else 0.0
+        return max(map(abs, filter(math.isfinite, floats)), default=0.0)
+
+    def floats(self) -> list[float]:
+        # One type per tensor: convert at C speed (complex values show their magnitude).
+        if self.values and isinstance(self.values[0], complex):
+            return [abs(v) for v in self.values]
+        return list(map(float, self.values))
+
+    def at(self, r: int, c: int):
+        return self.values[r * self.cols + c]
+
+    def to_json(self) -> dict:
+        return {"rows": self.rows, "cols": self.cols, "row_index": self.row_index,
+                "col_index": self.col_index, "view_shape": list(self.view_shape),
+                "exact": self.exact, "values": [json_number(v) for v in self.values]}
+
+
+class View:
+    """A 2-D view of a tensor: view (r, c) -> storage element offset, linear in r and c."""
+
+    def __init__(self, tensor: Tensor, plane: tuple[int, int] | None, index: dict[int, int] | None):
+        shape, strides = tensor.shape, tensor.element_strides()
+        ndim = len(shape)
+        self.unravel_cols = None
+        if plane is None:
+            if ndim == 0:
+                self.shape, self.base, self.steps = (1, 1), 0, (0, 0)
+            elif ndim == 1:
+                self.shape, self.base, self.steps = (1, shape[0]), 0, (0, strides[0])
+            elif ndim == 2 or tensor.contiguous:
+                # rows = shape[0], cols = product of the rest (contiguous, so one step of 1 element)
+                self.shape = (shape[0], math.prod(shape[1:]))
+                self.base, self.steps = 0, (strides[0], strides[-1] if ndim == 2 else 1)
+            else:
+                self.shape = (shape[0], math.prod(shape[1:]))
+                self.base, self.steps = 0, (strides[0], 0)
+                self.unravel_cols = (shape[1:], strides[1:])
+            return
+        a, b = plane
+        if not (0 <= a < ndim and 0 <= b < ndim and a != b):
+            raise UsageError(f"plane {plane} is not two distinct axes of a {ndim}-D tensor")
+        index = dict(index or {})
+        base = 0
+        for axis in range(ndim):
+            if axis in (a, b):
+                continue
+            i = index.get(axis, 0)
+            if not 0 <= i < shape[axis]:
+                raise UsageError(f"index {i} is outside axis {axis} of size {shape[axis]}")
+            base += i * strides[axis]
+        self.shape, self.base, self.steps = (shape[a], shape[b]), base, (strides[a], strides[b])
+
+    def position(self, r: int, c: int) -> int:
+        if self.unravel_cols is None:
+            return self.base + r * self.steps[0] + c * self.steps[1]
+        dims, strides = self.unravel_cols
+        position = self.base + r * self.steps[0]
+        for dim, stride in zip(reversed(dims), reversed(strides)):
+            c, i = divmod(c, dim)
+            position += i * stride
+        return position
+
+
+def lattice(lo: int, hi: int, n: int) -> list[int]:
+    """n indices spread over [lo, hi), each the centre of its cell; every index when n >= hi - lo."""
+    span = hi - lo
+    n = min(n, span)
+    return [lo + ((2 * i + 1) * span) // (2 * n) for i in range(n)]
+
+
+@dataclass
+class GridPlan:
+    """Where the cells of a lattice lie: the view rows and columns shown, each lattice row's
+    lowest and highest storage offset, and the storage offset of every cell (`row`, `positions`):
+    row starts plus column offsets for a view linear in both, else listed (`flat`, row-major)."""
+    row_index: list[int]
+    col_index: list[int]
+    view_shape: tuple[int, int]
+    exact: bool
+    spans: list[tuple[int, int]]
+    starts: list[int] | None = None
+    across: list[int] | None = None
+    flat: list[int] | None = None
+
+    def row(self, i: int) -> list[int]:
+        if self.flat is None:
+            start = self.starts[i]
+            return [start + o for o in self.across]
+        cols = len(self.col_index)
+        return self.flat[i * cols:(i + 1) * cols]
+
+    @property
+    def positions(self) -> list[int]:
+        if self.flat is None:
+            return [start + o for start in self.starts for o in self.across]
+        return self.flat
+
+    def grid(self, cells: list) -> Grid:
+        return Grid(len(self.row_index), len(self.col_index), cells, self.row_index, self.col_index,
+                    self.view_shape, self.exact)
+
+
+def grid(tensor: Tensor, rows: int = 256, cols: int = 256,
+         region: tuple[int, int, int, int] | None = None,
+         plane: tuple[int, int] | None = None, index: dict[int, int] | None = None) -> Grid:
+    """A rows x cols lattice over a 2-D view of the tensor, or over `region` = (r0, r1, c0, c1)
+    (half-open) of it. Once the region is no larger than the lattice, each cell is one element."""
+    plan = plan_grid(tensor, rows, cols, region, plane, index)
+    return plan.grid(gather(tensor, plan.positions))
+
+
+def plan_grid(tensor: Tensor, rows: int = 256, cols: int = 256,
+              region: tuple[int, int, int, int] | None = None,
+              plane: tuple[int, int] | None = None, index: dict[int, int] | None = None) -> GridPlan:
+    """Where the cells of `grid(...)` lie, before anything is read."""
+    dtype_of(tensor)
+    view = View(tensor, plane, index)
+    height, width = view.shape
+    r0, r1, c0, c1 = region if region is not None else (0, height, 0, width)
+    if not (0 <= r0 < r1 <= height and 0 <= c0 < c1 <= width):
+        raise UsageError(f"region {(r0, r1, c0, c1)} is outside the {height} x {width} view")
+    if rows < 1 or cols < 1:
+        raise UsageError("a grid needs at least one row and one column")
+    row_index, col_index = lattice(r0, r1, rows), lattice(c0, c1, cols)
+    if view.unravel_cols is None:   # linear in r and c: add row and column offsets
+        across = [c * view.steps[1] for c in col_index]
+        starts = [view.base + r * view.steps[0] for r in row_index]
+        lo, hi = min(across), max(across)
+        spans = [(start + lo, start + hi) for start in starts]
+        layout = {"starts": starts, "across": across}
+    else:
+        flat = [view.position(r, c) for r in row_index for c in col_index]
+        n = len(col_index)
+        spans = [(min(flat[k:k + n]), max(flat[k:k + n])) for k in range(0, len(flat), n)]
+        layout = {"flat": flat}
+    exact = len(row_index) == r1 - r0 and len(col_index) == c1 - c0
+    return GridPlan(row_index, col_index, (height, width), exact, spans, **layout)
+
