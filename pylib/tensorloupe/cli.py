@@ -198,15 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args, files: list) -> beside.Found:
-    """The model's config.json: --config if given (errors are the user's to fix), else the one
-    beside the checkpoint's files (a local folder or a URL directory) if there is one (a broken
-    one becomes a warning)."""
-    if getattr(args, "config", None):
-        try:
-            return beside.Found(beside.load(args.config, beside.CONFIG_NAME), args.config)
-        except TensorloupeError as e:
-            raise UsageError(f"cannot read --config {args.config}: {e}") from e
-    return beside.find(files, beside.CONFIG_NAME)
+    """The model's config.json (beside.config_for): --config if given (errors are the user's to
+    fix), else the one beside the checkpoint's files (a broken one becomes a warning)."""
+    found = beside.config_for(files, getattr(args, "config", None))
+    if getattr(args, "config", None) and found.problem:
+        raise UsageError(f"cannot read --config {args.config}: {found.problem}")
+    return found
 
 
 def _emit(obj) -> None:

@@ -106,6 +106,19 @@ def find(targets, name: str) -> Found:
         return Found(None, where, str(e))
 
 
+def config_for(files, given: str | None = None, load=None) -> Found:
+    """The model's config.json, for the CLI and the page alike: the one the user gave (`given`, a
+    path or URL read by `load`, default `load` below), else the one beside the checkpoint's
+    `files`. A file that cannot be used is a Found with its `problem`: the caller decides whether
+    that stops the command (an explicit --config) or is a warning (the page)."""
+    if given:
+        try:
+            return Found((load or globals()["load"])(given), given)
+        except TensorloupeError as e:
+            return Found(None, given, str(e))
+    return find(files, CONFIG_NAME)
+
+
 def load(where: str, name: str | None = None) -> dict:
     """A JSON object the user named explicitly (`--config FILE`): errors are raised."""
     name = name or where.rsplit("/", 1)[-1]

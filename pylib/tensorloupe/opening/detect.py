@@ -51,11 +51,12 @@ class Reader(NamedTuple):
 
 
 # The container readers in sniffing order. Their extensions are here, not in the readers, so
-# that listing file types (a dropped folder's model files) imports none of them.
+# that listing file types (a dropped folder's model files) imports none of them: this is the one
+# extension table (grouping.py, the CLI's folder targets and the page's file list use it).
 READERS = (
     Reader(_safetensors, (".safetensors",)),
     Reader(_gguf, (".gguf",)),
-    Reader(_torch_zip, (".pt", ".pth", ".bin", ".ckpt")),
+    Reader(_torch_zip, (".pt", ".pth", ".bin", ".ckpt", ".jit")),   # .jit: TorchScript archives
     Reader(_torch_legacy, (".pkl", ".pickle")),   # plain pickles: read for their safety report
     Reader(_torch_tar, ()),          # shares .pt/.pth/... with the ZIP format: found by content only
 )

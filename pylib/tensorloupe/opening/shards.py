@@ -37,7 +37,8 @@ from ..source import ByteSource, is_url
 from ..formats import safetensors
 
 PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors)$")
-INDEX_SUFFIX = ".json"
+# Any .json among the files given is read as an index (its weight_map names the parts).
+JSON_SUFFIX = ".json"
 # transformers writes indexes of a few hundred KB; refuse to parse anything absurd.
 MAX_INDEX_BYTES = 100_000_000
 # llama.cpp writes split.count as a uint16 (LLM_KV_SPLIT_COUNT); the -NNNNN-of-NNNNN names allow
@@ -118,7 +119,7 @@ def open_each(targets: list, open_one: Callable[[object], ByteSource]) -> Checkp
 
 
 def is_index(name: str) -> bool:
-    return name.lower().endswith(INDEX_SUFFIX)
+    return name.lower().endswith(JSON_SUFFIX)
 
 
 def read_one(source: ByteSource):

@@ -15,17 +15,14 @@ import os
 from typing import NamedTuple
 
 from ..errors import UsageError
-from .shards import PART_NAME, read_index
 from ..source import is_url, open_source
-
-INDEX_SUFFIX = ".safetensors.index.json"
-CONFIG_NAME = "config.json"
-MODEL_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth", ".bin", ".ckpt", ".jit")
+from .detect import EXTENSIONS
+from .grouping import INDEX_SUFFIX, group
+from .shards import read_index
 
 
 class Target(NamedTuple):
     files: list[str]          # paths or URLs to open together (tensorloupe.open([...]))
-    config: str | None        # a config.json beside them (local files only), or None
 
 
 def resolve(items) -> Target:
@@ -48,7 +45,7 @@ def resolve(items) -> Target:
     files += [f for i, f in enumerate(found) if f not in files and f not in found[:i]]
     if not files:
         raise UsageError("no files were given")
-    return Target(files, _config_beside(files))
+    return Target(files)
 
 
 def needs_resolving(target) -> bool:
@@ -90,28 +87,20 @@ def _shards_of(index: str) -> list[str]:
 
 
 def _folder(folder: str) -> list[str]:
-    """The one checkpoint a folder holds: its index and shards, one set of parts, or one file."""
+    """The one checkpoint a folder holds (grouping.py's rule, as the page lists a dropped folder):
+    its index and shards, one set of parts, or one file."""
     names = sorted(n for n in os.listdir(folder)
                    if not n.startswith(".") and os.path.isfile(os.path.join(folder, n)))
-    indexes = [n for n in names if n.lower().endswith(INDEX_SUFFIX)]
-    models = [n for n in names if n.lower().endswith(MODEL_SUFFIXES)]
     label = os.path.basename(os.path.normpath(folder)) or folder
-    if len(indexes) == 1:
-        return _expand(os.path.join(folder, indexes[0]))
-    sets = {(m["stem"], m["ext"]) if m else n for n, m in ((n, PART_NAME.match(n)) for n in models)}
-    if len(indexes) > 1 or len(sets) > 1:
-        found = indexes if len(indexes) > 1 else models
+    found = group(names, name=lambda n: n, directory=lambda n: "", listed=lambda n: False)
+    if len(found) > 1:
         raise UsageError("the folder holds several checkpoints: name the one to open",
-                         file=label, found=", ".join(found))
-    if not models:
-        raise UsageError("the folder holds no checkpoint file (.safetensors, .gguf, .pt, .pth, "
-                         ".bin, .ckpt)", file=label)
-    return [os.path.join(folder, n) for n in models]
-
-
-def _config_beside(files: list) -> str | None:
-    first = files[0]
-    if not isinstance(first, str) or is_url(first):
-        return None
-    path = os.path.join(os.path.dirname(first), CONFIG_NAME)
-    return path if os.path.isfile(path) else None
+                         file=label, found=", ".join(g.name for g in found))
+    if not found:
+        raise UsageError(f"the folder holds no checkpoint file ({', '.join(EXTENSIONS)})",
+                         file=label)
+    members = found[0].members
+    indexes = [n for n in members if n.lower().endswith(INDEX_SUFFIX)]
+    if indexes:
+        return _expand(os.path.join(folder, indexes[0]))
+    return [os.path.join(folder, n) for n in members]

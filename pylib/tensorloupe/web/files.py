@@ -1,9 +1,9 @@
 """What the user gave the page, as checkpoints: dropped or picked files, a dropped folder, URLs.
 
 Files that are parts of one checkpoint become one entry that opens them together
-(`tensorloupe.open([...])`, opening/shards.py): split GGUF `<stem>-00001-of-00003.gguf`, sharded
-safetensors `<stem>-00001-of-00003.safetensors` with their `<stem>.safetensors.index.json` if it
-is there. A `config.json` beside a model (same folder) is not an entry of its own: it goes with
+(`tensorloupe.open([...])`, opening/shards.py), grouped by opening/grouping.py's rule (the CLI's
+folder targets use the same): split GGUF `<stem>-00001-of-00003.gguf`, sharded safetensors
+`<stem>-00001-of-00003.safetensors` with their `<stem>.safetensors.index.json` if it is there. A `config.json` beside a model (same folder) is not an entry of its own: it goes with
 every entry of that folder, for the top-k of moe.detect and the architecture; nor are
 `tokenizer.json` and `tokenizer_config.json` (the Tokens tab reads them beside the model). Every other file is an entry by itself,
 as it always was, so unrelated files dropped together are a list to pick from; inside a dropped
@@ -16,20 +16,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..opening import detect
-from ..opening.beside import (MAX_CONFIG_BYTES, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME,
-                              parse_object, read_bounded)
 from ..errors import UsageError
-from ..opening.shards import PART_NAME
+from ..opening.beside import CONFIG_NAME, MAX_CONFIG_BYTES, parse_object, read_bounded
+from ..opening.grouping import ALONGSIDE, group as checkpoints, kind_of
 from ..source import is_url
 from ..source.remote import url_name
-
-CONFIG_NAME = "config.json"
-# Files that go with the model beside them (same folder) rather than being entries: the worker
-# finds the tokenizer ones by name next to the model's files (tokens.available).
-BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
-INDEX_SUFFIX = ".safetensors.index.json"
-MODEL_SUFFIXES = detect.EXTENSIONS
 
 
 class Given(NamedTuple):
@@ -60,36 +51,18 @@ def given(files: list[dict]) -> list[Given]:
 def group(files: list[Given]) -> list[dict]:
     """The entries the page lists, in the order their first file was given: {"kind": "set"
     (several files, one checkpoint) or "file", "name", "paths" (what to open, together), "files"
-    (their names), "size" (None if unknown: URLs), "config" (the config.json's path, or None)}."""
+    (their names), "size" (None if unknown: URLs), "config" (the config.json's path, or None)}.
+    Grouped by opening/grouping.py, the rule the CLI's folder targets use too."""
     configs = {f.directory: f for f in files if f.name == CONFIG_NAME}
-    sets: dict[tuple, list[Given]] = {}
-    singles: list[Given] = []
-    for f in files:
-        name = f.name
-        m = PART_NAME.match(name)
-        if m:
-            sets.setdefault((f.directory, m["stem"], m["ext"]), []).append(f)
-        elif name.endswith(INDEX_SUFFIX):
-            sets.setdefault((f.directory, name[:-len(INDEX_SUFFIX)], "safetensors"), []).append(f)
-        elif name not in BESIDE and (not f.folder or _may_be_checkpoint(f.rel)):
-            singles.append(f)
-    position = {f: i for i, f in enumerate(files)}
-    entries: list[tuple[int, str, str, list[Given]]] = []
-    for (directory, stem, ext), members in sets.items():
-        counts = sorted({int(m["count"]) for m in map(PART_NAME.match, (f.name for f in members)) if m})
-        if len(members) == 1:     # one part alone opens as a set too: its missing parts are named
-            kind, name = "file", members[0].name
-        elif len(counts) == 1:
-            kind, name = "set", f"{stem}-*-of-{counts[0]:05d}.{ext}"
-        else:
-            kind, name = "set", f"{stem}-*.{ext}"
-        entries.append((min(position[f] for f in members), kind, name,
-                        sorted(members, key=lambda f: f.name)))
-    entries += [(position[f], "file", f.name, [f]) for f in singles]
+    found = checkpoints(files, name=lambda f: f.name, directory=lambda f: f.directory,
+                        listed=lambda f: not f.folder)
+    entries = [(g.first, "set" if len(g.members) > 1 else "file", g.name, g.members) for g in found
+               if not any(f.folder and not _visible_in_folder(f.rel) for f in g.members)]
     with_model = {members[0].directory for *_, members in entries}
     # A config.json or tokenizer file with no model beside it is listed (and refused when opened).
-    entries += [(position[f], "file", f.name, [f]) for f in files
-                if f.name in BESIDE and f.directory not in with_model and not f.folder
+    position = {id(f): i for i, f in enumerate(files)}
+    entries += [(position[id(f)], "file", f.name, [f]) for f in files
+                if kind_of(f.name) == ALONGSIDE and f.directory not in with_model and not f.folder
                 and (f.name != CONFIG_NAME or configs[f.directory] is f)]
     entries.sort(key=lambda entry: entry[0])
     return [_entry(kind, name, members, configs.get(members[0].directory))
@@ -106,12 +79,11 @@ def _entry(kind: str, name: str, members: list[Given], config: Given | None) -> 
             "config": config.path if config else None}
 
 
-def _may_be_checkpoint(rel: str) -> bool:
-    """Inside a dropped folder: a model file's name, not hidden nor in a hidden folder (.git,
-    .cache) under it (the dropped folder's own name, parts[0], may be anything)."""
+def _visible_in_folder(rel: str) -> bool:
+    """Inside a dropped folder: not hidden nor in a hidden folder (.git, .cache) under it (the
+    dropped folder's own name, parts[0], may be anything)."""
     parts = [p for p in rel.split("/") if p]
-    return (len(parts) > 1 and not any(p.startswith(".") for p in parts[1:])
-            and parts[-1].lower().endswith(MODEL_SUFFIXES))
+    return len(parts) > 1 and not any(p.startswith(".") for p in parts[1:])
 
 
 def load_config(path: str) -> dict:

@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from .. import colormap, moe, npy, report
-from ..opening import shards
+from ..opening import beside, shards
 from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..sampler.gather import dtype_of
@@ -156,13 +156,10 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
 
     @staticmethod
     def _config(where, load) -> tuple[dict | None, str | None]:
-        """(config, None) or (None, a warning): a broken config.json does not stop the model."""
-        if not where:
-            return None, None
-        try:
-            return load(where), None
-        except TensorloupeError as e:
-            return None, f"{e} (top-k is not taken from it)"
+        """(config, None) or (None, a warning): a broken config.json does not stop the model
+        (beside.config_for, the CLI's rule, with the page's reader)."""
+        found = beside.config_for([], where, load)
+        return found.data, (f"{found.problem} (top-k is not taken from it)" if found.problem else None)
 
     def _adopt(self, ckpt: Checkpoint, config: dict | None = None, config_warning: str | None = None,
                config_where: str | None = None, paths: list[str] | None = None):

@@ -1,0 +1,84 @@
+"""Which files form one checkpoint: the one rule, by names only, for the CLI and the page alike.
+
+A file's name puts it in one of four kinds:
+  - a part of a set: `<stem>-00001-of-00003.safetensors|gguf`, or the set's index
+    `<stem>.safetensors.index.json` (the set is keyed by folder, stem and extension);
+  - a file beside a model (`config.json`, `tokenizer.json`, `tokenizer_config.json`), which goes
+    with the checkpoint of its folder and is not one itself;
+  - a model file: any extension a reader takes (detect.EXTENSIONS);
+  - anything else (README.md, .gitattributes): not a checkpoint.
+The CLI's folder targets (targets.py) and the page's file list (web/files.py) both group with
+`group` below, so a folder lists the same checkpoints wherever it is opened.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Generic, NamedTuple, TypeVar
+
+from .beside import CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
+from .detect import EXTENSIONS
+from .shards import PART_NAME
+
+INDEX_SUFFIX = ".safetensors.index.json"   # a safetensors shard set's index
+BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
+
+PART, INDEX, ALONGSIDE, MODEL, OTHER = "part", "index", "beside", "model", "other"
+
+Item = TypeVar("Item")
+
+
+def kind_of(name: str) -> str:
+    lower = name.lower()
+    if PART_NAME.match(name):
+        return PART
+    if lower.endswith(INDEX_SUFFIX):
+        return INDEX
+    if name in BESIDE:
+        return ALONGSIDE
+    if lower.endswith(EXTENSIONS):
+        return MODEL
+    return OTHER
+
+
+class Group(NamedTuple, Generic[Item]):
+    """One checkpoint: its files (sorted by name), the set's name pattern or the file's name, and
+    whether it is a set of parts (one part alone is a set too: its missing parts get named)."""
+    directory: str
+    name: str
+    members: list
+    is_set: bool
+    first: int       # position of its first file among those given (the list keeps that order)
+
+
+def group(items: list, name: Callable[[object], str], directory: Callable[[object], str],
+          listed: Callable[[object], bool] = lambda item: True) -> list[Group]:
+    """The checkpoints among `items`, in the order their first file was given. Files beside a
+    model and names that are not checkpoints are left out (`listed` may admit other single
+    files: the page lists any file picked by hand)."""
+    sets: dict[tuple, list] = {}
+    singles: list = []
+    position = {id(item): i for i, item in enumerate(items)}
+    for item in items:
+        item_name, kind = name(item), kind_of(name(item))
+        if kind == PART:
+            m = PART_NAME.match(item_name)
+            sets.setdefault((directory(item), m["stem"], m["ext"]), []).append(item)
+        elif kind == INDEX:
+            sets.setdefault((directory(item), item_name[:-len(INDEX_SUFFIX)], "safetensors"),
+                            []).append(item)
+        elif kind == MODEL or (kind == OTHER and listed(item)):
+            singles.append(item)
+    groups = []
+    for (folder, stem, ext), members in sets.items():
+        counts = sorted({int(m["count"]) for m in map(PART_NAME.match, map(name, members)) if m})
+        members = sorted(members, key=name)
+        if len(members) == 1:
+            label = name(members[0])
+        elif len(counts) == 1:
+            label = f"{stem}-*-of-{counts[0]:05d}.{ext}"
+        else:
+            label = f"{stem}-*.{ext}"
+        groups.append(Group(folder, label, members, True,
+                            min(position[id(m)] for m in members)))
+    groups += [Group(directory(s), name(s), [s], False, position[id(s)]) for s in singles]
+    return sorted(groups, key=lambda g: g.first)
