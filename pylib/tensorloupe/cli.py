@@ -28,6 +28,7 @@ from .healthscan import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_co
 from .moe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sampler.sampling import (DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample,
                                values)
+from .display import TerminalText
 from .jsonable import bounded, json_number
 from .architecture.memory import CACHE_TYPES
 from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
@@ -38,6 +39,16 @@ EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS = 0, 2, 3, 4
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # No control character a file carries reaches the terminal, whichever renderer prints it.
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalText(sys.stdout), TerminalText(sys.stderr, returns=True)
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(args) -> int:
     try:
         return args.run(args)
     except UsageError as e:

@@ -46,6 +46,52 @@ def scientific(n: int) -> str:
 
 
 def short(value, width: int = 100) -> str:
+    """A value on one line, cut with an ellipsis; control characters from a file made visible."""
     text = value if isinstance(value, str) else repr(value)
-    text = text.replace("\n", " ")
+    text = escaped(text.replace("\n", " "))
     return text if len(text) <= width else text[:width - 1] + "…"
+
+
+# Characters a terminal acts on instead of showing: C0 and C1 controls, DEL (escape sequences
+# clear the screen, hide text, set the window title, write the clipboard), bidi overrides and
+# isolates (reorder what is shown), the Unicode line separators, and lone surrogates (which no
+# encoder writes: a traceback). A string from a file reaches a terminal with these made visible.
+_INVISIBLE = ([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F, 0x2028, 0x2029,
+               *range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0xD800, 0xE000)])
+_ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _INVISIBLE}
+# What our own text output may contain: its line breaks (and stderr's progress returns).
+_OUTPUT_ESCAPES = {c: e for c, e in _ESCAPES.items() if c != 0x0A}
+_STDERR_ESCAPES = {c: e for c, e in _OUTPUT_ESCAPES.items() if c != 0x0D}
+
+
+def escaped(text: str) -> str:
+    """A string from a file as a terminal may show it: every control character, bidi override
+    and lone surrogate written out (`\\x1b`, `\\u202e`), newlines included."""
+    return text.translate(_ESCAPES)
+
+
+class TerminalText:
+    """A text stream that shows no control character it is given but its own line breaks: the
+    CLI's stdout and stderr, so that no string a file carries (a tensor name, a metadata value, a
+    global's name) can move the cursor, clear the report or rewrite the verdict, whichever
+    renderer printed it. Renderers still escape file strings themselves (`escaped`), so that a
+    newline in a name cannot start a line of its own."""
+
+    def __init__(self, stream, returns: bool = False):
+        self._stream = stream
+        self._table = _STDERR_ESCAPES if returns else _OUTPUT_ESCAPES
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text.translate(self._table))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def csv_cell(value):
+    """A CSV cell a spreadsheet shows as text: one that starts like a formula (= + - @, or a tab
+    or carriage return before one) gets a leading apostrophe, as OWASP's CSV-injection advice
+    says; numbers stay numbers."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from .display import exact_count, human_bytes, human_count, short
+from .display import csv_cell, escaped, exact_count, human_bytes, human_count, short
 from .model import Checkpoint, Tensor
 from .jsonable import FULL, Limits, bounded, json_number
 
@@ -76,7 +76,7 @@ def tensor_table(ckpt: Checkpoint, fmt: str) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(TABLE_COLUMNS)
     for r in records:
-        writer.writerow([("x".join(map(str, r["shape"])) if key == "shape" else r.get(key))
+        writer.writerow([("x".join(map(str, r["shape"])) if key == "shape" else csv_cell(r.get(key)))
                          for key in TABLE_COLUMNS])
     return out.getvalue()
 
@@ -90,7 +90,7 @@ def print_inspect(ckpt: Checkpoint) -> None:
     ckpt.locate_all()
     by_dtype = ", ".join(f"{d} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
     files = ckpt.files
-    print(ckpt.name + (f"  ({len(files)} files)" if len(files) > 1 else ""))
+    print(escaped(ckpt.name) + (f"  ({len(files)} files)" if len(files) > 1 else ""))
     print(f"  format      {ckpt.format}")
     print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)"
           + (f" in {len(files)} files" if len(files) > 1 else ""))
@@ -105,25 +105,28 @@ def print_inspect(ckpt: Checkpoint) -> None:
     if metadata:
         print("\nMetadata")
         for key, value in metadata.items():
-            print(f"  {key}: {short(value)}")
+            print(f"  {escaped(str(key))}: {short(value)}")
     safety = ckpt.extras.get("safety")
     if safety:
         print_safety(safety)
     if ckpt.warnings:
         print("\nWarnings")
         for w in ckpt.warnings:
-            print(f"  ! {w}")
+            print(f"  ! {escaped(w)}")
     print("\nTensors")
-    rows = [(t.name, t.dtype, "×".join(map(str, t.shape)) or "scalar", human_bytes(t.nbytes),
+    rows = [(escaped(t.name), t.dtype, "×".join(map(str, t.shape)) or "scalar", human_bytes(t.nbytes),
              _bits(t), str(t.known_file_offset)) for t in ckpt.tensors]
     header = ("name", "dtype", "shape", "size", "bits", "offset")
     if len(files) > 1:   # offsets are within each tensor's own file: say which
-        rows = [r + (t.file or "?",) for r, t in zip(rows, ckpt.tensors)]
+        rows = [r + (escaped(t.file or "?"),) for r, t in zip(rows, ckpt.tensors)]
         header += ("file",)
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
     for r in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    if safety and safety.get("dangerous"):   # the verdict again, after every name it concerns
+        print(f"\nSafety: this file names {len(safety['dangerous'])} dangerous global(s); see the "
+              "pickle safety report above. Do not torch.load it with weights_only=False.")
 
 
 def _bits(t: Tensor) -> str:
@@ -134,18 +137,18 @@ def _bits(t: Tensor) -> str:
 def print_safety(safety: dict) -> None:
     print("\nPickle safety report (nothing was executed)")
     for note in safety.get("notes", []):
-        print(f"  NOTE: {note}")
+        print(f"  NOTE: {escaped(note)}")
     for g in safety.get("globals", []):
         mark = "DANGEROUS" if g["verdict"] == "dangerous" else g["verdict"]
         reason = f"  ({g['reason']})" if g.get("reason") else ""
-        print(f"  {mark:<10} {g['name']}  ×{g.get('count', 1)}{reason}")
+        print(f"  {mark:<10} {escaped(g['name'])}  ×{g.get('count', 1)}{escaped(reason)}")
     for call in safety.get("calls", []):
         args = ", ".join(json.dumps(a, ensure_ascii=False) for a in call.get("args", []))
         kwargs = f", **{json.dumps(call['kwargs'], ensure_ascii=False)}" if call.get("kwargs") else ""
-        print(f"  call never made: {call['global']}({args}{kwargs})")
+        print(f"  call never made: {escaped(call['global'])}({escaped(args)}{escaped(kwargs)})")
     if safety.get("dangerous"):
         print(f"  This file names {len(safety['dangerous'])} dangerous global(s): "
-              f"{', '.join(safety['dangerous'])}. torch.load(weights_only=False) would run them "
+              f"{escaped(', '.join(safety['dangerous']))}. torch.load(weights_only=False) would run them "
               "(names outside the allow-list: may run them).")
 
 
@@ -166,7 +169,7 @@ def print_stats(entry: dict) -> None:
     else:
         how = f"{entry['samples']:,} of {entry['numel']:,} elements sampled: estimates"
         label, of = "sampled", f"{entry['samples']:,} sampled values (not every element)"
-    print(f"{entry['name']}  {entry['dtype']}  {shape}  ({how})")
+    print(f"{escaped(entry['name'])}  {entry['dtype']}  {shape}  ({how})")
     print(f"  {label}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}"
           f"  std {_fmt(s['std'])}  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}"
           f"  +inf {s['posinf']}  -inf {s['neginf']}")
@@ -183,7 +186,7 @@ def print_stats(entry: dict) -> None:
 
 
 def print_values(t: Tensor, start: int, got: list) -> None:
-    print(f"{t.name}  {t.dtype}  {'×'.join(map(str, t.shape)) or 'scalar'}")
+    print(f"{escaped(t.name)}  {t.dtype}  {'×'.join(map(str, t.shape)) or 'scalar'}")
     for i, v in enumerate(got, start):
         # repr, not a rounded format: these are the exact stored values.
         print(f"  [{', '.join(map(str, unravel(i, t.shape)))}]  {v!r}")

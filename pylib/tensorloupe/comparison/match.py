@@ -81,9 +81,18 @@ def match(a: Checkpoint, b: Checkpoint) -> tuple[list[Pair], str | None]:
     order = {t.name: i for i, t in enumerate(a.tensors)}
     pairs += [Pair(t.name, Side(t, label=t.name), None) for t in a_left]
     # A's file order for everything A has (a stacked GGUF tensor's experts stay together)
-    pairs.sort(key=lambda p: order[p.a.tensor.name.split("[")[0]] if p.a else 0)
+    pairs.sort(key=lambda p: _file_position(order, p.a.tensor.name) if p.a else 0)
     pairs += [Pair(t.name, None, Side(t, label=t.name)) for t in b_left.values()]
     return pairs, arch
+
+
+def _file_position(order: dict[str, int], name: str) -> int:
+    """Where A's tensor `name` is in A's file; an expert taken out of a stacked tensor
+    (`blk.0.ffn_up_exps.weight[3]`) sits where its stacked tensor is. A name may hold `[` itself."""
+    if name in order:
+        return order[name]
+    stacked, bracket, rest = name.rpartition("[")
+    return order.get(stacked, len(order)) if bracket and rest[:-1].isdigit() else len(order)
 
 
 def _map_across(hf_tensors: list[Tensor], gguf_tensors: list[Tensor], metadata: dict, arch: str,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from ..display import escaped
+
 
 def _db(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -16,8 +18,8 @@ def print_diff(result, top: int = 15) -> None:
     s = result.summary
     mode = ("exact (every element)" if result.exact else
             f"sampled (up to {result.samples} elements per tensor; smaller tensors whole)")
-    print(f"A: {result.a.name} ({result.a.format}, {len(result.a.tensors)} tensors)")
-    print(f"B: {result.b.name} ({result.b.format}, {len(result.b.tensors)} tensors)")
+    print(f"A: {escaped(result.a.name)} ({result.a.format}, {len(result.a.tensors)} tensors)")
+    print(f"B: {escaped(result.b.name)} ({result.b.format}, {len(result.b.tensors)} tensors)")
     print(f"matched {s['matched']} pairs" + (f" through the {result.name_map} name map" if result.name_map else "")
           + f"; values {mode}; byte identity decided on bytes")
     # what the comparison read beyond the headers (their cached blocks serve small files whole)
@@ -30,7 +32,7 @@ def print_diff(result, top: int = 15) -> None:
         print(f"  {'tensor':48} {'rel err':>10} {'SNR dB':>7} {'cosine':>9} {'max|a-b|':>10}")
         for name in s["ranked"][:top]:
             d = differ[name].diff
-            print(f"  {name[:48]:48} {d.rel_error:10.3e} {_db(d.snr_db):>7} {d.cosine:9.6f} {d.max_abs:10.3e}")
+            print(f"  {escaped(name)[:48]:48} {d.rel_error:10.3e} {_db(d.snr_db):>7} {d.cosine:9.6f} {d.max_abs:10.3e}")
     if s["roles"]:
         print("\nSNR dB per role by layer:")
         for role, points in s["roles"].items():
@@ -43,6 +45,6 @@ def print_diff(result, top: int = 15) -> None:
                   f"pooled rel err {e['rel_error']:.3e}, SNR {_db(e['snr_db'])} dB")
     others = [r for r in result.rows if r.category in ("only_in_a", "only_in_b", "shape_changed", "unreadable")]
     for r in others[:top]:
-        print(f"  {r.category.replace('_', ' ')}: {r.name}" + (f" ({r.message})" if r.message else ""))
+        print(f"  {r.category.replace('_', ' ')}: {escaped(r.name)}" + (f" ({escaped(r.message)})" if r.message else ""))
     if len(others) > top:
         print(f"  … and {len(others) - top} more (see --json)")

@@ -7,7 +7,7 @@ import math
 import os
 from statistics import median
 
-from ..display import human_bytes
+from ..display import escaped, human_bytes
 from . import Cost, Report
 
 PROFILE_STATISTICS = (("rms", "rms"), ("max_abs", "max|w|"))
@@ -17,7 +17,7 @@ def cost_line(cost: Cost, name: str) -> str:
     per = "every byte" if cost.budget is None else f"at most {human_bytes(cost.budget)} of each"
     about = "" if cost.exact else "about "
     skipped = f" ({cost.skipped} without weight values skipped)" if cost.skipped else ""
-    return (f"{name}: reading {about}{human_bytes(cost.scan_bytes)}, {per} of {cost.tensors} "
+    return (f"{escaped(name)}: reading {about}{human_bytes(cost.scan_bytes)}, {per} of {cost.tensors} "
             f"tensors{skipped}; copies and constant tensors are then confirmed on their bytes")
 
 
@@ -28,14 +28,14 @@ def render(report: Report) -> str:
     # Bytes the header reads already brought in (a small file's tensors share its first blocks)
     # are served from memory, so a scan can read less than the cost stated before it.
     cached = " (the rest was in memory from opening the file)" if report.bytes_read < report.cost.scan_bytes else ""
-    lines = [f"{report.file}: {len(report.measures)} tensors, {human_bytes(report.bytes_read)} read"
+    lines = [f"{escaped(report.file)}: {len(report.measures)} tensors, {human_bytes(report.bytes_read)} read"
              f"{cached}; {said}", ""]
     if report.flags:
-        rows = [(f.severity, f.kind, f.tensor, _evidence(f), "exact" if f.exact else "sampled")
+        rows = [(f.severity, f.kind, escaped(f.tensor), _evidence(f), "exact" if f.exact else "sampled")
                 for f in report.flags]
         lines += _table(("severity", "flag", "tensor", "evidence", "read"), rows)
         lines.append("")
-        lines += [f"{f.tensor}: {f.message}" for f in report.flags]
+        lines += [f"{escaped(f.tensor)}: {escaped(f.message)}" for f in report.flags]
     else:
         lines.append("no flags")
     profile = report.profile()
