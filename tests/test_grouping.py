@@ -55,3 +55,13 @@ def test_a_folder_holding_only_a_pickle_or_only_a_jit_opens_in_both(tmp_path, ca
         assert [e["name"] for e in page_entries(folder)] == [name]
         assert main(["inspect", str(folder), "--json"]) in (0, 4)   # 4: a verdict, not a refusal
         assert json.loads(capsys.readouterr().out)["file"] == name
+
+
+def test_a_folder_of_many_models_gets_a_short_message(tmp_path, capsys):
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    for i in range(2000):
+        (folder / f"model{i:04d}.gguf").write_bytes(b"GGUF")
+    err = cli_error(folder, capsys)
+    assert "several checkpoints" in err and "model0000.gguf" in err
+    assert "and 1,990 more" in err and len(err) < 1000

@@ -95,3 +95,11 @@ def csv_cell(value):
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return value
+
+
+def some_of(names, at_most: int = 10) -> str:
+    """`a, b, c` for a few names; for many, the first `at_most` and how many more (a folder of
+    10,000 models would otherwise be a message of 200 KB)."""
+    names = list(names)
+    shown = ", ".join(names[:at_most])
+    return shown if len(names) <= at_most else f"{shown} and {len(names) - at_most:,} more"

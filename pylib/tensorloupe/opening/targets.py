@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from ..display import some_of
 from ..errors import UsageError
 from ..source import is_url, open_source
 from .detect import EXTENSIONS
@@ -95,7 +96,7 @@ def _folder(folder: str) -> list[str]:
     found = group(names, name=lambda n: n, directory=lambda n: "", listed=lambda n: False)
     if len(found) > 1:
         raise UsageError("the folder holds several checkpoints: name the one to open",
-                         file=label, found=", ".join(g.name for g in found))
+                         file=label, found=some_of(g.name for g in found))
     if not found:
         raise UsageError(f"the folder holds no checkpoint file ({', '.join(EXTENSIONS)})",
                          file=label)
