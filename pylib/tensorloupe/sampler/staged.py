@@ -57,6 +57,7 @@ class StagedGrid:
                  index=None, key=None):
         self.tensor = tensor
         self.key = key
+        self.region = region                 # as asked (None: the whole view)
         self.plan = plan_grid(tensor, rows, cols, region, plane, index)
         self.rows: dict[int, list] = {}      # lattice row -> its cells, once read
 

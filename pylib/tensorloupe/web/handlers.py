@@ -31,7 +31,7 @@ from .compare_ops import CompareOps
 from .health_ops import HealthOps
 from .model_ops import ModelOps
 from .moe_ops import MoEOps
-from .views import heatmap_reply, lattice_args, staged_lattice
+from .views import heatmap_reply, staged_lattice
 
 HISTOGRAM_BINS = 64
 MAX_VALUES = 4096       # elements per `values` request
@@ -231,7 +231,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         g = args.get("first_look") and staged.first_look()
         self.staged_grid = staged if g else None
         g = g or staged.grid()
-        region = lattice_args(args)[2]
+        region = staged.region      # the request was parsed once, by staged_lattice
         scale = args.get("scale")
         if not isinstance(scale, (int, float)) or not scale > 0:
             scale = g.amax
