@@ -104,3 +104,41 @@ def test_open_source_wraps_paths_in_a_cache(tmp_path):
     s = open_source(path)
     assert isinstance(s, CachedSource) and s.root().name == "f.bin"
     assert isinstance(open_source(DATA), MemorySource)
+
+
+def test_a_thousands_of_files_open_together_stay_within_the_open_file_limit(tmp_path):
+    # A folder of 10,000 shards must open under `ulimit -n 1024`: at most MAX_OPEN handles are
+    # held, the others are opened again when read.
+    from tensorloupe.source.base import OPEN_FILES
+    try:
+        import resource      # not in Pyodide, which runs this file too: the bound is checked there
+    except ImportError:
+        resource = None
+    if resource:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(512, hard), hard))
+    try:
+        sources = []
+        for i in range(2000):
+            path = tmp_path / f"f{i}"
+            path.write_bytes(i.to_bytes(4, "little"))
+            sources.append(FileSource(path))
+        assert [int.from_bytes(s.read(0, 4), "little") for s in sources] == list(range(2000))
+        assert len(OPEN_FILES._open) <= OPEN_FILES.MAX_OPEN
+        for s in sources:
+            s.close()
+    finally:
+        if resource:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_file_that_changes_size_while_closed_is_refused(tmp_path):
+    from tensorloupe.errors import UsageError
+    from tensorloupe.source.base import OPEN_FILES
+    path = tmp_path / "f"
+    path.write_bytes(b"abcd")
+    source = FileSource(path)
+    OPEN_FILES.close(source)          # as if 128 other files had been read since
+    path.write_bytes(b"abcdef")
+    with pytest.raises(UsageError, match="changed while it was open"):
+        source.read(0, 2)

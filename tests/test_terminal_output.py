@@ -4,17 +4,17 @@ window titles) or bidi overrides reach no command's text output raw, so a file c
 report; the safety verdict is repeated after the names it concerns. Also: `diff` of names that
 hold `[`, and CSV cells that a spreadsheet would run as formulas."""
 
+import contextlib
 import csv
 import io
 import json
 import os
 import pickle
 import struct
-import subprocess
-import sys
 
 import tensorloupe
 from tensorloupe import report
+from tensorloupe.cli import main
 
 # ESC[2J ESC[3J ESC[H clears the screen and scrollback; a fake report follows, then ESC[8m hides
 # the rest; OSC 52 writes the clipboard, OSC 0 sets the window title; U+202E reverses the text.
@@ -42,9 +42,12 @@ class _System:
 
 
 def cli(*argv):
-    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", *map(str, argv)],
-                          capture_output=True, text=True, encoding="utf-8", errors="surrogateescape")
-    return done.returncode, done.stdout, done.stderr
+    """The CLI in this process (Pyodide runs this file too, and has no processes), with its
+    standard streams captured as a terminal would receive them."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
 
 
 def raw_controls(text: str) -> list[str]:

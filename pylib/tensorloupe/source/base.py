@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections import OrderedDict
 
 from ..errors import TruncatedError, UsageError
 
@@ -106,30 +107,71 @@ class MemorySource(ByteSource):
         return self._count(bytes(self._data[offset:offset + n]))
 
 
+class _OpenFiles:
+    """The open files of every FileSource, at most MAX_OPEN at once (least recently read closed
+    first, and opened again when next read): a folder of 10,000 shards opens with the system's
+    limit on open files (often 1,024) far away."""
+
+    MAX_OPEN = 128
+
+    def __init__(self):
+        self._open: OrderedDict[int, object] = OrderedDict()
+
+    def get(self, source: "FileSource"):
+        handle = self._open.get(id(source))
+        if handle is not None:
+            self._open.move_to_end(id(source))
+            return handle
+        handle = source._reopen()
+        self._open[id(source)] = handle
+        while len(self._open) > self.MAX_OPEN:
+            self._open.popitem(last=False)[1].close()
+        return handle
+
+    def close(self, source: "FileSource") -> None:
+        handle = self._open.pop(id(source), None)
+        if handle is not None:
+            handle.close()
+
+
+OPEN_FILES = _OpenFiles()
+
+
 class FileSource(ByteSource):
     """A local file read by position; the file is never read whole.
 
     Uses plain seek/read so the same code works on CPython and on Pyodide's WORKERFS mount of a
-    browser File (where os.pread and mmap are not available).
+    browser File (where os.pread and mmap are not available). Its file handle is one of at most
+    OPEN_FILES.MAX_OPEN held open at once.
     """
 
     def __init__(self, path: str | os.PathLike, name: str | None = None):
         super().__init__()
         self.path = os.fspath(path)
         self.name = name or os.path.basename(self.path)
+        self.size = -1
+        handle = OPEN_FILES.get(self)
+        handle.seek(0, io.SEEK_END)
+        self.size = handle.tell()
+
+    def _reopen(self):
         try:
-            self._file = open(self.path, "rb")
+            handle = open(self.path, "rb")
         except OSError as e:
             raise UsageError(f"cannot open the file: {e.strerror}", file=self.name) from e
-        self._file.seek(0, io.SEEK_END)
-        self.size = self._file.tell()
+        if self.size >= 0 and handle.seek(0, io.SEEK_END) != self.size:
+            handle.close()
+            raise UsageError("the file changed while it was open (its size is not the same)",
+                             file=self.name)
+        return handle
 
     def _read(self, offset: int, n: int) -> bytes:
-        self._file.seek(offset)
+        handle = OPEN_FILES.get(self)
+        handle.seek(offset)
         chunks = []
         remaining = n
         while remaining:
-            chunk = self._file.read(remaining)
+            chunk = handle.read(remaining)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -137,7 +179,10 @@ class FileSource(ByteSource):
         return self._count(b"".join(chunks))
 
     def close(self) -> None:
-        self._file.close()
+        OPEN_FILES.close(self)
+
+    def __del__(self):
+        OPEN_FILES.close(self)
 
 
 class SliceSource(ByteSource):
