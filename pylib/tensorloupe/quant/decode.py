@@ -9,7 +9,6 @@ exact in double.
 
 from __future__ import annotations
 
-import math
 from array import array
 from typing import Callable
 
@@ -21,11 +20,6 @@ Read = Callable[[str, int, int], bytes]
 
 def _values(part, raw: bytes) -> list:
     return lookup(part.dtype).decode(raw)
-
-
-def _row_bytes(part) -> int:
-    dt = lookup(part.dtype)
-    return math.prod(part.shape[1:]) * dt.block_bytes // dt.block_elems
 
 
 def _rows(read: Read, part, r0: int, r1: int) -> list:
@@ -60,14 +54,23 @@ def _fp8_scaled(t: Logical, read: Read, r0: int, r1: int) -> array:
     return array("f", (q[i] * s[i // cols] for i in range(len(q))))
 
 
-def _bitstream(words: list, n: int, bits: int, first_bit: int = 0) -> list:
-    # Little-endian bit stream: element i is bits [i*bits, (i+1)*bits) of the words as one integer
-    # (compressed-tensors pack_to_int32, MLX). Codes may straddle words (3, 5, 6, 7 bits).
+def _bitstream(raw: bytes, n: int, bits: int, first_bit: int = 0) -> list:
+    # Little-endian bit stream: element i is bits [i*bits, (i+1)*bits) of the stored words read as
+    # one little-endian integer (compressed-tensors pack_to_int32, MLX); codes may straddle words
+    # (3, 5, 6, 7 bits). safetensors is little-endian, so the raw bytes are the stream on any host.
+    # 32 codes fill exactly `bits` words, so the row is cut into such chunks: linear in the row
+    # (one big integer per row would make every shift cost the row's length).
     mask = (1 << bits) - 1
-    stream = 0
-    for k, w in enumerate(words):
-        stream |= (w & 0xFFFFFFFF) << (32 * k)
-    return [(stream >> (first_bit + i * bits)) & mask for i in range(n)]
+    if first_bit:
+        stream = int.from_bytes(raw, "little")
+        return [(stream >> (first_bit + i * bits)) & mask for i in range(n)]
+    shifts = range(0, 32 * bits, bits)
+    chunk = 4 * bits
+    out: list = []
+    for j in range(0, len(raw), chunk):
+        word = int.from_bytes(raw[j:j + chunk], "little")
+        out += [(word >> k) & mask for k in shifts]
+    return out[:n]
 
 
 def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
@@ -76,7 +79,7 @@ def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
     offset = 1 << (bits - 1)
     packed = t.parts["codes"]
     wpr = packed.shape[1]
-    words = _rows(read, packed, r0, r1)
+    raw = read(packed.name, r0, r1 - r0)
     scale = t.parts["weight_scale"]
     s = _rows(read, scale, r0, r1)
     ns = scale.shape[1] if len(scale.shape) > 1 else 1
@@ -92,17 +95,19 @@ def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
         if zp.dtype == "I32":
             # packed along rows (packed_dim=0): row r of group g is code r of column g's stream
             w0, w1 = r0 * bits // 32, -(-(r1 * bits) // 32)
-            zw = _rows(read, zp, w0, w1)
+            zraw = read(zp.name, w0, w1 - w0)
             ng = zp.shape[1]
             first = r0 * bits - w0 * 32
-            cols_z = [_bitstream(zw[g::ng], r1 - r0, bits, first) for g in range(ng)]
+            column = [b"".join(zraw[4 * (k * ng + g): 4 * (k * ng + g) + 4] for k in range(w1 - w0))
+                      for g in range(ng)]
+            cols_z = [_bitstream(column[g], r1 - r0, bits, first) for g in range(ng)]
             zeros = [[cols_z[g][i] - offset for g in range(ng)] for i in range(r1 - r0)]
         else:
             z = _rows(read, zp, r0, r1)
             zeros = [z[i * ns:(i + 1) * ns] for i in range(r1 - r0)]
     out = array("f", bytes(4 * (r1 - r0) * cols))
     for i in range(r1 - r0):
-        q = _bitstream(words[i * wpr:(i + 1) * wpr], cols, bits)
+        q = _bitstream(raw[4 * wpr * i: 4 * wpr * (i + 1)], cols, bits)
         srow = s[i * ns:(i + 1) * ns]
         zrow = zeros[i] if zeros else None
         base = i * cols
