@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pylib" / "tensorloupe"
 LAYERS = [
     ["errors", "jsonable", "display"],
     ["source", "dtypes", "unpickling"],
-    ["model", "roles"],
+    ["model", "roles", "quant"],  # quant: dequantising decoders over dtypes, used by the sampler
     ["formats"],
     ["opening"],
     ["sampler", "colormap"],

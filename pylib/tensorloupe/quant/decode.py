@@ -1,0 +1,132 @@
+"""Decoders: a logical tensor's float32 rows [r0, r1) from only the stored rows they need.
+
+`read(part_name, row_start, row_count) -> bytes` returns whole rows (along dim 0) of one stored
+part. Element decoders are the existing `dtypes` rows (F8_E4M3, F8_E8M0, F16, BF16, ...).
+Each value is computed in double from exact operands and rounded once to float32 (array('f')),
+which is what the reference's float32 multiply does: an 8-bit code times a float32 scale is
+exact in double.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Callable
+
+from ..dtypes import lookup
+from .groups import Logical
+
+Read = Callable[[str, int, int], bytes]
+
+
+def _values(part, raw: bytes) -> list:
+    return lookup(part.dtype).decode(raw)
+
+
+def _rows(read: Read, part, r0: int, r1: int) -> list:
+    return _values(part, read(part.name, r0, r1 - r0))
+
+
+def _fp8_block(t: Logical, read: Read, r0: int, r1: int) -> array:
+    codes, scale = t.parts["codes"], t.parts["weight_scale_inv"]
+    bm, bn = t.scheme.block
+    cols = t.shape[1]
+    q = _rows(read, codes, r0, r1)
+    s0, s1 = r0 // bm, (r1 - 1) // bm + 1
+    s = _rows(read, scale, s0, s1)
+    sc = scale.shape[1]
+    out = array("f", bytes(4 * (r1 - r0) * cols))
+    for i in range(r1 - r0):
+        srow = ((r0 + i) // bm - s0) * sc
+        base = i * cols
+        for c in range(cols):
+            out[base + c] = q[base + c] * s[srow + c // bn]
+    return out
+
+
+def _fp8_scaled(t: Logical, read: Read, r0: int, r1: int) -> array:
+    codes, scale = t.parts["codes"], t.parts["weight_scale"]
+    cols = t.shape[1]
+    q = _rows(read, codes, r0, r1)
+    if t.scheme.strategy == "tensor":
+        s = _rows(read, scale, 0, scale.shape[0] if scale.shape else 1) * (r1 - r0)
+    else:
+        s = _rows(read, scale, r0, r1)
+    return array("f", (q[i] * s[i // cols] for i in range(len(q))))
+
+
+def _bitstream(raw: bytes, n: int, bits: int, first_bit: int = 0) -> list:
+    # Little-endian bit stream: element i is bits [i*bits, (i+1)*bits) of the stored words read as
+    # one little-endian integer (compressed-tensors pack_to_int32, MLX); codes may straddle words
+    # (3, 5, 6, 7 bits). safetensors is little-endian, so the raw bytes are the stream on any host.
+    # 32 codes fill exactly `bits` words, so the row is cut into such chunks: linear in the row
+    # (one big integer per row would make every shift cost the row's length).
+    mask = (1 << bits) - 1
+    if first_bit:
+        stream = int.from_bytes(raw, "little")
+        return [(stream >> (first_bit + i * bits)) & mask for i in range(n)]
+    shifts = range(0, 32 * bits, bits)
+    chunk = 4 * bits
+    out: list = []
+    for j in range(0, len(raw), chunk):
+        word = int.from_bytes(raw[j:j + chunk], "little")
+        out += [(word >> k) & mask for k in shifts]
+    return out[:n]
+
+
+def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
+    sch = t.scheme
+    bits, cols = sch.bits, t.shape[1]
+    offset = 1 << (bits - 1)
+    packed = t.parts["codes"]
+    wpr = packed.shape[1]
+    raw = read(packed.name, r0, r1 - r0)
+    scale = t.parts["weight_scale"]
+    s = _rows(read, scale, r0, r1)
+    ns = scale.shape[1] if len(scale.shape) > 1 else 1
+    if "weight_g_idx" in t.parts:
+        gidx = [int(g) for g in _rows(read, t.parts["weight_g_idx"], 0, cols)]
+    elif sch.strategy == "group":
+        gidx = [c // sch.group_size for c in range(cols)]
+    else:
+        gidx = [0] * cols
+    zeros = None
+    if not sch.symmetric:
+        zp = t.parts["weight_zero_point"]
+        if zp.dtype == "I32":
+            # packed along rows (packed_dim=0): row r of group g is code r of column g's stream
+            w0, w1 = r0 * bits // 32, -(-(r1 * bits) // 32)
+            zraw = read(zp.name, w0, w1 - w0)
+            ng = zp.shape[1]
+            first = r0 * bits - w0 * 32
+            column = [b"".join(zraw[4 * (k * ng + g): 4 * (k * ng + g) + 4] for k in range(w1 - w0))
+                      for g in range(ng)]
+            cols_z = [_bitstream(column[g], r1 - r0, bits, first) for g in range(ng)]
+            zeros = [[cols_z[g][i] - offset for g in range(ng)] for i in range(r1 - r0)]
+        else:
+            z = _rows(read, zp, r0, r1)
+            zeros = [z[i * ns:(i + 1) * ns] for i in range(r1 - r0)]
+    out = array("f", bytes(4 * (r1 - r0) * cols))
+    for i in range(r1 - r0):
+        q = _bitstream(raw[4 * wpr * i: 4 * wpr * (i + 1)], cols, bits)
+        srow = s[i * ns:(i + 1) * ns]
+        zrow = zeros[i] if zeros else None
+        base = i * cols
+        for c in range(cols):
+            g = gidx[c]
+            v = q[c] - offset
+            if zrow is not None:
+                v -= zrow[g]
+            out[base + c] = v * srow[g]
+    return out
+
+
+DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack}
+
+
+def dequantise(t: Logical, read: Read, r0: int, r1: int) -> array:
+    """float32 values of logical rows [r0, r1), all columns, row-major."""
+    if t.reason:
+        raise ValueError(f"{t.name}: {t.reason}")
+    if not 0 <= r0 <= r1 <= t.shape[0]:
+        raise ValueError(f"{t.name}: rows [{r0}, {r1}) outside 0..{t.shape[0]}")
+    return DECODERS[t.scheme.layout](t, read, r0, r1)

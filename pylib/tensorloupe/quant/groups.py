@@ -1,0 +1,128 @@
+"""Grouping: stored tensor descriptors + quantisation config -> logical tensors.
+
+Each fact of a scheme carries where it came from (`facts`), as the architecture summary does.
+A layout we cannot decode exactly is returned with `reason` set ("packed, not dequantised: ..."),
+never as floats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .schemes import BLOCK_DEFAULT, LAYOUTS
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    dtype: str
+    shape: tuple
+
+
+@dataclass
+class Scheme:
+    layout: str
+    method: str
+    bits: int
+    group_size: int | None = None
+    symmetric: bool = True
+    act_order: bool = False
+    block: tuple | None = None
+    strategy: str | None = None
+    facts: dict = field(default_factory=dict)   # fact -> where it came from
+
+
+@dataclass
+class Logical:
+    name: str
+    shape: tuple
+    scheme: Scheme | None
+    parts: dict                  # role suffix -> Part
+    reason: str | None = None    # set: packed, not dequantised
+
+
+def _method(config: dict) -> str:
+    return str(config.get("quant_method") or config.get("format") or "")
+
+
+def _ct_weights(config: dict) -> dict:
+    # compressed-tensors: config_groups.<name>.weights; the first group applies to every target here.
+    for grp in (config.get("config_groups") or {}).values():
+        if isinstance(grp, dict) and isinstance(grp.get("weights"), dict):
+            return grp["weights"]
+    return {}
+
+
+def group(descriptors, config: dict, source: str,
+          read_small: Callable[[str], list] | None = None) -> list[Logical]:
+    """descriptors: iterable of (name, dtype, shape). read_small(name) returns a small stored tensor's
+    values (compressed-tensors' `weight_shape`); without it such layouts stay packed."""
+    parts = {name: Part(name, dtype, tuple(shape)) for name, dtype, shape in descriptors}
+    method = _method(config)
+    fmt = str(config.get("format") or "")
+    out: list[Logical] = []
+    used: set[str] = set()
+    for layout in LAYOUTS:
+        if method not in layout.methods and fmt not in layout.methods:
+            continue
+        for name in list(parts):
+            if name in used or not (name == layout.codes or name.endswith("." + layout.codes)):
+                continue
+            stem = name[: len(name) - len(layout.codes)]
+            found = {s: parts.get(stem + s) for s in layout.needs + layout.optional}
+            if any(found[s] is None for s in layout.needs):
+                continue
+            mine = {"codes": parts[name], **{s: p for s, p in found.items() if p is not None}}
+            used.update(p.name for p in mine.values())
+            out.append(_build(layout.name, stem + "weight", mine, config, source, read_small))
+    return out
+
+
+def _build(layout, name, mine, config, source, read_small) -> Logical:
+    codes = mine["codes"]
+    if layout == "fp8-block":
+        block = tuple(config.get("weight_block_size") or BLOCK_DEFAULT)
+        where = f"{source} weight_block_size" if "weight_block_size" in config else "default 128x128"
+        scheme = Scheme(layout, "fp8", 8, block=block, strategy="block",
+                        facts={"method": f"{source} quant_method", "block": where,
+                               "scale": "weight_scale_inv (multiplies)"})
+        scale = mine["weight_scale_inv"]
+        want = tuple(math.ceil(d / b) for d, b in zip(codes.shape, block))
+        reason = None if len(codes.shape) == 2 and scale.shape == want else \
+            f"packed, not dequantised: weight_scale_inv shape {scale.shape} is not {want}"
+        if config.get("scale_fmt") not in (None, "ue8m0") or (scale.dtype not in ("F32", "BF16", "F16", "F8_E8M0")):
+            reason = f"packed, not dequantised: scale dtype {scale.dtype!r}"
+        return Logical(name, codes.shape, scheme, mine, reason)
+    if layout == "fp8-scaled":
+        scale = mine["weight_scale"]
+        rows = codes.shape[0] if codes.shape else 1
+        n = math.prod(scale.shape)
+        strategy = "tensor" if n == 1 else "channel" if n == rows else None
+        scheme = Scheme(layout, "fp8", 8, strategy=strategy,
+                        facts={"method": f"{source} quant_method", "strategy": "weight_scale shape"})
+        reason = None if strategy and len(codes.shape) == 2 else \
+            f"packed, not dequantised: weight_scale shape {scale.shape} is neither per tensor nor per row"
+        return Logical(name, codes.shape, scheme, mine, reason)
+    # ct-pack
+    w = _ct_weights(config)
+    src = f"{source} config_groups.*.weights"
+    bits = int(w.get("num_bits", 4))
+    strategy = str(w.get("strategy", "group"))
+    scheme = Scheme(layout, "compressed-tensors pack-quantized", bits, group_size=w.get("group_size"),
+                    symmetric=bool(w.get("symmetric", True)), act_order="weight_g_idx" in mine,
+                    strategy=strategy, facts={k: src for k in ("bits", "group_size", "symmetric", "strategy")})
+    reason = None
+    shape = codes.shape
+    if read_small is None:
+        reason = "packed, not dequantised: weight_shape not read"
+    else:
+        shape = tuple(int(v) for v in read_small(mine["weight_shape"].name))
+        if len(shape) != 2 or shape[0] != codes.shape[0] or math.ceil(shape[1] * bits / 32) != codes.shape[1]:
+            reason = f"packed, not dequantised: weight_shape {shape} does not match weight_packed {codes.shape}"
+    if strategy not in ("channel", "group") or not 1 <= bits <= 8 or str(w.get("type", "int")) != "int":
+        reason = f"packed, not dequantised: strategy {strategy!r}, {bits} bits, type {w.get('type')!r}"
+    if not scheme.symmetric and "weight_zero_point" not in mine:
+        reason = "packed, not dequantised: asymmetric without weight_zero_point"
+    return Logical(name, shape, scheme, mine, reason)

@@ -1,0 +1,32 @@
+"""One row per quantisation layout: the stored suffixes that make one logical weight.
+
+A row names the part that holds the codes and the parts that must be beside it; `decode.py`
+registers one decoder per row name. Adding a layout is a row and a decoder (STYLE habit 1).
+Reference code per row: /work/shared/QUANT.md.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Layout(NamedTuple):
+    name: str              # decoder key
+    codes: str             # suffix of the stored part holding the codes
+    needs: tuple           # suffixes that must be present beside it
+    optional: tuple        # suffixes used when present
+    methods: tuple         # config quant_method / format values this row applies to
+
+
+LAYOUTS = (
+    # DeepSeek-V3 inference/kernel.py weight_dequant: W = q * s[tile], 128x128 tiles; scale_inv multiplies.
+    Layout("fp8-block", "weight", ("weight_scale_inv",), (), ("fp8",)),
+    # compressed-tensors float-quantized / fp8 per tensor or channel: W = q * weight_scale (broadcast).
+    Layout("fp8-scaled", "weight", ("weight_scale",), (), ("fp8", "float-quantized", "naive-quantized")),
+    # compressed-tensors pack_quantized/helpers.py pack_to_int32: element i at bit i*bits of its row,
+    # stored unsigned (+2**(bits-1)); W = (q - z) * s by strategy (channel or group).
+    Layout("ct-pack", "weight_packed", ("weight_scale", "weight_shape"), ("weight_zero_point", "weight_g_idx"),
+           ("pack-quantized",)),
+)
+
+BLOCK_DEFAULT = (128, 128)
