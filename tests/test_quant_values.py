@@ -15,12 +15,20 @@ from safetensors.torch import load_file
 
 from tensorloupe.quant import dequantise, group
 
-OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out" / "quant"
-CASES = sorted(p.name for p in OUT.iterdir()) if OUT.is_dir() else []
+import quant_files
+
+CASES = sorted(quant_files.CASES)   # every case is written and tested: none can go missing
 
 
-def _open(case):
-    path = OUT / case / "model.safetensors"
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("quant-fixtures")
+    quant_files.write_all(folder)
+    return folder / "quant"
+
+
+def _open(out, case):
+    path = out / case / "model.safetensors"
     blob = path.read_bytes()
     n = struct.unpack("<Q", blob[:8])[0]
     header = json.loads(blob[8:8 + n])
@@ -42,7 +50,7 @@ def _open(case):
         return list(struct.unpack(f"<{h['shape'][0]}q", read(name, 0, h["shape"][0])))
 
     desc = [(k, v["dtype"], v["shape"]) for k, v in header.items()]
-    config = json.loads((OUT / case / "config.json").read_text())["quantization_config"]
+    config = json.loads((out / case / "config.json").read_text())["quantization_config"]
     return desc, config, read, read_small, rows_read, load_file(str(path))
 
 
@@ -71,8 +79,8 @@ def _reference(case, t, sd):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_every_element_matches_reference(case):
-    desc, config, read, read_small, _, sd = _open(case)
+def test_every_element_matches_reference(out, case):
+    desc, config, read, read_small, _, sd = _open(out, case)
     (t,) = group(desc, config, "config.json quantization_config", read_small)
     assert t.reason is None, t.reason
     got = dequantise(t, read, 0, t.shape[0])
@@ -82,8 +90,8 @@ def test_every_element_matches_reference(case):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_a_row_window_reads_only_its_rows(case):
-    desc, config, read, read_small, rows_read, sd = _open(case)
+def test_a_row_window_reads_only_its_rows(out, case):
+    desc, config, read, read_small, rows_read, sd = _open(out, case)
     (t,) = group(desc, config, "config.json quantization_config", read_small)
     rows = t.shape[0]
     r0, r1 = rows // 3, rows // 3 + 2
