@@ -2,6 +2,7 @@
 one line naming the file and exit 3, never a traceback, a hang or gigabytes of memory. The files
 come from fixtures/hostile_headers.py."""
 
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,28 @@ def test_statistics_of_values_near_the_float64_limit():
     s = compute([1.7e308, 1.7e308, -1e308])
     assert s.mean == pytest.approx(8e307) and s.max == 1.7e308
     assert compute([1.7e308, -1.7e308]).std == float("inf")  # the true spread is beyond float64
+
+
+def _one_tensor_file(name_json: bytes) -> bytes:
+    raw = b'{"' + name_json + b'": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * 4
+
+
+def test_a_lone_surrogate_in_the_header_is_refused_as_the_rust_reader_refuses_it(tmp_path):
+    # "\ud800" decodes to half a UTF-16 pair: no UTF-8 text holds it (printing it was a
+    # UnicodeEncodeError traceback); safetensors' Rust reader refuses the header.
+    import safetensors
+    import tensorloupe
+    from tensorloupe.errors import FormatError
+    for escaped_name in (rb"\ud800", rb"w\udfff", rb"\ud83dx"):
+        path = tmp_path / "s.safetensors"
+        path.write_bytes(_one_tensor_file(escaped_name))
+        with pytest.raises(Exception):
+            safetensors.safe_open(str(path), "np")
+        with pytest.raises(FormatError, match="lone UTF-16 surrogate"):
+            tensorloupe.open(path)
+    # a pair (a character beyond the BMP) is text, and both readers take it
+    path.write_bytes(_one_tensor_file(rb"\ud83d\ude00"))
+    with safetensors.safe_open(str(path), "np") as f:
+        assert list(f.keys()) == ["\U0001F600"]
+    assert [t.name for t in tensorloupe.open(path).tensors] == ["\U0001F600"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 
 from ..dtypes.plain import DTYPES, SAFETENSORS_DTYPES
@@ -37,6 +38,25 @@ def sniff(head: bytes, size: int, name: str) -> bool:
     (n,) = HEADER_LENGTH.unpack_from(head)
     first = head[HEADER_LENGTH.size:HEADER_LENGTH.size + 64].lstrip(b" \t\r\n")[:1]
     return 2 <= n <= MAX_HEADER_BYTES and first == b"{"
+
+
+# A surrogate escape in the raw header (`\uD800`-`\uDFFF`): then the decoded strings are checked;
+# json pairs a high and a low escape into one character, so a surrogate left in them is lone.
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value):
+    """The first string (a key or a value) in the parsed header that holds a lone surrogate."""
+    if isinstance(value, str):
+        return value if SURROGATE.search(value) else None
+    items = value.items() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for item in items:
+        for part in (item if isinstance(value, dict) else (item,)):
+            found = _lone_surrogate(part)
+            if found is not None:
+                return found
+    return None
 
 
 class _DuplicateKeys:
@@ -94,6 +114,14 @@ def read(source: ByteSource) -> Checkpoint:
                     offset=None if where is None else 8 + where) from e
     if not isinstance(header, dict):
         raise error(FormatError, "the header is not a JSON object", offset=8)
+    if SURROGATE_ESCAPE.search(raw):
+        lone = _lone_surrogate(header)
+        if lone is not None:
+            # JSON may escape half of a UTF-16 pair alone; the Rust reader refuses such a header
+            # ("unexpected end of hex escape"), and no UTF-8 text can hold what it decodes to.
+            raise error(FormatError, "the header escapes a lone UTF-16 surrogate in "
+                        f"{lone.encode('utf-8', 'backslashreplace').decode()!r}, which is not text "
+                        "(the Rust reader refuses it too)", offset=8)
     for key in hook.duplicates:
         warnings.append(f"the header names {key!r} more than once; the last entry is used "
                         "(the Rust reader silently does the same)")
