@@ -36,6 +36,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
 import urllib.parse
 import zipfile
@@ -216,6 +217,10 @@ def _pyodide_version(pyodide: Path) -> str:
 
 # --- serving -------------------------------------------------------------------------------------
 
+IDLE_SECONDS = 20      # `serve`: an idle connection is closed after this (a page's keep-alive reopens)
+MAX_THREADS = 64       # `serve`: connections served at once
+
+
 class Handler(http.server.SimpleHTTPRequestHandler):
     """Static files with the right MIME types, single-range requests, the CSP, no caching surprises.
 
@@ -229,9 +234,13 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     disable_nagle_algorithm = True
     quiet = True
     files: dict[str, Path] = {}
+    # A connection that sends nothing for this long is closed: a trickling client would otherwise
+    # hold its thread for ever (StreamRequestHandler applies it to the socket).
+    timeout = IDLE_SECONDS
 
     def end_headers(self) -> None:
-        path = urllib.parse.urlsplit(self.path).path
+        # A request line too malformed to parse leaves no self.path: its 400 gets the page's CSP.
+        path = urllib.parse.urlsplit(getattr(self, "path", "/")).path
         self.send_header("Content-Security-Policy", WORKER_CSP if path.endswith(WORKER_SCRIPT) else CSP)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Accept-Ranges", "bytes")
@@ -249,6 +258,10 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
     def send_head(self):
         self._remaining = None
+        if "\0" in urllib.parse.unquote(urllib.parse.urlsplit(self.path).path):
+            # No file name holds a NUL; os.stat would raise ValueError and kill the handler.
+            self.send_error(400, "the path holds a NUL byte")
+            return None
         spec = self.headers.get("Range")
         path = self.translate_path(self.path)
         if spec is None or not os.path.isfile(path):
@@ -307,8 +320,34 @@ def _parse_range(spec: str, size: int) -> tuple[int, int] | None:
 
 
 class Server(http.server.ThreadingHTTPServer):
+    """One thread per connection, at most MAX_THREADS at once: a connection beyond them waits in
+    the listen queue (and is served when one ends) instead of starting one more thread."""
+
     daemon_threads = True
     allow_reuse_address = True
+
+    def __init__(self, *args, **kwargs):
+        self._slots = threading.BoundedSemaphore(MAX_THREADS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        self._slots.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def handle_error(self, request, client_address):
+        # A client that hangs up mid-reply is not the server's error: no traceback for it.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def make_server(directory: Path, host: str = "127.0.0.1", port: int = 8000,
