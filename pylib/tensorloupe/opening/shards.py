@@ -9,6 +9,12 @@ optionally `model.safetensors.index.json`, {"metadata": {"total_size": N}, "weig
 shard file name}}. With an index, the shards it names are the set; without one, the `-NNNNN-of-NNNNN`
 names are.
 
+Sharded PyTorch (transformers 4.x `save_pretrained(safe_serialization=False, max_shard_size=...)`):
+`pytorch_model-00001-of-00002.bin`, ... (each a `torch.save` of its shard's state dict, ZIP or
+legacy) and `pytorch_model.bin.index.json`, the same index. They merge as safetensors shards do;
+each part's safety report is kept (extras["safety"] covers every part: a dangerous global in any
+shard is named, with its file).
+
 Parts may be given in any order. The result keeps the base format ("gguf", "safetensors"), so every
 view works unchanged, and each Tensor keeps its own part's source. `extras["shards"]` lists the
 parts ({"count", "parts": [{"no", "name", "size", "tensors"}], "missing": [file names],
@@ -36,7 +42,7 @@ from .parallel import MAX_WORKERS, map_parallel
 from ..source import ByteSource, is_url
 from ..formats import safetensors
 
-PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors)$")
+PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors|bin)$")
 # Any .json among the files given is read as an index (its weight_map names the parts).
 JSON_SUFFIX = ".json"
 # transformers writes indexes of a few hundred KB; refuse to parse anything absurd.
@@ -153,7 +159,8 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
     from ..formats.gguf import reader as gguf
     from ..formats.gguf.card import model_card
     if indexes:
-        raise UsageError("an index file only goes with sharded safetensors", file=indexes[0].name)
+        raise UsageError("an index file goes with sharded safetensors or .bin files, not with "
+                         "split GGUF", file=indexes[0].name)
     numbered = []
     for p in parts:
         count, no = p.metadata.get("split.count"), p.metadata.get("split.no")
@@ -213,7 +220,7 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
 # --- sharded safetensors ------------------------------------------------------------------------
 
 def read_index(source: ByteSource) -> dict:
-    error = ErrorFactory(source.name, "safetensors index")
+    error = ErrorFactory(source.name, "shard index")
 
     if source.size > MAX_INDEX_BYTES:
         raise error(LimitError, "the index file is too large", expected=f"at most {MAX_INDEX_BYTES} "
@@ -237,13 +244,16 @@ def read_index(source: ByteSource) -> dict:
             "metadata": metadata if isinstance(metadata, dict) else {}}
 
 
-def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
+def _merge_shards(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
+    """Sharded safetensors or sharded torch files: the parts (all of one format) and their
+    index, if given."""
+    fmt = parts[0].format
     index = indexes[0].get() if indexes else None
     index_name = indexes[0].name if indexes else None
     warnings: list[str] = []
     names = {p.name: p for p in parts}
     if len(names) < len(parts):
-        raise UsageError("the same shard was given twice", format="safetensors",
+        raise UsageError("the same shard was given twice", format=fmt,
                          found=", ".join(p.name for p in parts))
     if index is not None:
         expected = sorted(set(index["weight_map"].values()))
@@ -259,7 +269,7 @@ def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Che
         numbers = [expected.index(p.name) if p.name in expected else None for p in ordered]
     else:
         ordered, numbers, count, missing = _by_part_name(parts, warnings)
-    tensors = _merge_tensors(ordered, "safetensors")
+    tensors = _merge_tensors(ordered, fmt)
     if index is not None:
         _check_weight_map(index, ordered, set(expected) - set(names), warnings)
     for p in ordered:
@@ -269,9 +279,33 @@ def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Che
                                        count - sum(no is not None for no in numbers))}
     if index is not None:
         extras["index"] = {"name": index_name, "metadata": index["metadata"]}
-    return Checkpoint("safetensors", set_name([p.name for p in ordered]), size, tensors,
+    if any("safety" in p.extras for p in ordered):
+        extras["safety"] = _merge_safety(ordered)
+    return Checkpoint(fmt, set_name([p.name for p in ordered]), size, tensors,
                       metadata=dict(ordered[0].metadata), warnings=warnings, extras=extras,
                       sources=[p.sources[0] for p in ordered])
+
+
+def _merge_safety(parts: list[Checkpoint]) -> dict:
+    """One safety report (formats/pytorch/safety.py's shape) for every part's pickle: globals
+    counted over the parts, every dangerous one named, each part's notes and calls kept with
+    its file name."""
+    globals_: dict[str, dict] = {}
+    calls, notes, opcodes = [], [], {}
+    for p in parts:
+        safety = p.extras.get("safety") or {}
+        for g in safety.get("globals", ()):
+            seen = globals_.setdefault(g["name"], dict(g, count=0))
+            seen["count"] += g["count"]
+            if g["verdict"] == "dangerous":
+                seen.update(verdict=g["verdict"], reason=g["reason"])
+        calls += [dict(c, file=p.name) for c in safety.get("calls", ())]
+        notes += [f"{p.name}: {n}" for n in safety.get("notes", ())]
+        for op, n in safety.get("opcodes", {}).items():
+            opcodes[op] = opcodes.get(op, 0) + n
+    return {"globals": list(globals_.values()),
+            "dangerous": [n for n, g in globals_.items() if g["verdict"] == "dangerous"],
+            "calls": calls, "notes": notes, "opcodes": dict(sorted(opcodes.items()))}
 
 
 def _by_part_name(parts: list[Checkpoint], warnings: list[str]):
@@ -280,20 +314,25 @@ def _by_part_name(parts: list[Checkpoint], warnings: list[str]):
     if not all(matches):
         unnamed = [p.name for p, m in zip(parts, matches) if not m]
         warnings.append("without an index file and with names not like model-00001-of-00002."
-                        f"safetensors ({', '.join(unnamed)}), missing shards cannot be detected")
+                        f"{_EXT.get(parts[0].format, 'safetensors')} ({', '.join(unnamed)}), "
+                        "missing shards cannot be detected")
         return parts, list(range(len(parts))), len(parts), []
     sets = {(m["stem"], int(m["count"])) for m in matches}
     if len(sets) > 1:
-        raise FormatError("the files are shards of different checkpoints", format="safetensors",
+        raise FormatError("the files are shards of different checkpoints", format=parts[0].format,
                           found=", ".join(p.name for p in parts))
     stem, count = sets.pop()
     by_no: dict[int, Checkpoint] = {}
     for p, m in zip(parts, matches):
         by_no[int(m["no"]) - 1] = p
     ordered = [by_no[no] for no in sorted(by_no)]
-    missing = _missing(count, set(by_no), lambda no: f"{stem}-{no + 1:05d}-of-{count:05d}.safetensors",
+    ext = matches[0]["ext"]
+    missing = _missing(count, set(by_no), lambda no: f"{stem}-{no + 1:05d}-of-{count:05d}.{ext}",
                        warnings)
     return ordered, sorted(by_no), count, missing
+
+
+_EXT = {"pytorch-zip": "bin", "pytorch-legacy": "bin"}
 
 
 def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
@@ -362,6 +401,10 @@ def _shards_report(ordered, numbers, count, missing, missing_count) -> dict:
                        "tensors": len(p.tensors)} for p, no in zip(ordered, numbers)]}
 
 
+def _named_as_part(c: Checkpoint) -> bool:
+    return PART_NAME.match(c.name) is not None
+
+
 class Merger(NamedTuple):
     is_part: Callable[[Checkpoint], bool]   # whether a lone file says it is one of several
     merge: Callable[[list[Checkpoint], list[ReadIndex]], Checkpoint]
@@ -371,7 +414,10 @@ class Merger(NamedTuple):
 # formats that can be split, and how.
 MERGERS = {
     "gguf": Merger(lambda c: "split" in c.extras and c.extras["split"]["count"] > 1, _merge_gguf),
-    safetensors.FORMAT: Merger(lambda c: PART_NAME.match(c.name) is not None, _merge_safetensors),
+    safetensors.FORMAT: Merger(_named_as_part, _merge_shards),
+    # the torch readers' FORMATs (named without importing them): transformers' .bin shards
+    "pytorch-zip": Merger(_named_as_part, _merge_shards),
+    "pytorch-legacy": Merger(_named_as_part, _merge_shards),
 }
 
 
