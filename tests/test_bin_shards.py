@@ -180,3 +180,96 @@ def test_a_dangerous_global_in_any_shard_is_in_the_set_s_safety_report(sets, tmp
     assert any(w.startswith("pytorch_model-00002-of-00003.bin: the pickle names 1 dangerous")
                for w in ckpt.warnings)
     assert cli("inspect", "--strict", folder).returncode != 0
+
+
+# --- a missing part is an error (safetensors and .bin sets alike) ----------------------------------
+
+@pytest.fixture(scope="module")
+def st_sets(tmp_path_factory):
+    import shard_files
+    return shard_files.write_all(tmp_path_factory.mktemp("st"))
+
+
+def without(folder: Path, tmp_path: Path, name: str, index: bool = True) -> Path:
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy)
+    (copy / name).unlink()
+    if not index:
+        for path in copy.glob("*.index.json"):
+            path.unlink()
+    return copy
+
+
+CASES = {  # (folder key, the shard deleted, a tensor it held)
+    "bin": ("bin_shards_folder", "pytorch_model-00002-of-00003.bin", "model.layers.1.mlp.up_proj.weight"),
+    "safetensors": ("sharded_folder", "model-00002-of-00003.safetensors",
+                    "model.layers.1.mlp.experts.0.up_proj.weight"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_health_says_a_missing_shard_first_as_an_error_and_exits_5(sets, st_sets, tmp_path, case):
+    key, gone, _ = CASES[case]
+    folder = without({**sets, **st_sets}[key], tmp_path, gone)
+    done = cli("health", "--json", folder)
+    assert done.returncode == 5, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["counts"]["error"] == 1
+    first = doc["flags"][0]
+    assert (first["kind"], first["severity"], first["tensor"]) == ("missing_part", "error", gone)
+    assert first["message"] == f"part 2 of 3 ({gone}) is missing: its tensors are not shown"
+    text = cli("health", folder).stdout
+    assert "1 error," in text.splitlines()[1]
+    assert text.splitlines()[4].split()[:3] == ["error", "missing_part", gone]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_inspect_says_a_missing_shard_first_and_strict_fails(sets, st_sets, tmp_path, case):
+    key, gone, _ = CASES[case]
+    folder = without({**sets, **st_sets}[key], tmp_path, gone)
+    sentence = f"part 2 of 3 ({gone}) is missing: its tensors are not shown"
+    text = cli("inspect", folder)
+    assert text.returncode == 0
+    assert text.stdout.splitlines()[:2] == ["Errors: the checkpoint is incomplete", f"  ! {sentence}"]
+    strict = cli("inspect", "--strict", folder)
+    assert strict.returncode == 5 and sentence in strict.stderr
+    assert json.loads(cli("inspect", "--json", folder).stdout)["errors"] == [sentence]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_stats_of_a_tensor_in_the_missing_shard_names_the_file(sets, st_sets, tmp_path, case):
+    key, gone, tensor = CASES[case]
+    folder = without({**sets, **st_sets}[key], tmp_path, gone)
+    done = cli("stats", folder, tensor)
+    assert done.returncode == 2
+    assert f"no tensor named {tensor!r}: the index puts it in {gone}, which is missing" in done.stderr
+    # without the index the file names still say which parts are missing
+    bare = without({**sets, **st_sets}[key], tmp_path / "bare", gone, index=False)
+    done = cli("stats", bare, tensor)
+    assert f"no tensor named {tensor!r}: 1 of the 3 parts is missing ({gone}): it may be in " \
+           "one of them" in done.stderr
+
+
+def test_a_tensor_the_index_names_that_no_shard_holds_is_an_error(sets, tmp_path):
+    folder = copy_set(sets, tmp_path)
+    edit_index(folder, lambda m: m.update({"model.ghost.weight": "pytorch_model-00002-of-00003.bin"}))
+    done = cli("health", "--json", folder)
+    assert done.returncode == 5
+    flag = json.loads(done.stdout)["flags"][0]
+    assert (flag["kind"], flag["severity"]) == ("not_in_shards", "error")
+    assert "1 tensors the index lists are in none of the shards, e.g. 'model.ghost.weight'" \
+        in flag["message"]
+    assert cli("inspect", "--strict", folder).returncode == 5
+
+
+def test_a_complete_set_has_no_errors(sets):
+    assert cli("health", sets["bin_shards_folder"]).returncode == 0
+    assert json.loads(cli("inspect", "--json", sets["bin_shards_folder"]).stdout)["errors"] == []
+
+
+def test_the_page_health_scan_leads_with_the_missing_shard(sets, tmp_path):
+    folder = without(sets["bin_shards_folder"], tmp_path, "pytorch_model-00002-of-00003.bin")
+    ckpt = tensorloupe.open(str(folder))
+    report = tensorloupe.health(ckpt).to_json()
+    assert report["flags"][0]["tensor"] == "pytorch_model-00002-of-00003.bin"
+    assert report["flags"][0]["severity"] == "error"

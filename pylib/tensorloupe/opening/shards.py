@@ -18,9 +18,11 @@ shard is named, with its file).
 Parts may be given in any order. The result keeps the base format ("gguf", "safetensors"), so every
 view works unchanged, and each Tensor keeps its own part's source. `extras["shards"]` lists the
 parts ({"count", "parts": [{"no", "name", "size", "tensors"}], "missing": [file names],
-"missing_count": N}; at most MAX_LISTED names are listed). A missing part is a warning that names
-it ("part 2 of 3 (model-00002-of-00003.gguf) is missing ..."), not an error: the parts at hand can
-still be inspected; code that needs to know reads extras["shards"], never the warning's text.
+"missing_count": N, "errors": [sentences], "missing_tensors": {tensor: missing file} with an
+index}; at most MAX_LISTED names are listed). A missing part is a warning that names it ("part 2 of
+3 (model-00002-of-00003.gguf) is missing ..."), and the set still opens: the parts at hand can be
+inspected; but the set is incomplete, which `errors(ckpt)` says (health flags it as an error,
+`inspect` says it first, `--strict` fails). Code reads extras["shards"], never the warnings' text.
 Files that cannot belong together (mixed formats, disagreeing part counts, the same part twice,
 one tensor in two parts) are errors, and so is a part count no real split writes (llama.cpp's
 split.count is a uint16): missing parts are counted by arithmetic, never by walking the count.
@@ -193,6 +195,7 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
     warnings: list[str] = []
     missing = _missing(count, set(by_no), lambda no: _part_name(ordered, no, count, "gguf"),
                        warnings)
+    errors = list(warnings)
     tensors = _merge_tensors(ordered, "gguf")
     head = by_no.get(0, ordered[0])
     expected = head.metadata.get("split.tensors.count")
@@ -211,7 +214,7 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
     extras = {"gguf": head.extras["gguf"], "gguf_arrays": arrays,
               "model_card": model_card(head.metadata, tensors, size),
               "shards": _shards_report(ordered, [no for no in sorted(by_no)], count, missing,
-                                       count - len(by_no))}
+                                       count - len(by_no), errors)}
     return Checkpoint("gguf", set_name([p.name for p in ordered]), size, tensors,
                       metadata=dict(head.metadata),
                       warnings=warnings, extras=extras, sources=sources)
@@ -261,6 +264,7 @@ def _merge_shards(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoi
         ordered = [names[n] for n in expected if n in names]
         given = {no for no, name in enumerate(expected) if name in names}
         missing = _missing(count, given, expected.__getitem__, warnings)
+        errors = list(warnings)
         for p in parts:
             if p.name not in expected:
                 warnings.append(f"{p.name} is not named by {index_name}; its tensors are shown "
@@ -269,14 +273,23 @@ def _merge_shards(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoi
         numbers = [expected.index(p.name) if p.name in expected else None for p in ordered]
     else:
         ordered, numbers, count, missing = _by_part_name(parts, warnings)
+        errors = [w for w in warnings if not w.startswith("without an index")]
     tensors = _merge_tensors(ordered, fmt)
     if index is not None:
-        _check_weight_map(index, ordered, set(expected) - set(names), warnings)
+        absent = _check_weight_map(index, ordered, set(expected) - set(names), warnings)
+        if absent:
+            errors.append(f"{len(absent)} tensors the index lists are in none of the shards, "
+                          f"e.g. {absent[0]!r}")
     for p in ordered:
         warnings += [f"{p.name}: {w}" for w in p.warnings]
     size = sum(p.size for p in ordered)
     extras = {"shards": _shards_report(ordered, numbers, count, missing,
-                                       count - sum(no is not None for no in numbers))}
+                                       count - sum(no is not None for no in numbers), errors)}
+    if index is not None and missing:
+        # which tensors the missing shards hold, so asking for one says where it is
+        wanted = set(missing)
+        extras["shards"]["missing_tensors"] = {
+            name: shard for name, shard in index["weight_map"].items() if shard in wanted}
     if index is not None:
         extras["index"] = {"name": index_name, "metadata": index["metadata"]}
     if any("safety" in p.extras for p in ordered):
@@ -336,9 +349,12 @@ _EXT = {"pytorch-zip": "bin", "pytorch-legacy": "bin"}
 
 
 def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
-                      warnings: list[str]) -> None:
-    """The shards against their index. Tens of thousands of names are compared as sets (at C
-    speed); the names are walked one by one, for the warnings' order, only when they disagree."""
+                      warnings: list[str]) -> list[str]:
+    """The shards against their index; returns the tensors the index lists that no shard at
+    hand holds (those of missing shards aside). Tens of thousands of names are compared as sets
+    (at C speed); the names are walked one by one, for the warnings' order, only when they
+    disagree."""
+    absent: list[str] = []
     weight_map = index["weight_map"]
     found: dict[str, str] = {}
     for p in parts:   # a part's tensors all come from its one source
@@ -359,6 +375,7 @@ def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
         held = sum(map(attrgetter("nbytes"), itertools.chain.from_iterable(p.tensors for p in parts)))
         if total != held:
             warnings.append(f"the index's total_size is {total} bytes but the tensors hold {held}")
+    return absent
 
 
 # --- shared ------------------------------------------------------------------------------------
@@ -380,7 +397,8 @@ def _merge_tensors(parts: list[Checkpoint], fmt: str) -> list[Tensor]:
 
 def _missing(count: int, given: set[int], name, warnings: list[str]) -> list[str]:
     """Names of the first MAX_LISTED parts (0-based numbers) not given, with a warning for each
-    and one for the rest. Walks only as far as it lists: a count is never iterated."""
+    and one for the rest (appended to `warnings`: the set's errors are these sentences, see
+    errors()). Walks only as far as it lists: a count is never iterated."""
     listed: list[str] = []
     no = 0
     while len(listed) < MAX_LISTED and no < count:
@@ -395,8 +413,8 @@ def _missing(count: int, given: set[int], name, warnings: list[str]) -> list[str
     return listed
 
 
-def _shards_report(ordered, numbers, count, missing, missing_count) -> dict:
-    return {"count": count, "missing": missing, "missing_count": missing_count,
+def _shards_report(ordered, numbers, count, missing, missing_count, errors) -> dict:
+    return {"count": count, "missing": missing, "missing_count": missing_count, "errors": errors,
             "parts": [{"no": None if no is None else no + 1, "name": p.name, "size": p.size,
                        "tensors": len(p.tensors)} for p, no in zip(ordered, numbers)]}
 
@@ -419,6 +437,12 @@ MERGERS = {
     "pytorch-zip": Merger(_named_as_part, _merge_shards),
     "pytorch-legacy": Merger(_named_as_part, _merge_shards),
 }
+
+
+def errors(ckpt: Checkpoint) -> list[str]:
+    """What makes a shard set incomplete (missing parts, tensors its index names that no part
+    holds), as sentences: `health` reports them as errors, `inspect` first, `--strict` fails."""
+    return list((ckpt.extras.get("shards") or {}).get("errors") or ())
 
 
 def set_name(names: list[str]) -> str:
