@@ -273,3 +273,20 @@ def test_the_page_health_scan_leads_with_the_missing_shard(sets, tmp_path):
     report = tensorloupe.health(ckpt).to_json()
     assert report["flags"][0]["tensor"] == "pytorch_model-00002-of-00003.bin"
     assert report["flags"][0]["severity"] == "error"
+
+
+def test_the_index_url_opens_its_shards_by_ranges(sets, params):
+    import threading
+
+    import build
+    server = build.make_server(sets["bin_shards_folder"], port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{INDEX}"
+        ckpt = tensorloupe.open(url)
+        assert ckpt.name == "pytorch_model-{00001..00003}-of-00003.bin" and ckpt.warnings == []
+        assert sum(t.numel for t in ckpt.tensors) == params
+        ckpt.close()
+    finally:
+        server.shutdown()
+        server.server_close()
