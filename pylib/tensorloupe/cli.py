@@ -6,7 +6,8 @@ Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
 or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
-names a dangerous global (the report is printed first).
+names a dangerous global (the report is printed first), 5 `health` or `inspect --strict` of a
+shard set with parts missing (or tensors its index names that no part holds; said first).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 
 from . import __version__, report
 from .architecture import report as arch_report
-from .opening import beside
+from .opening import beside, shards
 from . import open as open_checkpoint
 from .model import Checkpoint
 from .source import is_url
@@ -33,7 +34,7 @@ from .jsonable import bounded, json_number
 from .architecture.memory import CACHE_TYPES
 from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 
-EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS = 0, 2, 3, 4
+EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS, EXIT_INCOMPLETE = 0, 2, 3, 4, 5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Look inside model checkpoints without executing them.",
                                      epilog="exit codes: 0 ok, 2 bad arguments, 3 the file cannot be "
                                             "read or is invalid, 4 (inspect --strict) the pickle "
-                                            "names a dangerous global")
+                                            "names a dangerous global, 5 (health, inspect "
+                                            "--strict) parts of a shard set are missing")
     parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
     json_help = "machine-readable output (JSON on stdout)"
@@ -231,10 +233,16 @@ def run_inspect(args) -> int:
         if found.problem:
             ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
         block = arch_report.describe(ckpt, found.data, found.where, args.context, args.cache_type)
+        errors = shards.errors(ckpt)
         if args.json:
             doc = report.inspect_json(ckpt)
-            _emit({**doc, **bounded(block)})  # a config.json may hold NaN
+            _emit({**doc, "errors": errors, **bounded(block)})  # a config.json may hold NaN
         else:
+            if errors:   # said before anything else: the numbers below are of part of the model
+                print("Errors: the checkpoint is incomplete")
+                for e in errors:
+                    print(f"  ! {e}")
+                print()
             arch_report.print_block(block)
             print()
             report.print_inspect(ckpt)
@@ -243,6 +251,10 @@ def run_inspect(args) -> int:
             print(f"tensorloupe: {ckpt.name}: --strict: the pickle names {len(dangerous)} dangerous "
                   f"global(s): {', '.join(dangerous)}", file=sys.stderr)
             return EXIT_DANGEROUS
+        if args.strict and errors:
+            print(f"tensorloupe: {ckpt.name}: --strict: the checkpoint is incomplete: "
+                  f"{errors[0]}", file=sys.stderr)
+            return EXIT_INCOMPLETE
     return EXIT_OK
 
 
@@ -344,6 +356,8 @@ def run_health(args) -> int:
             _emit(result.to_json())
         else:
             print(health_text.render(result))
+        if shards.errors(ckpt):
+            return EXIT_INCOMPLETE
     return EXIT_OK
 
 

@@ -125,7 +125,22 @@ class Checkpoint:
         try:
             return self.by_name[name]
         except KeyError:
-            raise UsageError(f"no tensor named {name!r}", file=self.name, format=self.format) from None
+            why = self._in_missing_part(name)
+            raise UsageError(f"no tensor named {name!r}" + (f": {why}" if why else ""),
+                             file=self.name, format=self.format) from None
+
+    def _in_missing_part(self, name: str) -> str | None:
+        """Where a tensor not at hand is, in a shard set with parts missing (opening/shards.py's
+        extras["shards"]): the missing file its index names, or the missing parts it may be in."""
+        report = self.extras.get("shards") or {}
+        home = (report.get("missing_tensors") or {}).get(name)
+        if home:
+            return f"the index puts it in {home}, which is missing"
+        if report.get("missing_count") and "missing_tensors" not in report:
+            n = report["missing_count"]
+            return (f"{n} of the {report['count']} parts {'is' if n == 1 else 'are'} missing "
+                    f"({', '.join(report['missing'])}): it may be in one of them")
+        return None
 
     @property
     def parameter_count(self) -> int:

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 from ..errors import Cancelled, UsageError
 from ..jsonable import json_number
 from ..model import Checkpoint
+from ..opening import shards
 from . import confirm
 from .confirm import DEFAULT_CONFIRM_BYTES
 from .measure import DEFAULT_BUDGET, Measure, measure_steps, skip_reason, window_bytes, windows
@@ -128,7 +129,7 @@ def _steps(checkpoint, cost, budget, confirm_bytes):
     copies: list[Flag] = []
     for group in confirm.candidates(report.measures):
         copies += (yield from _confirm_copies(checkpoint, group, confirm_bytes, report, start, total))
-    report.flags = _judge(report.measures, lone, copies)
+    report.flags = _incomplete(checkpoint) + _judge(report.measures, lone, copies)
     report.bytes_read = checkpoint.bytes_read() - start
     report.complete, report.phase = True, "done"
     yield total, total, report
@@ -201,6 +202,22 @@ def _judge(measures: list[Measure], lone: dict[str, list[Flag]], copies: list[Fl
     order = {s: i for i, s in enumerate(SEVERITIES)}
     index = {m.name: i for i, m in enumerate(measures)}
     return sorted(flags, key=lambda f: (order[f.severity], index[f.tensor], f.kind))
+
+
+def _incomplete(checkpoint: Checkpoint) -> list[Flag]:
+    """A shard set with parts missing (or tensors its index names that no part holds) is an
+    error, said first: its tensors were not scanned. The flag's `tensor` is the missing file
+    (there is no tensor to name); the rest of the set is still judged."""
+    report = checkpoint.extras.get("shards") or {}
+    missing = report.get("missing") or []
+    flags = []
+    for sentence in shards.errors(checkpoint):
+        named = next((m for m in missing if f"({m})" in sentence), None)
+        kind = "missing_part" if named or "parts are missing" in sentence else "not_in_shards"
+        flags.append(Flag(kind, "error", named or checkpoint.name, sentence,
+                          {"statistic": "parts missing", "value": report.get("missing_count", 0),
+                           "siblings_median": None}, True))
+    return flags
 
 
 def _siblings(flag: Flag, m: Measure, members: list[Measure]) -> dict:

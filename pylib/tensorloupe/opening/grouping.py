@@ -1,8 +1,9 @@
 """Which files form one checkpoint: the one rule, by names only, for the CLI and the page alike.
 
 A file's name puts it in one of four kinds:
-  - a part of a set: `<stem>-00001-of-00003.safetensors|gguf`, or the set's index
-    `<stem>.safetensors.index.json` (the set is keyed by folder, stem and extension);
+  - a part of a set: `<stem>-00001-of-00003.safetensors|gguf|bin`, or the set's index
+    `<stem>.safetensors.index.json` / `<stem>.bin.index.json` (transformers 4.x's
+    `pytorch_model.bin.index.json`); the set is keyed by folder, stem and extension;
   - a file beside a model (`config.json`, `tokenizer.json`, `tokenizer_config.json`), which goes
     with the checkpoint of its folder and is not one itself;
   - a model file: any extension a reader takes (detect.EXTENSIONS);
@@ -19,7 +20,9 @@ from .beside import CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from .detect import EXTENSIONS
 from .shards import PART_NAME
 
-INDEX_SUFFIX = ".safetensors.index.json"   # a safetensors shard set's index
+# A shard set's index, by the extension of the shards it names: transformers writes
+# model.safetensors.index.json, and (4.x, safe_serialization=False) pytorch_model.bin.index.json.
+INDEX_SUFFIXES = {".safetensors.index.json": "safetensors", ".bin.index.json": "bin"}
 BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
 
 PART, INDEX, ALONGSIDE, MODEL, OTHER = "part", "index", "beside", "model", "other"
@@ -27,11 +30,24 @@ PART, INDEX, ALONGSIDE, MODEL, OTHER = "part", "index", "beside", "model", "othe
 Item = TypeVar("Item")
 
 
+def index_of(name: str) -> tuple[str, str] | None:
+    """(stem, shard extension) if `name` is a shard set's index, else None."""
+    lower = name.lower()
+    for suffix, ext in INDEX_SUFFIXES.items():
+        if lower.endswith(suffix):
+            return name[:-len(suffix)], ext
+    return None
+
+
+def is_index_name(name: str) -> bool:
+    return index_of(name) is not None
+
+
 def kind_of(name: str) -> str:
     lower = name.lower()
     if PART_NAME.match(name):
         return PART
-    if lower.endswith(INDEX_SUFFIX):
+    if is_index_name(name):
         return INDEX
     if name in BESIDE:
         return ALONGSIDE
@@ -64,8 +80,7 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
             m = PART_NAME.match(item_name)
             sets.setdefault((directory(item), m["stem"], m["ext"]), []).append(item)
         elif kind == INDEX:
-            sets.setdefault((directory(item), item_name[:-len(INDEX_SUFFIX)], "safetensors"),
-                            []).append(item)
+            sets.setdefault((directory(item), *index_of(item_name)), []).append(item)
         elif kind == MODEL or (kind == OTHER and listed(item)):
             singles.append(item)
     groups = []

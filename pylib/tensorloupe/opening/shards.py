@@ -9,12 +9,20 @@ optionally `model.safetensors.index.json`, {"metadata": {"total_size": N}, "weig
 shard file name}}. With an index, the shards it names are the set; without one, the `-NNNNN-of-NNNNN`
 names are.
 
+Sharded PyTorch (transformers 4.x `save_pretrained(safe_serialization=False, max_shard_size=...)`):
+`pytorch_model-00001-of-00002.bin`, ... (each a `torch.save` of its shard's state dict, ZIP or
+legacy) and `pytorch_model.bin.index.json`, the same index. They merge as safetensors shards do;
+each part's safety report is kept (extras["safety"] covers every part: a dangerous global in any
+shard is named, with its file).
+
 Parts may be given in any order. The result keeps the base format ("gguf", "safetensors"), so every
 view works unchanged, and each Tensor keeps its own part's source. `extras["shards"]` lists the
 parts ({"count", "parts": [{"no", "name", "size", "tensors"}], "missing": [file names],
-"missing_count": N}; at most MAX_LISTED names are listed). A missing part is a warning that names
-it ("part 2 of 3 (model-00002-of-00003.gguf) is missing ..."), not an error: the parts at hand can
-still be inspected; code that needs to know reads extras["shards"], never the warning's text.
+"missing_count": N, "errors": [sentences], "missing_tensors": {tensor: missing file} with an
+index}; at most MAX_LISTED names are listed). A missing part is a warning that names it ("part 2 of
+3 (model-00002-of-00003.gguf) is missing ..."), and the set still opens: the parts at hand can be
+inspected; but the set is incomplete, which `errors(ckpt)` says (health flags it as an error,
+`inspect` says it first, `--strict` fails). Code reads extras["shards"], never the warnings' text.
 Files that cannot belong together (mixed formats, disagreeing part counts, the same part twice,
 one tensor in two parts) are errors, and so is a part count no real split writes (llama.cpp's
 split.count is a uint16): missing parts are counted by arithmetic, never by walking the count.
@@ -36,7 +44,7 @@ from .parallel import MAX_WORKERS, map_parallel
 from ..source import ByteSource, is_url
 from ..formats import safetensors
 
-PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors)$")
+PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors|bin)$")
 # Any .json among the files given is read as an index (its weight_map names the parts).
 JSON_SUFFIX = ".json"
 # transformers writes indexes of a few hundred KB; refuse to parse anything absurd.
@@ -153,7 +161,8 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
     from ..formats.gguf import reader as gguf
     from ..formats.gguf.card import model_card
     if indexes:
-        raise UsageError("an index file only goes with sharded safetensors", file=indexes[0].name)
+        raise UsageError("an index file goes with sharded safetensors or .bin files, not with "
+                         "split GGUF", file=indexes[0].name)
     numbered = []
     for p in parts:
         count, no = p.metadata.get("split.count"), p.metadata.get("split.no")
@@ -186,6 +195,7 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
     warnings: list[str] = []
     missing = _missing(count, set(by_no), lambda no: _part_name(ordered, no, count, "gguf"),
                        warnings)
+    errors = list(warnings)
     tensors = _merge_tensors(ordered, "gguf")
     head = by_no.get(0, ordered[0])
     expected = head.metadata.get("split.tensors.count")
@@ -204,7 +214,7 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
     extras = {"gguf": head.extras["gguf"], "gguf_arrays": arrays,
               "model_card": model_card(head.metadata, tensors, size),
               "shards": _shards_report(ordered, [no for no in sorted(by_no)], count, missing,
-                                       count - len(by_no))}
+                                       count - len(by_no), errors)}
     return Checkpoint("gguf", set_name([p.name for p in ordered]), size, tensors,
                       metadata=dict(head.metadata),
                       warnings=warnings, extras=extras, sources=sources)
@@ -213,7 +223,7 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
 # --- sharded safetensors ------------------------------------------------------------------------
 
 def read_index(source: ByteSource) -> dict:
-    error = ErrorFactory(source.name, "safetensors index")
+    error = ErrorFactory(source.name, "shard index")
 
     if source.size > MAX_INDEX_BYTES:
         raise error(LimitError, "the index file is too large", expected=f"at most {MAX_INDEX_BYTES} "
@@ -237,13 +247,16 @@ def read_index(source: ByteSource) -> dict:
             "metadata": metadata if isinstance(metadata, dict) else {}}
 
 
-def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
+def _merge_shards(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint:
+    """Sharded safetensors or sharded torch files: the parts (all of one format) and their
+    index, if given."""
+    fmt = parts[0].format
     index = indexes[0].get() if indexes else None
     index_name = indexes[0].name if indexes else None
     warnings: list[str] = []
     names = {p.name: p for p in parts}
     if len(names) < len(parts):
-        raise UsageError("the same shard was given twice", format="safetensors",
+        raise UsageError("the same shard was given twice", format=fmt,
                          found=", ".join(p.name for p in parts))
     if index is not None:
         expected = sorted(set(index["weight_map"].values()))
@@ -251,6 +264,7 @@ def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Che
         ordered = [names[n] for n in expected if n in names]
         given = {no for no, name in enumerate(expected) if name in names}
         missing = _missing(count, given, expected.__getitem__, warnings)
+        errors = list(warnings)
         for p in parts:
             if p.name not in expected:
                 warnings.append(f"{p.name} is not named by {index_name}; its tensors are shown "
@@ -259,19 +273,52 @@ def _merge_safetensors(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Che
         numbers = [expected.index(p.name) if p.name in expected else None for p in ordered]
     else:
         ordered, numbers, count, missing = _by_part_name(parts, warnings)
-    tensors = _merge_tensors(ordered, "safetensors")
+        errors = [w for w in warnings if not w.startswith("without an index")]
+    tensors = _merge_tensors(ordered, fmt)
     if index is not None:
-        _check_weight_map(index, ordered, set(expected) - set(names), warnings)
+        absent = _check_weight_map(index, ordered, set(expected) - set(names), warnings)
+        if absent:
+            errors.append(f"{len(absent)} tensors the index lists are in none of the shards, "
+                          f"e.g. {absent[0]!r}")
     for p in ordered:
         warnings += [f"{p.name}: {w}" for w in p.warnings]
     size = sum(p.size for p in ordered)
     extras = {"shards": _shards_report(ordered, numbers, count, missing,
-                                       count - sum(no is not None for no in numbers))}
+                                       count - sum(no is not None for no in numbers), errors)}
+    if index is not None and missing:
+        # which tensors the missing shards hold, so asking for one says where it is
+        wanted = set(missing)
+        extras["shards"]["missing_tensors"] = {
+            name: shard for name, shard in index["weight_map"].items() if shard in wanted}
     if index is not None:
         extras["index"] = {"name": index_name, "metadata": index["metadata"]}
-    return Checkpoint("safetensors", set_name([p.name for p in ordered]), size, tensors,
+    if any("safety" in p.extras for p in ordered):
+        extras["safety"] = _merge_safety(ordered)
+    return Checkpoint(fmt, set_name([p.name for p in ordered]), size, tensors,
                       metadata=dict(ordered[0].metadata), warnings=warnings, extras=extras,
                       sources=[p.sources[0] for p in ordered])
+
+
+def _merge_safety(parts: list[Checkpoint]) -> dict:
+    """One safety report (formats/pytorch/safety.py's shape) for every part's pickle: globals
+    counted over the parts, every dangerous one named, each part's notes and calls kept with
+    its file name."""
+    globals_: dict[str, dict] = {}
+    calls, notes, opcodes = [], [], {}
+    for p in parts:
+        safety = p.extras.get("safety") or {}
+        for g in safety.get("globals", ()):
+            seen = globals_.setdefault(g["name"], dict(g, count=0))
+            seen["count"] += g["count"]
+            if g["verdict"] == "dangerous":
+                seen.update(verdict=g["verdict"], reason=g["reason"])
+        calls += [dict(c, file=p.name) for c in safety.get("calls", ())]
+        notes += [f"{p.name}: {n}" for n in safety.get("notes", ())]
+        for op, n in safety.get("opcodes", {}).items():
+            opcodes[op] = opcodes.get(op, 0) + n
+    return {"globals": list(globals_.values()),
+            "dangerous": [n for n, g in globals_.items() if g["verdict"] == "dangerous"],
+            "calls": calls, "notes": notes, "opcodes": dict(sorted(opcodes.items()))}
 
 
 def _by_part_name(parts: list[Checkpoint], warnings: list[str]):
@@ -280,26 +327,34 @@ def _by_part_name(parts: list[Checkpoint], warnings: list[str]):
     if not all(matches):
         unnamed = [p.name for p, m in zip(parts, matches) if not m]
         warnings.append("without an index file and with names not like model-00001-of-00002."
-                        f"safetensors ({', '.join(unnamed)}), missing shards cannot be detected")
+                        f"{_EXT.get(parts[0].format, 'safetensors')} ({', '.join(unnamed)}), "
+                        "missing shards cannot be detected")
         return parts, list(range(len(parts))), len(parts), []
     sets = {(m["stem"], int(m["count"])) for m in matches}
     if len(sets) > 1:
-        raise FormatError("the files are shards of different checkpoints", format="safetensors",
+        raise FormatError("the files are shards of different checkpoints", format=parts[0].format,
                           found=", ".join(p.name for p in parts))
     stem, count = sets.pop()
     by_no: dict[int, Checkpoint] = {}
     for p, m in zip(parts, matches):
         by_no[int(m["no"]) - 1] = p
     ordered = [by_no[no] for no in sorted(by_no)]
-    missing = _missing(count, set(by_no), lambda no: f"{stem}-{no + 1:05d}-of-{count:05d}.safetensors",
+    ext = matches[0]["ext"]
+    missing = _missing(count, set(by_no), lambda no: f"{stem}-{no + 1:05d}-of-{count:05d}.{ext}",
                        warnings)
     return ordered, sorted(by_no), count, missing
 
 
+_EXT = {"pytorch-zip": "bin", "pytorch-legacy": "bin"}
+
+
 def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
-                      warnings: list[str]) -> None:
-    """The shards against their index. Tens of thousands of names are compared as sets (at C
-    speed); the names are walked one by one, for the warnings' order, only when they disagree."""
+                      warnings: list[str]) -> list[str]:
+    """The shards against their index; returns the tensors the index lists that no shard at
+    hand holds (those of missing shards aside). Tens of thousands of names are compared as sets
+    (at C speed); the names are walked one by one, for the warnings' order, only when they
+    disagree."""
+    absent: list[str] = []
     weight_map = index["weight_map"]
     found: dict[str, str] = {}
     for p in parts:   # a part's tensors all come from its one source
@@ -320,6 +375,7 @@ def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
         held = sum(map(attrgetter("nbytes"), itertools.chain.from_iterable(p.tensors for p in parts)))
         if total != held:
             warnings.append(f"the index's total_size is {total} bytes but the tensors hold {held}")
+    return absent
 
 
 # --- shared ------------------------------------------------------------------------------------
@@ -341,7 +397,8 @@ def _merge_tensors(parts: list[Checkpoint], fmt: str) -> list[Tensor]:
 
 def _missing(count: int, given: set[int], name, warnings: list[str]) -> list[str]:
     """Names of the first MAX_LISTED parts (0-based numbers) not given, with a warning for each
-    and one for the rest. Walks only as far as it lists: a count is never iterated."""
+    and one for the rest (appended to `warnings`: the set's errors are these sentences, see
+    errors()). Walks only as far as it lists: a count is never iterated."""
     listed: list[str] = []
     no = 0
     while len(listed) < MAX_LISTED and no < count:
@@ -356,10 +413,14 @@ def _missing(count: int, given: set[int], name, warnings: list[str]) -> list[str
     return listed
 
 
-def _shards_report(ordered, numbers, count, missing, missing_count) -> dict:
-    return {"count": count, "missing": missing, "missing_count": missing_count,
+def _shards_report(ordered, numbers, count, missing, missing_count, errors) -> dict:
+    return {"count": count, "missing": missing, "missing_count": missing_count, "errors": errors,
             "parts": [{"no": None if no is None else no + 1, "name": p.name, "size": p.size,
                        "tensors": len(p.tensors)} for p, no in zip(ordered, numbers)]}
+
+
+def _named_as_part(c: Checkpoint) -> bool:
+    return PART_NAME.match(c.name) is not None
 
 
 class Merger(NamedTuple):
@@ -371,8 +432,17 @@ class Merger(NamedTuple):
 # formats that can be split, and how.
 MERGERS = {
     "gguf": Merger(lambda c: "split" in c.extras and c.extras["split"]["count"] > 1, _merge_gguf),
-    safetensors.FORMAT: Merger(lambda c: PART_NAME.match(c.name) is not None, _merge_safetensors),
+    safetensors.FORMAT: Merger(_named_as_part, _merge_shards),
+    # the torch readers' FORMATs (named without importing them): transformers' .bin shards
+    "pytorch-zip": Merger(_named_as_part, _merge_shards),
+    "pytorch-legacy": Merger(_named_as_part, _merge_shards),
 }
+
+
+def errors(ckpt: Checkpoint) -> list[str]:
+    """What makes a shard set incomplete (missing parts, tensors its index names that no part
+    holds), as sentences: `health` reports them as errors, `inspect` first, `--strict` fails."""
+    return list((ckpt.extras.get("shards") or {}).get("errors") or ())
 
 
 def set_name(names: list[str]) -> str:

@@ -2,7 +2,7 @@
 
 Every command (and `tensorloupe.open`) accepts the same things: one file; several files that are
 parts of one checkpoint (safetensors shards, split GGUF parts, with or without the index); a
-folder holding one checkpoint; a `*.safetensors.index.json` (its shards are the files it names,
+folder holding one checkpoint; a `*.safetensors.index.json` or `*.bin.index.json` (its shards are the files it names,
 beside it); and URLs of any of these files (an index URL's shards are resolved relative to it).
 A `config.json` beside the model is found too (moe reads its top-k).
 
@@ -18,7 +18,7 @@ from ..display import some_of
 from ..errors import UsageError
 from ..source import is_url, open_source
 from .detect import EXTENSIONS
-from .grouping import INDEX_SUFFIX, group
+from .grouping import group, is_index_name
 from .shards import read_index
 
 
@@ -33,13 +33,13 @@ def resolve(items) -> Target:
     items = [os.fspath(i) if isinstance(i, os.PathLike) else i for i in items]
     expanding = [isinstance(i, str) and _expands(i) for i in items]
     # An index given with shards beside it names the set; the shards given are the ones wanted.
-    alone = all(expanding) or not any(isinstance(i, str) and i.lower().endswith(INDEX_SUFFIX)
+    alone = all(expanding) or not any(isinstance(i, str) and is_index_name(i)
                                       for i in items)
     files: list = []
     found: list = []        # what folders and indexes add; a file given twice stays an error
     for item, expands in zip(items, expanding):
         # bytes and ByteSources (the Python API) are files already
-        if expands and (alone or not item.lower().endswith(INDEX_SUFFIX)):
+        if expands and (alone or not is_index_name(item)):
             found += _expand(item)
         else:
             files.append(item)
@@ -55,11 +55,11 @@ def needs_resolving(target) -> bool:
 
 
 def _expands(item: str) -> bool:
-    return item.lower().endswith(INDEX_SUFFIX) or (not is_url(item) and os.path.isdir(item))
+    return is_index_name(item) or (not is_url(item) and os.path.isdir(item))
 
 
 def _expand(item: str) -> list[str]:
-    if item.lower().endswith(INDEX_SUFFIX):
+    if is_index_name(item):
         return [item] + _shards_of(item)
     if not is_url(item) and os.path.isdir(item):
         return _folder(item)
@@ -101,7 +101,10 @@ def _folder(folder: str) -> list[str]:
         raise UsageError(f"the folder holds no checkpoint file ({', '.join(EXTENSIONS)})",
                          file=label)
     members = found[0].members
-    indexes = [n for n in members if n.lower().endswith(INDEX_SUFFIX)]
+    indexes = [n for n in members if is_index_name(n)]
     if indexes:
-        return _expand(os.path.join(folder, indexes[0]))
+        # The index's shards, then the set's other parts in the folder: a shard the index does
+        # not name is opened too, and shards.py says the index leaves it out.
+        named = _expand(os.path.join(folder, indexes[0]))
+        return named + [p for p in (os.path.join(folder, n) for n in members) if p not in named]
     return [os.path.join(folder, n) for n in members]

@@ -3,7 +3,8 @@
 Files that are parts of one checkpoint become one entry that opens them together
 (`tensorloupe.open([...])`, opening/shards.py), grouped by opening/grouping.py's rule (the CLI's
 folder targets use the same): split GGUF `<stem>-00001-of-00003.gguf`, sharded safetensors
-`<stem>-00001-of-00003.safetensors` with their `<stem>.safetensors.index.json` if it is there. A `config.json` beside a model (same folder) is not an entry of its own: it goes with
+`<stem>-00001-of-00003.safetensors` with their `<stem>.safetensors.index.json` if it is there, sharded
+torch `pytorch_model-00001-of-00003.bin` with `pytorch_model.bin.index.json`. A `config.json` beside a model (same folder) is not an entry of its own: it goes with
 every entry of that folder, for the top-k of moe.detect and the architecture; nor are
 `tokenizer.json` and `tokenizer_config.json` (the Tokens tab reads them beside the model). Every other file is an entry by itself,
 as it always was, so unrelated files dropped together are a list to pick from; inside a dropped
