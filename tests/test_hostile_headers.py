@@ -90,7 +90,8 @@ def test_error_message_with_an_integer_too_long_to_print():
 
 def test_shard_index_with_an_integer_over_4300_digits(capsys, files):
     err = one_line_exit_3(capsys, "inspect", files["bigint_index"], files["bigint_index_shard"])
-    assert "model.safetensors.index.json: safetensors index: the index is not valid JSON" in err
+    assert "model.safetensors.index.json: shard index: the index is not valid JSON: it holds an " \
+        "integer of more than 4,300 digits" in err and "set_int_max_str_digits" not in err
 
 
 def test_split_gguf_claiming_2_to_the_40_parts_fails_at_once(files):
@@ -150,18 +151,21 @@ def _one_tensor_file(name_json: bytes) -> bytes:
 def test_a_lone_surrogate_in_the_header_is_refused_as_the_rust_reader_refuses_it(tmp_path):
     # "\ud800" decodes to half a UTF-16 pair: no UTF-8 text holds it (printing it was a
     # UnicodeEncodeError traceback); safetensors' Rust reader refuses the header.
-    import safetensors
-    import tensorloupe
-    from tensorloupe.errors import FormatError
+    if sys.platform == "emscripten":     # Pyodide runs this file too: our side only there
+        safetensors = None
+    else:
+        import safetensors
     for escaped_name in (rb"\ud800", rb"w\udfff", rb"\ud83dx"):
         path = tmp_path / "s.safetensors"
         path.write_bytes(_one_tensor_file(escaped_name))
-        with pytest.raises(Exception):
-            safetensors.safe_open(str(path), "np")
+        if safetensors:
+            with pytest.raises(Exception, match="hex escape"):
+                safetensors.safe_open(str(path), "np")
         with pytest.raises(FormatError, match="lone UTF-16 surrogate"):
             tensorloupe.open(path)
     # a pair (a character beyond the BMP) is text, and both readers take it
     path.write_bytes(_one_tensor_file(rb"\ud83d\ude00"))
-    with safetensors.safe_open(str(path), "np") as f:
-        assert list(f.keys()) == ["\U0001F600"]
+    if safetensors:
+        with safetensors.safe_open(str(path), "np") as f:
+            assert list(f.keys()) == ["\U0001F600"]
     assert [t.name for t in tensorloupe.open(path).tensors] == ["\U0001F600"]

@@ -233,8 +233,11 @@ def read_index(source: ByteSource) -> dict:
     except UnicodeDecodeError as e:
         raise error(FormatError, "the index is not valid UTF-8", offset=e.start) from e
     except (ValueError, RecursionError) as e:
-        # JSONDecodeError is a ValueError; so is an integer of more than 4,300 digits.
-        raise error(FormatError, f"the index is not valid JSON: {getattr(e, 'msg', e)}",
+        # JSONDecodeError is a ValueError; so is an integer of more than 4,300 digits, whose
+        # message tells a Python programmer to raise a limit: say what is in the file instead.
+        said = getattr(e, "msg", None) or ("it holds an integer of more than 4,300 digits"
+                                           if "digits" in str(e) else str(e))
+        raise error(FormatError, f"the index is not valid JSON: {said}",
                     offset=getattr(e, "pos", None)) from e
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
