@@ -19,6 +19,8 @@
 // (progress, and the result with the last step) and `job_cancel`. The protocol is described in
 // tensorloupe/web/jobs.py; which ops are jobs, Python says in its "hello" reply.
 
+import {addLibrary, failure, messageOf, runtimeOptions} from "./runtime.mjs";
+
 const BUILD = "__TENSORLOUPE_BUILD__";
 const WHEEL = "__TENSORLOUPE_WHEEL__";
 
@@ -119,7 +121,7 @@ async function handle(message) {
     const {envelope, buffers} = await call(op, args);
     reply(id, envelope, buffers);
   } catch (error) {
-    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+    reply(id, failure("WorkerError", error));
   }
 }
 
@@ -138,7 +140,7 @@ async function step(job) {
     if (!envelope.ok || envelope.result.finished) return finish(envelope);
     self.postMessage({id: job.id, progress: envelope.result, io: envelope.io});
   } catch (error) {
-    finish({ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+    finish(failure("WorkerError", error));
   }
 }
 
@@ -192,7 +194,7 @@ async function probe(url) {
     }
     return seen;
   } catch (error) {
-    return {error: String(error && error.message || error)};
+    return {error: messageOf(error)};
   }
 }
 
@@ -235,7 +237,7 @@ function asker(worker, other = () => {}) {
 }
 
 function slicer(k) {
-  slicers[k] ??= asker(new Worker(new URL("./slicer.js", import.meta.url)));
+  slicers[k] ??= asker(new Worker(new URL("./slicer.js", import.meta.url), {type: "module"}));
   return slicers[k];
 }
 
@@ -304,7 +306,7 @@ self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, 
     else controller.abort();   // never download a whole file that ignores Range
     return answer;
   } catch (error) {
-    return {error: String(error && error.message || error)};
+    return {error: messageOf(error)};
   }
 }));
 // A URL's probe, for Python to await (web/remote.py worker_probe); null if it was not probed.
@@ -337,7 +339,7 @@ async function openUrls(id, args, op = "open_url") {
     }
     reply(id, (await call(op, {...args, probes})).envelope);
   } catch (error) {
-    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+    reply(id, failure("WorkerError", error));
   } finally {
     await Promise.all(urls.map((url) => probing.get(url)));   // none still writing to `heads`
     for (const url of urls) {
@@ -374,7 +376,7 @@ async function openHub(id, args) {
     const config = (await probe(plan.config)).status === 206 ? plan.config : null;
     return await openUrls(id, {urls, config});
   } catch (error) {
-    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+    reply(id, failure("WorkerError", error));
   }
 }
 
@@ -461,7 +463,6 @@ async function saveSnapshot(bytes) {
 // would also leave JavaScript references the snapshot cannot hold). The file is written again
 // after a restore: the snapshot holds the imported modules and sys.path, not the file system.
 // Fetched once the runtime's own files have been asked for, while the runtime starts.
-const LIBRARY = "/lib/tensorloupe.whl";
 let wheelBytes = null;
 function fetchWheel() {
   wheelBytes = fetch(new URL(`./${WHEEL}`, import.meta.url)).then(async (response) => {
@@ -473,22 +474,12 @@ function fetchWheel() {
 
 async function installWheel() {
   if (!wheelBytes) fetchWheel();
-  pyodide.FS.writeFile(LIBRARY, await wheelBytes);
-  pyodide.runPython(`
-import sys
-if "${LIBRARY}" not in sys.path:
-    sys.path.insert(0, "${LIBRARY}")
-`);
+  addLibrary(pyodide, await wheelBytes);
 }
 
 // The interpreter, with `extra` options; the wheel is fetched once the runtime's files are asked for.
 async function startRuntime(loadPyodide, extra) {
-  const started = loadPyodide({
-    indexURL: new URL("./pyodide/", import.meta.url).href,
-    stdout: (text) => console.log(text),
-    stderr: (text) => console.warn(text),
-    ...extra,
-  });
+  const started = loadPyodide(runtimeOptions(extra));
   if (!wheelBytes) setTimeout(fetchWheel);   // after loadPyodide's own requests (microtasks)
   return await started;
 }
@@ -521,7 +512,7 @@ async function boot() {
         pyodide = await startRuntime(loadPyodide, {_loadSnapshot: saved});
         timings.boot = "snapshot";
       } catch (error) {
-        console.warn(`the stored snapshot did not restore (${error && error.message || error}): booting from scratch`);
+        console.warn(`the stored snapshot did not restore (${messageOf(error)}): booting from scratch`);
         pyodide = null;
       }
     }
@@ -540,7 +531,7 @@ async function boot() {
     schedule();
     if (!queue.length) idle();
   } catch (error) {
-    self.postMessage({type: "fatal", message: `Python could not start: ${error && error.message || error}`});
+    self.postMessage({type: "fatal", message: `Python could not start: ${messageOf(error)}`});
   }
 }
 
@@ -593,7 +584,7 @@ async function makeSnapshot() {
     const snapshot = pyodide.makeMemorySnapshot();
     self.postMessage({type: "snapshot", stored: await saveSnapshot(snapshot), bytes: snapshot.byteLength});
   } catch (error) {
-    self.postMessage({type: "snapshot", stored: false, error: String(error && error.message || error)});
+    self.postMessage({type: "snapshot", stored: false, error: messageOf(error)});
   }
 }
 
