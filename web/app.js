@@ -5,12 +5,11 @@
 import {busy} from "./busy.js";
 import {$, clear, el} from "./dom.js";
 import {bytes} from "./format.js";
-import {compareWith} from "./compare.js";
 import {listenForFiles} from "./input.js";
 import {readLink, writeLink} from "./link.js";
 import {decodeModel, firstTensor, withDetails} from "./model.js";
 import {registerServiceWorker} from "./offline.js";
-import {currentTab, mountAll, onTab, selectTensor, showDetails, showModel, showTab, updateIo} from "./panels.js";
+import {currentTab, mountAll, onTab, openInTab, selectTensor, showDetails, showModel, showTab, updateIo} from "./panels.js";
 import {startWorker} from "./worker-client.js";
 
 const DEMO = {name: "demo-moe.safetensors", size: null, path: null, demo: true};
@@ -233,8 +232,7 @@ async function openPair([a, b]) {
   renderFiles();
   await openEntry(a);
   if (state.current !== a) return;           // A could not be opened: its error is on screen
-  showTab("compare");
-  await compareWith(b);
+  await openInTab("compare", b);
 }
 
 // URLs typed in the box (one per line; several lines for shards) or given as ?url= in the
