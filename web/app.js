@@ -180,7 +180,7 @@ async function openEntry(entry) {
     const {result} = entry.demo
       ? await request("open_demo", {}, {label: "Building the demo model…"})
       : entry.hub
-        ? await request("open_hub", {text: entry.hub, hub: HUB}, {label: `Finding ${entry.name}'s files on the Hub…`})
+        ? await request("open_hub", {plan: entry.plan}, {label: `Finding ${entry.name}'s files on the Hub…`})
       : entry.remote
         ? await request("open_url", {urls: entry.paths, config: entry.config}, {label: `Reading ${entry.name} from its server…`})
         : await request("open", {paths: entry.paths, config: entry.config}, {label: `Opening ${entry.name}…`});
@@ -251,7 +251,7 @@ async function openUrls(texts) {
       const name = `${plan.repo}@${plan.revision}`;
       const known = state.files.find((e) => e.hub && e.name === name);
       if (known) return openEntry(known);
-      return addEntries([{kind: "set", name, hub: texts[0], remote: true, paths: [], files: [],
+      return addEntries([{kind: "set", name, hub: texts[0], plan, remote: true, paths: [], files: [],
                           size: null, config: null, host: new URL(plan.single || plan.index).host}], "");
     }
   }

@@ -7,7 +7,7 @@
 //                                            [{file: File, rel: "folder/name", folder: bool}])
 //                                            op "open_url" ({urls, config}) is probed here first,
 //                                            and so is "compare_open_url" ({urls}: B, compare_ops.py);
-//                                            op "open_hub" ({text, hub}) finds a Hub model's files
+//                                            op "open_hub" ({plan}: the page's hub_plan) finds a Hub model's files
 //                  {type: "cancel", id}      stop request `id` (a job, or a request still queued)
 // Worker -> page:  {type: "status", stage, message}   boot progress
 //                  {type: "ready", info, palette, timings} / {type: "fatal", message}
@@ -349,17 +349,13 @@ async function openUrls(id, args, op = "open_url") {
   }
 }
 
-// A Hugging Face model (`org/model[@rev]`, or its page's URL): Python (web/hub.py) says which
-// /resolve/ URLs to try; the index (small JSON) is fetched whole and names the shards, else the
+// A Hugging Face model (`org/model[@rev]`, or its page's URL): Python (web/hub.py hub_plan, asked by
+// the page when the name was typed, once) says which /resolve/ URLs to try; the index (small JSON) is fetched whole and names the shards, else the
 // single model.safetensors (or the file the user pointed at) is the model; a config.json beside
 // it gives top-k. Then the files open as any URLs do. Only the Hub the page names is contacted.
-async function openHub(id, args) {
-  const fail = (message) => reply(id, {ok: false, error: {kind: "UsageError", message}});
+async function openHub(id, {plan}) {
+  const fail = (message) => reply(id, failure("UsageError", message));
   try {
-    const planned = (await call("hub_plan", args)).envelope;
-    if (!planned.ok) return reply(id, planned);
-    const plan = planned.result;
-    if (!plan) return fail(`${args.text} is not a Hugging Face model name or URL`);
     let urls = null;
     if (plan.index) {
       const response = await fetch(plan.index, {cache: "no-store"}).catch(() => null);
