@@ -1,7 +1,9 @@
 // The Python side of the page: boots Pyodide (served from our own origin), loads the tensorloupe
 // wheel, mounts dropped files with WORKERFS (Python reads them by slices with plain open/seek/read)
 // and answers the page's requests through tensorloupe.web.dispatch. Python runs here, never on
-// the page's thread, so long work cannot freeze the page.
+// the page's thread, so long work cannot freeze the page. Here: the protocol, the queue, the mounts,
+// the second Python and the boot; URL reads are urls.mjs, a File's slices reads.mjs, what this
+// shares with compute.mjs runtime.mjs.
 //
 // Page -> worker:  {id, op, args}            a request (op "mount" carries `files`:
 //                                            [{file: File, rel: "folder/name", folder: bool}])
@@ -19,7 +21,9 @@
 // (progress, and the result with the last step) and `job_cancel`. The protocol is described in
 // tensorloupe/web/jobs.py; which ops are jobs, Python says in its "hello" reply.
 
+import {asker, files} from "./reads.mjs";
 import {addLibrary, failure, messageOf, runtimeOptions} from "./runtime.mjs";
+import {heads, isJson, probe, probing} from "./urls.mjs";
 
 const BUILD = "__TENSORLOUPE_BUILD__";
 const WHEEL = "__TENSORLOUPE_WHEEL__";
@@ -30,9 +34,6 @@ const WHEEL = "__TENSORLOUPE_WHEEL__";
 // range at a time, synchronously, as in browsers without JSPI; the tests use it for that fallback.
 const JSPI = typeof WebAssembly.Suspending === "function"
   && new URL(self.location.href).searchParams.get("jspi") !== "0";
-const files = new Map();     // mounted path -> File, for the slices Python asks for all at once
-const heads = new Map();     // url -> the probe's first bytes (the header), until Python took them
-const probing = new Map();   // url -> its probe (a promise), while the URLs are being opened
 
 let JOBS = new Set();        // the ops that are jobs (from Python's "hello")
 const queue = [];            // requests waiting for Python, in arrival order
@@ -165,91 +166,6 @@ function mount(given) {
     rel: rel || file.name, path: `${dir}/${blobs[i].name}`, size: file.size, folder: Boolean(folder)}));
 }
 
-// A synchronous XHR cannot be stopped once sent: sent to a server that ignores Range it would
-// download the whole file before Python could refuse it. So the first request to each URL is
-// this asynchronous fetch of its first bytes, aborted as soon as the answer is not 206; Python
-// (web/remote.py) judges what it saw and reads everything else by synchronous XHR. Only the URLs
-// the user gave are ever requested.
-async function probe(url) {
-  const controller = new AbortController();
-  try {
-    // The first 64 KiB, not one byte: the header every reader starts with comes in this request.
-    // A .json file (a shard index, config.json) is read whole, up to JSON_BYTES: its rest would
-    // be a request queued behind every shard's probe.
-    const end = (isJson(url) ? JSON_BYTES : HEAD_BYTES) - 1;
-    const response = await fetch(url, {headers: {Range: `bytes=0-${end}`}, cache: "no-store", signal: controller.signal});
-    const seen = {status: response.status, reason: response.statusText, total: null};
-    if (response.status === 206) {
-      seen.total = rangeTotal(response.headers.get("Content-Range"));
-      heads.set(url, await response.arrayBuffer());
-      seen.head = true;
-      if (seen.total === null) {
-        // Content-Range hidden by CORS: Content-Length of a HEAD is always readable.
-        const head = await fetch(url, {method: "HEAD", cache: "no-store"});
-        const length = head.ok ? head.headers.get("Content-Length") : null;
-        if (length !== null && /^\d+$/.test(length)) seen.total = Number(length);
-      }
-    } else {
-      controller.abort();
-    }
-    return seen;
-  } catch (error) {
-    return {error: messageOf(error)};
-  }
-}
-
-const HEAD_BYTES = 1 << 16;   // = tensorloupe.source.HEAD_BYTES
-const JSON_BYTES = 16 << 20;  // transformers' indexes: a few MB for the largest models
-const isJson = (url) => new URL(url).pathname.toLowerCase().endsWith(".json");
-
-// Python's vectored reads (web/blobs.py, web/remote.py): every slice or Range request started
-// together; Python waits for all of them in one suspension (run_sync), or starts them early and
-// waits later (a prefetch: blobs.py). A File's slices are cut and read by SLICERS workers
-// (web/slicer.js: why), each taking a share of the ranges and answering with one buffer of its
-// slices (one copy into Python per share instead of one conversion per slice).
-const SLICERS = 2;
-const MIN_SLICES_TO_SHARE = 64;   // fewer are read by one slicer: a message costs more than they do
-const slicers = [];
-
-// Requests to a worker that answers each with {id, data} or {id, error}: `ask(message,
-// transfer)` is a promise of the answer's data; other messages go to `other`. (The slicers and
-// the second Python.)
-function asker(worker, other = () => {}) {
-  const waiting = new Map();
-  let last = 0;
-  worker.onmessage = ({data: answer}) => {
-    const pending = waiting.get(answer.id);
-    if (!pending) return other(answer);
-    waiting.delete(answer.id);
-    if (answer.error !== undefined) pending.reject(new Error(answer.error));
-    else pending.resolve(answer.data);
-  };
-  const ask = (message, transfer = []) => new Promise((resolve, reject) => {
-    const id = ++last;
-    waiting.set(id, {resolve, reject});
-    worker.postMessage({...message, id}, transfer);
-  });
-  ask.failAll = (error) => {
-    for (const pending of waiting.values()) pending.reject(error);
-    waiting.clear();
-  };
-  return ask;
-}
-
-function slicer(k) {
-  slicers[k] ??= asker(new Worker(new URL("./slicer.js", import.meta.url), {type: "module"}));
-  return slicers[k];
-}
-
-self.tensorloupeSlices = async (path, ranges) => {
-  const file = files.get(path);
-  ranges = ranges.map(([offset, n]) => [offset, n]);   // plain arrays, whatever Python sent
-  const shares = ranges.length < MIN_SLICES_TO_SHARE ? 1 : SLICERS;
-  const per = Math.ceil(ranges.length / shares);
-  const parts = [];
-  for (let k = 0; k < shares; k++) parts.push(slicer(k)({file, ranges: ranges.slice(k * per, (k + 1) * per)}));
-  return Promise.all(parts);        // the shares' bytes, in order: Python joins them
-};
 // The expert analysis' second Python (web/compute.mjs; tensorloupe/web/offload.py says why),
 // started when an analysis first runs (it helps once it is up: ~1 s from this build's memory
 // snapshot, ~3 s without) and kept for the page's life. `?helper=0` on this
@@ -296,32 +212,6 @@ self.tensorloupeHelperLayer = (data, meta) => {
   handed.answer.then(() => { handed.settled = true; }, () => { handed.settled = true; });
   return handed;
 };
-self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, last]) => {
-  const controller = new AbortController();
-  try {
-    const response = await fetch(url, {headers: {Range: `bytes=${first}-${last}`}, cache: "no-store", signal: controller.signal});
-    const answer = {status: response.status, reason: response.statusText,
-                    contentRange: response.headers.get("Content-Range"), data: null};
-    if (response.status === 206) answer.data = await response.arrayBuffer();
-    else controller.abort();   // never download a whole file that ignores Range
-    return answer;
-  } catch (error) {
-    return {error: messageOf(error)};
-  }
-}));
-// A URL's probe, for Python to await (web/remote.py worker_probe); null if it was not probed.
-self.tensorloupeProbe = (url) => probing.get(url) || Promise.resolve(null);
-self.tensorloupeHead = (url) => {
-  const head = heads.get(url);
-  heads.delete(url);
-  return head;
-};
-
-function rangeTotal(header) {
-  const match = /\/(\d+)\s*$/.exec(header || "");
-  return match ? Number(match[1]) : null;
-}
-
 // Every URL's probe starts at once (.json files first: Python reads an index before the shards).
 // With JSPI Python is called at once and awaits each probe as it reads that file (web/remote.py
 // worker_probe), so shard headers are parsed while later ones are still on their way; without
