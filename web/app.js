@@ -5,12 +5,11 @@
 import {busy} from "./busy.js";
 import {$, clear, el} from "./dom.js";
 import {bytes} from "./format.js";
-import {compareWith} from "./compare.js";
 import {listenForFiles} from "./input.js";
 import {readLink, writeLink} from "./link.js";
 import {decodeModel, firstTensor, withDetails} from "./model.js";
 import {registerServiceWorker} from "./offline.js";
-import {currentTab, mountAll, onTab, selectTensor, showDetails, showModel, showTab, updateIo} from "./panels.js";
+import {currentTab, mountAll, onTab, openInTab, selectTensor, showDetails, showModel, showTab, updateIo} from "./panels.js";
 import {startWorker} from "./worker-client.js";
 
 const DEMO = {name: "demo-moe.safetensors", size: null, path: null, demo: true};
@@ -181,7 +180,7 @@ async function openEntry(entry) {
     const {result} = entry.demo
       ? await request("open_demo", {}, {label: "Building the demo model…"})
       : entry.hub
-        ? await request("open_hub", {text: entry.hub, hub: HUB}, {label: `Finding ${entry.name}'s files on the Hub…`})
+        ? await request("open_hub", {plan: entry.plan}, {label: `Finding ${entry.name}'s files on the Hub…`})
       : entry.remote
         ? await request("open_url", {urls: entry.paths, config: entry.config}, {label: `Reading ${entry.name} from its server…`})
         : await request("open", {paths: entry.paths, config: entry.config}, {label: `Opening ${entry.name}…`});
@@ -233,8 +232,7 @@ async function openPair([a, b]) {
   renderFiles();
   await openEntry(a);
   if (state.current !== a) return;           // A could not be opened: its error is on screen
-  showTab("compare");
-  await compareWith(b);
+  await openInTab("compare", b);
 }
 
 // URLs typed in the box (one per line; several lines for shards) or given as ?url= in the
@@ -253,7 +251,7 @@ async function openUrls(texts) {
       const name = `${plan.repo}@${plan.revision}`;
       const known = state.files.find((e) => e.hub && e.name === name);
       if (known) return openEntry(known);
-      return addEntries([{kind: "set", name, hub: texts[0], remote: true, paths: [], files: [],
+      return addEntries([{kind: "set", name, hub: texts[0], plan, remote: true, paths: [], files: [],
                           size: null, config: null, host: new URL(plan.single || plan.index).host}], "");
     }
   }

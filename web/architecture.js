@@ -6,7 +6,7 @@
 // "architecture" and "memory" objects (model.js: the payload carries both), rendered as they come.
 
 import {el} from "./dom.js";
-import {bytes, grouped} from "./format.js";
+import {bytes, dropPath, grouped} from "./format.js";
 
 const COMPONENT_LABELS = {
   embeddings: "Embeddings", attention: "Attention", mlp: "MLP", experts: "Experts (routed)",
@@ -39,11 +39,6 @@ function ranges(numbers) {
     i = j;
   }
   return out.join(", ");
-}
-
-// A mounted file's path as the user knows it: worker.mjs mounts each drop under /mnt/<n>/.
-export function dropPath(path) {
-  return String(path).replace(/^\/mnt\/\d+\//, "");
 }
 
 function architectureCard(arch) {

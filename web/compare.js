@@ -171,9 +171,12 @@ async function openFiles(files) {
   }
 }
 
+// panels.js open(): B from the page's file list, compared at once.
+export const open = (entry) => compareWith(entry);
+
 // B from an entry of the page's file list (app.js: {name, paths, remote}); then, unless
-// told not to, run the comparison at once (a drop of two files).
-export async function compareWith(entry, {run: andRun = true} = {}) {
+// told not to, run the comparison at once.
+async function compareWith(entry, {run: andRun = true} = {}) {
   const ok = await (entry.remote
     ? openOther("compare_open_url", {urls: entry.paths}, entry.name)
     : openOther("compare_open", {paths: entry.paths}, entry.name));

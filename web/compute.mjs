@@ -9,7 +9,8 @@
 // here -> worker.mjs: {type: "ready", booted: "snapshot" | "fresh"} / {type: "failed", message}
 //                     {id, data: ArrayBuffer} (the answer's doubles, transferred) / {id, error}
 
-const LIBRARY = "/lib/tensorloupe.whl";
+import {addLibrary, messageOf, runtimeOptions} from "./runtime.mjs";
+
 let pyodide = null;
 let reply = null;     // tensorloupe.web.offload.js_layer_reply
 const waiting = [];   // layers that came before the boot finished
@@ -23,32 +24,24 @@ self.onmessage = async ({data: message}) => {
 async function boot(wheel, snapshot) {
   try {
     const {loadPyodide} = await import("./pyodide/pyodide.mjs");
-    const options = {indexURL: new URL("./pyodide/", import.meta.url).href,
-                     stdout: (text) => console.log(text), stderr: (text) => console.warn(text)};
     let booted = "fresh";
     if (snapshot) {
       // The main worker's snapshot (worker.mjs): the runtime with the library imported.
       try {
-        pyodide = await loadPyodide({...options, _loadSnapshot: snapshot});
+        pyodide = await loadPyodide(runtimeOptions({_loadSnapshot: snapshot}));
         booted = "snapshot";
       } catch (error) {
-        console.warn(`the stored snapshot did not restore here (${error && error.message || error}): booting from scratch`);
+        console.warn(`the stored snapshot did not restore here (${messageOf(error)}): booting from scratch`);
         pyodide = null;
       }
     }
-    if (!pyodide) pyodide = await loadPyodide(options);
-    pyodide.FS.mkdirTree("/lib");
-    pyodide.FS.writeFile(LIBRARY, wheel);   // a snapshot holds sys.path, not the file system
-    pyodide.runPython(`
-import sys
-if "${LIBRARY}" not in sys.path:
-    sys.path.insert(0, "${LIBRARY}")
-`);
+    if (!pyodide) pyodide = await loadPyodide(runtimeOptions());
+    addLibrary(pyodide, wheel);
     reply = pyodide.pyimport("tensorloupe.web.offload").js_layer_reply;
     self.postMessage({type: "ready", booted});
     for (const message of waiting.splice(0)) answer(message);
   } catch (error) {
-    self.postMessage({type: "failed", message: String(error && error.message || error)});
+    self.postMessage({type: "failed", message: messageOf(error)});
   }
 }
 
@@ -60,6 +53,6 @@ function answer({id, data, meta}) {
     const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
     self.postMessage({id, data: buffer}, [buffer]);
   } catch (error) {
-    self.postMessage({id, error: String(error && error.message || error)});
+    self.postMessage({id, error: messageOf(error)});
   }
 }

@@ -75,3 +75,8 @@ export function shapeText(shape) {
 export function product(list) {
   return list.reduce((a, b) => a * b, 1);
 }
+
+// A path as the user gave it: without the worker's mount directory (worker.mjs mount: /mnt/<n>/).
+export function dropPath(path) {
+  return String(path).replace(/^\/mnt\/\d+\//, "");
+}

@@ -23,6 +23,8 @@
 //                       withDetails; show() ran without them): draw what depends on them
 //   relayout()          the panel became visible or changed size: redraw what depends on it
 //   io(io)              the bytes read so far changed
+//   open(entry)         an entry of the page's file list was handed to this tab (Compare: as B,
+//                       compared at once; the page's drop of two files)
 //
 // Views talk to each other only through ctx (selectTensor), never directly.
 
@@ -92,6 +94,12 @@ function showAvailableTabs(model) {
 
 export function selectTensor(record, options) {
   for (const view of VIEWS) view.select?.(record, options);
+}
+
+// The page hands a file list entry to the tab `id` (which exports open), and shows that tab.
+export async function openInTab(id, entry) {
+  showTab(id);
+  await TABS.find((view) => view.id === id).open(entry);
 }
 
 export function updateIo(io) {

@@ -8,6 +8,8 @@
 // Worker.mjs -> here: {id, file, ranges: [[offset, length], ...]}
 // Here -> worker.mjs: {id, data} (the slices' bytes back to back, transferred) or {id, error}
 
+import {messageOf} from "./runtime.mjs";
+
 // Chromium reads the items of one Blob in turn but several Blobs side by side: 4,096 slices of
 // 2 KiB took 310-380 us each as one Blob, 185-195 us in Blobs of 16-64 slices.
 const SLICES_PER_BLOB = 32;
@@ -22,7 +24,7 @@ self.onmessage = async ({data: {id, file, ranges}}) => {
     const buffer = join(await Promise.all(reads));
     self.postMessage({id, data: buffer}, [buffer]);
   } catch (error) {
-    self.postMessage({id, error: String(error && error.message || error)});
+    self.postMessage({id, error: messageOf(error)});
   }
 };
 

@@ -5,9 +5,8 @@
 // count} | {find, count})): the same answer as `tensorloupe tokens FILE --json`. Nothing is asked
 // until the tab is first shown.
 
-import {dropPath} from "./architecture.js";
 import {clear, el} from "./dom.js";
-import {grouped} from "./format.js";
+import {dropPath, grouped} from "./format.js";
 
 export const id = "tokens";
 export const title = "Tokens";

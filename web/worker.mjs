@@ -1,13 +1,15 @@
 // The Python side of the page: boots Pyodide (served from our own origin), loads the tensorloupe
 // wheel, mounts dropped files with WORKERFS (Python reads them by slices with plain open/seek/read)
 // and answers the page's requests through tensorloupe.web.dispatch. Python runs here, never on
-// the page's thread, so long work cannot freeze the page.
+// the page's thread, so long work cannot freeze the page. Here: the protocol, the queue, the mounts,
+// the second Python and the boot; URL reads are urls.mjs, a File's slices reads.mjs, what this
+// shares with compute.mjs runtime.mjs.
 //
 // Page -> worker:  {id, op, args}            a request (op "mount" carries `files`:
 //                                            [{file: File, rel: "folder/name", folder: bool}])
 //                                            op "open_url" ({urls, config}) is probed here first,
 //                                            and so is "compare_open_url" ({urls}: B, compare_ops.py);
-//                                            op "open_hub" ({text, hub}) finds a Hub model's files
+//                                            op "open_hub" ({plan}: the page's hub_plan) finds a Hub model's files
 //                  {type: "cancel", id}      stop request `id` (a job, or a request still queued)
 // Worker -> page:  {type: "status", stage, message}   boot progress
 //                  {type: "ready", info, palette, timings} / {type: "fatal", message}
@@ -19,6 +21,10 @@
 // (progress, and the result with the last step) and `job_cancel`. The protocol is described in
 // tensorloupe/web/jobs.py; which ops are jobs, Python says in its "hello" reply.
 
+import {asker, files} from "./reads.mjs";
+import {addLibrary, failure, messageOf, runtimeOptions} from "./runtime.mjs";
+import {heads, isJson, probe, probing} from "./urls.mjs";
+
 const BUILD = "__TENSORLOUPE_BUILD__";
 const WHEEL = "__TENSORLOUPE_WHEEL__";
 
@@ -28,9 +34,6 @@ const WHEEL = "__TENSORLOUPE_WHEEL__";
 // range at a time, synchronously, as in browsers without JSPI; the tests use it for that fallback.
 const JSPI = typeof WebAssembly.Suspending === "function"
   && new URL(self.location.href).searchParams.get("jspi") !== "0";
-const files = new Map();     // mounted path -> File, for the slices Python asks for all at once
-const heads = new Map();     // url -> the probe's first bytes (the header), until Python took them
-const probing = new Map();   // url -> its probe (a promise), while the URLs are being opened
 
 let JOBS = new Set();        // the ops that are jobs (from Python's "hello")
 const queue = [];            // requests waiting for Python, in arrival order
@@ -119,7 +122,7 @@ async function handle(message) {
     const {envelope, buffers} = await call(op, args);
     reply(id, envelope, buffers);
   } catch (error) {
-    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+    reply(id, failure("WorkerError", error));
   }
 }
 
@@ -138,7 +141,7 @@ async function step(job) {
     if (!envelope.ok || envelope.result.finished) return finish(envelope);
     self.postMessage({id: job.id, progress: envelope.result, io: envelope.io});
   } catch (error) {
-    finish({ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+    finish(failure("WorkerError", error));
   }
 }
 
@@ -163,91 +166,6 @@ function mount(given) {
     rel: rel || file.name, path: `${dir}/${blobs[i].name}`, size: file.size, folder: Boolean(folder)}));
 }
 
-// A synchronous XHR cannot be stopped once sent: sent to a server that ignores Range it would
-// download the whole file before Python could refuse it. So the first request to each URL is
-// this asynchronous fetch of its first bytes, aborted as soon as the answer is not 206; Python
-// (web/remote.py) judges what it saw and reads everything else by synchronous XHR. Only the URLs
-// the user gave are ever requested.
-async function probe(url) {
-  const controller = new AbortController();
-  try {
-    // The first 64 KiB, not one byte: the header every reader starts with comes in this request.
-    // A .json file (a shard index, config.json) is read whole, up to JSON_BYTES: its rest would
-    // be a request queued behind every shard's probe.
-    const end = (isJson(url) ? JSON_BYTES : HEAD_BYTES) - 1;
-    const response = await fetch(url, {headers: {Range: `bytes=0-${end}`}, cache: "no-store", signal: controller.signal});
-    const seen = {status: response.status, reason: response.statusText, total: null};
-    if (response.status === 206) {
-      seen.total = rangeTotal(response.headers.get("Content-Range"));
-      heads.set(url, await response.arrayBuffer());
-      seen.head = true;
-      if (seen.total === null) {
-        // Content-Range hidden by CORS: Content-Length of a HEAD is always readable.
-        const head = await fetch(url, {method: "HEAD", cache: "no-store"});
-        const length = head.ok ? head.headers.get("Content-Length") : null;
-        if (length !== null && /^\d+$/.test(length)) seen.total = Number(length);
-      }
-    } else {
-      controller.abort();
-    }
-    return seen;
-  } catch (error) {
-    return {error: String(error && error.message || error)};
-  }
-}
-
-const HEAD_BYTES = 1 << 16;   // = tensorloupe.source.HEAD_BYTES
-const JSON_BYTES = 16 << 20;  // transformers' indexes: a few MB for the largest models
-const isJson = (url) => new URL(url).pathname.toLowerCase().endsWith(".json");
-
-// Python's vectored reads (web/blobs.py, web/remote.py): every slice or Range request started
-// together; Python waits for all of them in one suspension (run_sync), or starts them early and
-// waits later (a prefetch: blobs.py). A File's slices are cut and read by SLICERS workers
-// (web/slicer.js: why), each taking a share of the ranges and answering with one buffer of its
-// slices (one copy into Python per share instead of one conversion per slice).
-const SLICERS = 2;
-const MIN_SLICES_TO_SHARE = 64;   // fewer are read by one slicer: a message costs more than they do
-const slicers = [];
-
-// Requests to a worker that answers each with {id, data} or {id, error}: `ask(message,
-// transfer)` is a promise of the answer's data; other messages go to `other`. (The slicers and
-// the second Python.)
-function asker(worker, other = () => {}) {
-  const waiting = new Map();
-  let last = 0;
-  worker.onmessage = ({data: answer}) => {
-    const pending = waiting.get(answer.id);
-    if (!pending) return other(answer);
-    waiting.delete(answer.id);
-    if (answer.error !== undefined) pending.reject(new Error(answer.error));
-    else pending.resolve(answer.data);
-  };
-  const ask = (message, transfer = []) => new Promise((resolve, reject) => {
-    const id = ++last;
-    waiting.set(id, {resolve, reject});
-    worker.postMessage({...message, id}, transfer);
-  });
-  ask.failAll = (error) => {
-    for (const pending of waiting.values()) pending.reject(error);
-    waiting.clear();
-  };
-  return ask;
-}
-
-function slicer(k) {
-  slicers[k] ??= asker(new Worker(new URL("./slicer.js", import.meta.url)));
-  return slicers[k];
-}
-
-self.tensorloupeSlices = async (path, ranges) => {
-  const file = files.get(path);
-  ranges = ranges.map(([offset, n]) => [offset, n]);   // plain arrays, whatever Python sent
-  const shares = ranges.length < MIN_SLICES_TO_SHARE ? 1 : SLICERS;
-  const per = Math.ceil(ranges.length / shares);
-  const parts = [];
-  for (let k = 0; k < shares; k++) parts.push(slicer(k)({file, ranges: ranges.slice(k * per, (k + 1) * per)}));
-  return Promise.all(parts);        // the shares' bytes, in order: Python joins them
-};
 // The expert analysis' second Python (web/compute.mjs; tensorloupe/web/offload.py says why),
 // started when an analysis first runs (it helps once it is up: ~1 s from this build's memory
 // snapshot, ~3 s without) and kept for the page's life. `?helper=0` on this
@@ -294,32 +212,6 @@ self.tensorloupeHelperLayer = (data, meta) => {
   handed.answer.then(() => { handed.settled = true; }, () => { handed.settled = true; });
   return handed;
 };
-self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, last]) => {
-  const controller = new AbortController();
-  try {
-    const response = await fetch(url, {headers: {Range: `bytes=${first}-${last}`}, cache: "no-store", signal: controller.signal});
-    const answer = {status: response.status, reason: response.statusText,
-                    contentRange: response.headers.get("Content-Range"), data: null};
-    if (response.status === 206) answer.data = await response.arrayBuffer();
-    else controller.abort();   // never download a whole file that ignores Range
-    return answer;
-  } catch (error) {
-    return {error: String(error && error.message || error)};
-  }
-}));
-// A URL's probe, for Python to await (web/remote.py worker_probe); null if it was not probed.
-self.tensorloupeProbe = (url) => probing.get(url) || Promise.resolve(null);
-self.tensorloupeHead = (url) => {
-  const head = heads.get(url);
-  heads.delete(url);
-  return head;
-};
-
-function rangeTotal(header) {
-  const match = /\/(\d+)\s*$/.exec(header || "");
-  return match ? Number(match[1]) : null;
-}
-
 // Every URL's probe starts at once (.json files first: Python reads an index before the shards).
 // With JSPI Python is called at once and awaits each probe as it reads that file (web/remote.py
 // worker_probe), so shard headers are parsed while later ones are still on their way; without
@@ -337,7 +229,7 @@ async function openUrls(id, args, op = "open_url") {
     }
     reply(id, (await call(op, {...args, probes})).envelope);
   } catch (error) {
-    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+    reply(id, failure("WorkerError", error));
   } finally {
     await Promise.all(urls.map((url) => probing.get(url)));   // none still writing to `heads`
     for (const url of urls) {
@@ -347,17 +239,13 @@ async function openUrls(id, args, op = "open_url") {
   }
 }
 
-// A Hugging Face model (`org/model[@rev]`, or its page's URL): Python (web/hub.py) says which
-// /resolve/ URLs to try; the index (small JSON) is fetched whole and names the shards, else the
+// A Hugging Face model (`org/model[@rev]`, or its page's URL): Python (web/hub.py hub_plan, asked by
+// the page when the name was typed, once) says which /resolve/ URLs to try; the index (small JSON) is fetched whole and names the shards, else the
 // single model.safetensors (or the file the user pointed at) is the model; a config.json beside
 // it gives top-k. Then the files open as any URLs do. Only the Hub the page names is contacted.
-async function openHub(id, args) {
-  const fail = (message) => reply(id, {ok: false, error: {kind: "UsageError", message}});
+async function openHub(id, {plan}) {
+  const fail = (message) => reply(id, failure("UsageError", message));
   try {
-    const planned = (await call("hub_plan", args)).envelope;
-    if (!planned.ok) return reply(id, planned);
-    const plan = planned.result;
-    if (!plan) return fail(`${args.text} is not a Hugging Face model name or URL`);
     let urls = null;
     if (plan.index) {
       const response = await fetch(plan.index, {cache: "no-store"}).catch(() => null);
@@ -374,7 +262,7 @@ async function openHub(id, args) {
     const config = (await probe(plan.config)).status === 206 ? plan.config : null;
     return await openUrls(id, {urls, config});
   } catch (error) {
-    reply(id, {ok: false, error: {kind: "WorkerError", message: String(error && error.message || error)}});
+    reply(id, failure("WorkerError", error));
   }
 }
 
@@ -461,7 +349,6 @@ async function saveSnapshot(bytes) {
 // would also leave JavaScript references the snapshot cannot hold). The file is written again
 // after a restore: the snapshot holds the imported modules and sys.path, not the file system.
 // Fetched once the runtime's own files have been asked for, while the runtime starts.
-const LIBRARY = "/lib/tensorloupe.whl";
 let wheelBytes = null;
 function fetchWheel() {
   wheelBytes = fetch(new URL(`./${WHEEL}`, import.meta.url)).then(async (response) => {
@@ -473,22 +360,12 @@ function fetchWheel() {
 
 async function installWheel() {
   if (!wheelBytes) fetchWheel();
-  pyodide.FS.writeFile(LIBRARY, await wheelBytes);
-  pyodide.runPython(`
-import sys
-if "${LIBRARY}" not in sys.path:
-    sys.path.insert(0, "${LIBRARY}")
-`);
+  addLibrary(pyodide, await wheelBytes);
 }
 
 // The interpreter, with `extra` options; the wheel is fetched once the runtime's files are asked for.
 async function startRuntime(loadPyodide, extra) {
-  const started = loadPyodide({
-    indexURL: new URL("./pyodide/", import.meta.url).href,
-    stdout: (text) => console.log(text),
-    stderr: (text) => console.warn(text),
-    ...extra,
-  });
+  const started = loadPyodide(runtimeOptions(extra));
   if (!wheelBytes) setTimeout(fetchWheel);   // after loadPyodide's own requests (microtasks)
   return await started;
 }
@@ -521,7 +398,7 @@ async function boot() {
         pyodide = await startRuntime(loadPyodide, {_loadSnapshot: saved});
         timings.boot = "snapshot";
       } catch (error) {
-        console.warn(`the stored snapshot did not restore (${error && error.message || error}): booting from scratch`);
+        console.warn(`the stored snapshot did not restore (${messageOf(error)}): booting from scratch`);
         pyodide = null;
       }
     }
@@ -540,7 +417,7 @@ async function boot() {
     schedule();
     if (!queue.length) idle();
   } catch (error) {
-    self.postMessage({type: "fatal", message: `Python could not start: ${error && error.message || error}`});
+    self.postMessage({type: "fatal", message: `Python could not start: ${messageOf(error)}`});
   }
 }
 
@@ -593,7 +470,7 @@ async function makeSnapshot() {
     const snapshot = pyodide.makeMemorySnapshot();
     self.postMessage({type: "snapshot", stored: await saveSnapshot(snapshot), bytes: snapshot.byteLength});
   } catch (error) {
-    self.postMessage({type: "snapshot", stored: false, error: String(error && error.message || error)});
+    self.postMessage({type: "snapshot", stored: false, error: messageOf(error)});
   }
 }
 

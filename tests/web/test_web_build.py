@@ -17,8 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 APP_FILES = ("app.js", "axes.js", "busy.js", "canvas.js", "compute.mjs", "dom.js", "experts.js", "format.js", "heatmap.js",
              "histogram.js", "index.html", "input.js", "layer.js", "manifest.webmanifest", "model.js",
-             "moecharts.js", "moegrid.js", "offline.js", "outline.js", "pair.js", "panels.js", "slicer.js", "style.css",
-             "summary.js", "sw.js", "tensor.js", "tree.js", "worker-client.js", "worker.mjs")
+             "moecharts.js", "moegrid.js", "offline.js", "outline.js", "pair.js", "panels.js", "reads.mjs", "runtime.mjs", "slicer.js",
+             "style.css",
+             "summary.js", "sw.js", "tensor.js", "tree.js", "urls.mjs", "worker-client.js", "worker.mjs")
 
 
 def get(url: str, headers: dict | None = None):
