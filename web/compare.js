@@ -13,7 +13,7 @@ import {ComparePair} from "./comparepair.js";
 
 export const id = "compare";
 export const title = "Compare";
-const DEFAULT_SAMPLES = 16384;       // tensorloupe.compare.DEFAULT_SAMPLES, as `diff` samples
+const DEFAULT_SAMPLES = 16384;       // tensorloupe.comparison.DEFAULT_SAMPLES, as `diff` samples
 const CATEGORIES = {only_in_a: "only in A", only_in_b: "only in B", unreadable: "unreadable",
                     shape_changed: "shape changed", byte_identical: "byte identical",
                     same_values: "same values", values_differ: "values differ"};

@@ -1,5 +1,5 @@
 // The second Python of the expert analysis (tensorloupe/web/offload.py: why): a Pyodide of its
-// own that measures a layer (tensorloupe.redundancy.measure_bytes) while the main worker goes on
+// own that measures a layer (tensorloupe.moe.redundancy.measure_bytes) while the main worker goes on
 // with the next ones. Started by worker.mjs when an analysis first runs; it never sees a file,
 // only the bytes of the layers it is sent.
 //

@@ -1,5 +1,5 @@
 // The Experts tab (a view module, panels.js): the map of the MoE structure (moegrid.js), then the
-// redundancy analysis (tensorloupe.redundancy, run in the worker): what it will read, said before
+// redundancy analysis (tensorloupe.moe.redundancy, run in the worker): what it will read, said before
 // it runs; the run, with progress and Cancel; the threshold; every layer's verdict in one table
 // (readable for 32 layers of 64 experts); a layer picker for the detailed view of one layer
 // (layer.js) and two experts' weights side by side (pair.js).
@@ -10,7 +10,7 @@ import {JobRun} from "./jobrun.js";
 import {LayerView, braces, swatch} from "./layer.js";
 import {renderMoE} from "./moegrid.js";
 
-const DEFAULT_THRESHOLD = 0.9;       // tensorloupe.redundancy.DEFAULT_THRESHOLD
+const DEFAULT_THRESHOLD = 0.9;       // tensorloupe.moe.redundancy.DEFAULT_THRESHOLD
 
 export const id = "moe";
 export const title = "Experts";

@@ -1,4 +1,4 @@
-// The Tensor tab's histogram of the sampled values (tensorloupe.sample.histogram), bars tinted
+// The Tensor tab's histogram of the sampled values (tensorloupe.sampler.sampling.histogram), bars tinted
 // with the heatmap's palette, with a log-count toggle and a readout of the bin under the pointer.
 
 import {hidpi} from "./canvas.js";

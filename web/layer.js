@@ -1,6 +1,6 @@
 // One analysed MoE layer in detail: the experts x experts similarity matrix (click a cell: the two
 // experts side by side, pair.js), its near-duplicate clusters, the recommendation lines exactly
-// as tensorloupe.redundancy words them, and the bar chart of the experts' scores.
+// as tensorloupe.moe.redundancy words them, and the bar chart of the experts' scores.
 
 import {PairView} from "./pair.js";
 import {drawColorbar} from "./canvas.js";

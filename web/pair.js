@@ -1,6 +1,6 @@
 // Two experts of one layer side by side: the same matrix of each (a picker chooses which) as
 // heatmaps on one colour scale, so that equal weights look equal, and their difference.
-// Pixels come from the worker (tensorloupe.redundancy.expert_tensor -> grid -> colormap); for
+// Pixels come from the worker (tensorloupe.moe.redundancy.expert_tensor -> grid -> colormap); for
 // stacked experts the matrix is that expert's slice of the stacked tensor. The panes are drawn
 // as comparepair.js's (heatpair.js).
 

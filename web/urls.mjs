@@ -39,7 +39,7 @@ export async function probe(url) {
   }
 }
 
-const HEAD_BYTES = 1 << 16;   // = tensorloupe.source.HEAD_BYTES
+const HEAD_BYTES = 1 << 16;   // = tensorloupe.source.remote.HEAD_BYTES
 const JSON_BYTES = 16 << 20;  // transformers' indexes: a few MB for the largest models
 export const isJson = (url) => new URL(url).pathname.toLowerCase().endsWith(".json");
 
