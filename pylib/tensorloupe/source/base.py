@@ -182,7 +182,10 @@ class FileSource(ByteSource):
         OPEN_FILES.close(self)
 
     def __del__(self):
-        OPEN_FILES.close(self)
+        try:
+            OPEN_FILES.close(self)
+        except Exception:   # at interpreter exit the module's globals may already be gone
+            pass
 
 
 class SliceSource(ByteSource):
