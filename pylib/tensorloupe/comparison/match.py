@@ -9,7 +9,7 @@ comparison reads the SAME element positions of both files without copying or reo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import namemap
 from ..model import Checkpoint, Tensor
@@ -48,8 +48,9 @@ def expert_slice(t: Tensor, expert: int) -> Tensor | None:
     if per % info.block_elems:
         return None
     nbytes = per // info.block_elems * info.block_bytes
-    return Tensor(f"{t.name}[{expert}]", t.dtype, tuple(t.shape[1:]), t.offset + expert * nbytes, nbytes,
-                  t.source, None, t.big_endian, t.problem, dict(t.info))
+    return replace(t, name=f"{t.name}[{expert}]", shape=tuple(t.shape[1:]),
+                   offset=t.offset + expert * nbytes, nbytes=nbytes, strides=None,
+                   info=dict(t.info))
 
 
 def match(a: Checkpoint, b: Checkpoint) -> tuple[list[Pair], str | None]:
