@@ -246,10 +246,15 @@ def run_inspect(args) -> int:
             arch_report.print_block(block)
             print()
             report.print_inspect(ckpt)
-        dangerous = (ckpt.extras.get("safety") or {}).get("dangerous") or []
+        safety = ckpt.extras.get("safety") or {}
+        dangerous = safety.get("dangerous") or []
         if args.strict and dangerous:
             print(f"tensorloupe: {ckpt.name}: --strict: the pickle names {len(dangerous)} dangerous "
                   f"global(s): {', '.join(dangerous)}", file=sys.stderr)
+            return EXIT_DANGEROUS
+        if args.strict and safety.get("torch_reading"):
+            print(f"tensorloupe: {ckpt.name}: --strict: torch.load reads these bytes as another "
+                  f"file: {safety['torch_reading']['format']}", file=sys.stderr)
             return EXIT_DANGEROUS
         if args.strict and errors:
             print(f"tensorloupe: {ckpt.name}: --strict: the checkpoint is incomplete: "

@@ -15,6 +15,10 @@ import zlib
 class TensorloupeError(Exception):
     """Base of every error tensorloupe raises on purpose."""
 
+    # the dangerous globals a pickle named before this error stopped it: a real unpickler has
+    # already run them by then (set by unpickling/machine.py; see formats/pytorch/loadpath.py)
+    dangerous: tuple = ()
+
     def __init__(self, message: str, *, file: str | None = None, format: str | None = None,
                  offset: int | None = None, expected: object = None, found: object = None):
         super().__init__(message)

@@ -70,18 +70,51 @@ HTML_START = (b"<!doctype html", b"<html", b"<?xml", b"<head", b"<body")
 def read(source: ByteSource) -> Checkpoint:
     head = source.read(0, min(HEAD_BYTES, source.size))
     _refuse_impostors(source, head)
+    path = _torch_path(source, head)
     for entry in READERS:
         reader = entry.load()
-        if reader.sniff(head, source.size, source.name):
-            return reader.read(source)
+        if _takes(reader, path, head, source):
+            return _checked(source, head, path, reader.read(source))
     extension = os.path.splitext(source.name)[1].lower()
     for entry in READERS:
         if extension in entry.extensions:
             # Nothing matched, but the name says what it should be: let that reader say what is wrong.
-            return entry.load().read(source)
+            return _checked(source, head, path, entry.load().read(source))
     raise UnknownFormatError(
         f"this is not a checkpoint tensorloupe can read ({', '.join(EXTENSIONS)})",
         file=source.name, found=f"first bytes {head[:16].hex(' ')}")
+
+
+def _torch_path(source: ByteSource, head: bytes) -> str:
+    """The path torch.load takes through the file (formats/pytorch/loadpath.py). A name ending
+    in .safetensors is that module's first rule, decided here so that such a file imports
+    nothing of torch's readers."""
+    if source.name.endswith(".safetensors"):
+        return "safetensors"
+    from ..formats.pytorch import loadpath
+    return loadpath.path_of(source, head)
+
+
+def _checked(source: ByteSource, head: bytes, path: str, shown: Checkpoint) -> Checkpoint:
+    if path == "safetensors":
+        return shown
+    from ..formats.pytorch import loadpath
+    return loadpath.checked(source, head, path, shown)
+
+
+def _takes(reader: ModuleType, path: str, head: bytes, source: ByteSource) -> bool:
+    """Whether `reader` reads this file. safetensors and GGUF go by their signature (and are
+    then checked against what torch.load makes of the bytes); torch's own formats go as torch.load
+    takes the file: a tar is what tarfile opens, whatever its magic or first member's name, and
+    a file torch unpickles from byte 0 is legacy/pickle even if it starts like a tar."""
+    if path == "safetensors":
+        return reader.sniff(head, source.size, source.name)
+    from ..formats.pytorch import loadpath
+    follows = loadpath.FOLLOWS.get(reader.FORMAT)
+    if follows is None:
+        return reader.sniff(head, source.size, source.name)
+    return follows == path and (path != loadpath.PICKLE or
+                                reader.sniff(head, source.size, source.name))
 
 
 def _refuse_impostors(source: ByteSource, head: bytes) -> None:

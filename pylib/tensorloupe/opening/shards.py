@@ -319,9 +319,15 @@ def _merge_safety(parts: list[Checkpoint]) -> dict:
         notes += [f"{p.name}: {n}" for n in safety.get("notes", ())]
         for op, n in safety.get("opcodes", {}).items():
             opcodes[op] = opcodes.get(op, 0) + n
-    return {"globals": list(globals_.values()),
-            "dangerous": [n for n, g in globals_.items() if g["verdict"] == "dangerous"],
-            "calls": calls, "notes": notes, "opcodes": dict(sorted(opcodes.items()))}
+    merged = {"globals": list(globals_.values()),
+              "dangerous": [n for n, g in globals_.items() if g["verdict"] == "dangerous"],
+              "calls": calls, "notes": notes, "opcodes": dict(sorted(opcodes.items()))}
+    # a part torch.load takes for another file (formats/pytorch/loadpath.py): the first one
+    readings = [dict(p.extras["safety"]["torch_reading"], file=p.name) for p in parts
+                if "torch_reading" in p.extras.get("safety", {})]
+    if readings:
+        merged["torch_reading"] = readings[0]
+    return merged
 
 
 def _by_part_name(parts: list[Checkpoint], warnings: list[str]):

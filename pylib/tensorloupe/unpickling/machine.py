@@ -132,6 +132,7 @@ class _Machine:
         dangerous = [name for name, standin in self.globals.items() if standin.verdict == "dangerous"]
         if dangerous:
             error.message += f" (before that it named dangerous globals: {', '.join(dangerous)})"
+            error.dangerous = dangerous
         raise error
 
     def nesting_error(self) -> LimitError:

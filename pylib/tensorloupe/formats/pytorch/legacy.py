@@ -25,6 +25,7 @@ from ...model import Checkpoint
 from ...source import ByteSource
 from .common import checkpoint, load_pickle, storage_loader
 from .allowlist import TORCH_DTYPES
+from .safety import with_danger
 from ...unpickling.objects import LIMITS, shown
 
 FORMAT = "pytorch-legacy"
@@ -79,26 +80,36 @@ class _Pickles:
 
     def __init__(self, source: ByteSource):
         self.error = ErrorFactory(source.name, FORMAT)
-        _growing(source, self._parse)
+        self.parsed: list = []    # the pickles read so far: what torch has run when it fails
+        try:
+            _growing(source, self._parse)
+        except TensorloupeError as e:
+            raise with_danger(e, self.parsed)
 
     def _parse(self, data: bytes) -> None:
-        magic = load_pickle(data, None)
+        self.parsed = []
+        magic = self._load(data, None)
         if type(magic.value) is not int or magic.value != MAGIC_NUMBER:
             raise NotLegacy(magic)
-        version = load_pickle(data, None, start=magic.end)
+        version = self._load(data, None, start=magic.end)
         if version.value != PROTOCOL_VERSION:
             raise self.error(FormatError, "unknown legacy serialization version", offset=magic.end,
                               expected=PROTOCOL_VERSION, found=shown(version.value))
-        sys_info = load_pickle(data, None, start=version.end)
+        sys_info = self._load(data, None, start=version.end)
         self.loader = storage_loader(legacy=True)
-        self.main = load_pickle(data, self.loader, start=sys_info.end)
-        keys = load_pickle(data, None, start=self.main.end)
+        self.main = self._load(data, self.loader, start=sys_info.end)
+        keys = self._load(data, None, start=self.main.end)
         if not isinstance(keys.value, list) or not all(isinstance(k, str) for k in keys.value):
             raise self.error(FormatError, "the storage key list is not a list of strings",
                              offset=self.main.end)
         self.pickles = [magic, version, sys_info, self.main, keys]
         self.sys_info = sys_info.value if isinstance(sys_info.value, dict) else {}
         self.keys, self.storage_start = keys.value, keys.end
+
+    def _load(self, data: bytes, persistent_load, start: int = 0):
+        result = load_pickle(data, persistent_load, start=start)
+        self.parsed.append(result)
+        return result
 
 
 def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list[str]]:
@@ -141,13 +152,15 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
 
 
 def read(source: ByteSource) -> Checkpoint:
+    pickles = None
     try:
         pickles = _Pickles(source)
         offsets, warnings = _layout(source, pickles)
     except NotLegacy as e:
         return _plain_pickle(source, e.first, "does not start with torch's legacy magic number")
     except TensorloupeError as e:
-        raise e.located(file=source.name, format=FORMAT)
+        raise with_danger(e, pickles.pickles if pickles else []).located(
+            file=source.name, format=FORMAT)
 
     def locate(ref):
         if ref.key not in offsets:
@@ -175,7 +188,10 @@ def read_leading_pickle(source: ByteSource, why: str) -> Checkpoint:
         error = ErrorFactory(source.name, FORMAT)
         raise error(type(e), f"the file {why}, so torch.load unpickles its first bytes, and they "
                     f"are no pickle tensorloupe can read: {e.message}", offset=e.offset) from e
-    offsets, warnings = _layout(source, pickles)
+    try:
+        offsets, warnings = _layout(source, pickles)
+    except TensorloupeError as e:
+        raise with_danger(e, pickles.pickles)
     return checkpoint(FORMAT, source, pickles.main.value, pickles.pickles,
                       lambda ref: (None, offsets[ref.key], ref.nbytes, None)
                       if ref.key in offsets else (None, 0, 0, "its storage is not in the file"),

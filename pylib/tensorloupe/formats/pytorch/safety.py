@@ -133,3 +133,15 @@ def safety_warnings(safety: dict) -> list[str]:
                         + " (torch.load(weights_only=False) would run them; tensorloupe never does)")
     warnings += [f"SAFETY: {note}" for note in safety.get("notes", ())]
     return warnings
+
+
+def with_danger(error, pickles: list[Unpickled]):
+    """`error`, saying which dangerous globals the pickles read before it name: torch.load reads
+    those pickles first too, so by the time it fails the same way it has run them."""
+    dangerous = [name for result in pickles for name, standin in result.globals.items()
+                 if standin.verdict == "dangerous"]
+    if dangerous and not error.dangerous:
+        error.message += ("; the pickles torch.load(weights_only=False) reads up to here name "
+                          f"dangerous globals it would already have run: {', '.join(dangerous)}")
+        error.dangerous = tuple(dangerous)
+    return error

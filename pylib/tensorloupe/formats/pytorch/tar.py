@@ -23,7 +23,7 @@ from ...model import Checkpoint
 from ...source import ByteSource
 from ...unpickling.objects import LIMITS, shown
 from .common import checkpoint, load_pickle
-from .safety import segment
+from .safety import segment, with_danger
 from .members import CappedFile
 from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 
@@ -171,6 +171,7 @@ class _Reader:
 
 
 def read(source: ByteSource) -> Checkpoint:
+    reader = None
     try:
         reader = _Reader(source)
         storages, offsets = reader.storages()
@@ -184,12 +185,14 @@ def read(source: ByteSource) -> Checkpoint:
         position, end = reader.member("pickle")
         main, _ = reader.pickle_at(position, end, persistent_load, last=True)
     except TensorloupeError as e:
-        raise e.located(file=source.name, format=FORMAT)
+        raise with_danger(e, reader.pickles if reader else []).located(
+            file=source.name, format=FORMAT)
     except LOW_LEVEL_ERRORS as e:
         # never str(e): a KeyError holds a pickle value (a 5,000-digit int, a deep tuple)
         detail = shown(e.args[0]) if len(e.args) == 1 else ""
-        raise ErrorFactory(source.name, FORMAT)(
-            FormatError, f"malformed tar checkpoint: {type(e).__name__} {detail}".rstrip()) from e
+        raise with_danger(ErrorFactory(source.name, FORMAT)(
+            FormatError, f"malformed tar checkpoint: {type(e).__name__} {detail}".rstrip()),
+            reader.pickles if reader else []) from e
 
     def locate(ref):
         return None, offsets[ref.key], ref.nbytes, None
