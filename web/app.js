@@ -372,10 +372,52 @@ renderFiles();
 busy.render();
 // `?url=<url>` (repeatable: shards) opens that checkpoint instead of the demo
 // (`python3 build.py serve FILE` prints such an address).
+// A link may name another server (or a Hub mirror, ?hub=): it prefills the URL box, but nothing
+// is requested from another origin than the page's until the user confirms, shown the host.
 const startUrls = new URLSearchParams(location.search).getAll("url").filter(Boolean);
 if (startUrls.length) {
   $("url-input").value = startUrls.join("\n");
-  openUrls(startUrls);
+  openLinked(startUrls);
 } else {
   openEntry(DEMO);
+}
+
+async function openLinked(texts) {
+  const origins = await originsOf(texts);
+  if (!origins.length) return openUrls(texts);
+  const hosts = origins.map((origin) => origin === "null" ? "a non-web address" : new URL(origin).host);
+  const mirror = HUB && texts.length === 1 && origins[0] === new URL(HUB, location.href).origin;
+  $("link-confirm-text").textContent = `This link asks to read ${texts.length === 1 ? "a checkpoint" : `${texts.length} files`} `
+    + `from ${hosts.join(", ")}${mirror ? " (a Hugging Face mirror named by the link, not huggingface.co)" : ""}, `
+    + "another server than this page's. Nothing has been requested from it yet.";
+  $("link-confirm-open").textContent = `Read from ${hosts[0]}`;
+  $("link-confirm").hidden = false;
+  const confirmed = await new Promise((resolve) => {
+    $("link-confirm-open").onclick = () => resolve(true);
+    $("link-confirm-cancel").onclick = () => resolve(false);
+  });
+  $("link-confirm").hidden = true;
+  if (confirmed) openUrls(texts);
+  else openEntry(DEMO);     // the URLs stay in the box, to open or edit
+}
+
+// The origins other than the page's that opening `texts` would contact (a Hub shortcut: the
+// Hub's or the mirror's; hub_plan is Python's plan of the URLs, no request).
+async function originsOf(texts) {
+  let urls = texts;
+  if (texts.length === 1) {
+    const {result: plan} = await request("hub_plan", {text: texts[0], hub: HUB}, {quiet: true})
+      .catch(() => ({result: null}));
+    if (plan) urls = [plan.single || plan.index];
+  }
+  const origins = new Set();
+  for (const text of urls) {
+    try {
+      origins.add(new URL(text, location.href).origin);
+    } catch {
+      // not a URL: openUrls says so, and contacts nothing
+    }
+  }
+  origins.delete(location.origin);
+  return [...origins];
 }

@@ -148,3 +148,59 @@ def test_the_url_box_takes_one_url_per_line(hub_page, hub):
     page.press("#url-input", "Enter")
     app.wait_model("model-{00001,00003}-of-00003.safetensors", before)
     assert "part 2 of 3 (model-00002-of-00003.safetensors) is missing" in page.inner_text("#warnings")
+
+
+def _origin(url: str) -> str:
+    return f"{urlsplit(url).scheme}://{urlsplit(url).netloc}"
+
+
+def test_a_link_to_a_mirror_asks_before_any_request_and_shows_the_mirror(page_factory, server, hub):
+    """?hub=<other host>&url=org/model in a link: the URL box is filled and the host is shown,
+    but neither the page nor the worker contacts that host before the user confirms."""
+    base, log = hub
+    log.clear()
+    context, app, requests, errors = page_factory(
+        f"{server}?hub={urllib.parse.quote(base)}&url={urllib.parse.quote(REPO)}")
+    try:
+        page = app.page
+        page.goto(app.base_url)
+        app.wait_python()
+        page.wait_for_selector("#link-confirm:not([hidden])", timeout=STEP_TIMEOUT_MS)
+        text = page.inner_text("#link-confirm-text")
+        host = urlsplit(base).netloc
+        assert host in text and "mirror" in text and "Nothing has been requested" in text
+        assert page.input_value("#url-input") == REPO
+        page.wait_for_timeout(500)          # nothing goes out while the question waits
+        assert log == [] and not [u for u in requests.urls if _origin(u) == base]
+        before = app.opened()
+        page.click("#link-confirm-open")
+        app.wait_model(SET, before)
+        assert log and page.is_hidden("#link-confirm")
+        assert host in page.inner_text("#file-list")               # listed as the mirror's
+    finally:
+        context.close()
+    assert not errors
+
+
+@pytest.mark.parametrize("target", ["{hub}/x/model.safetensors", "//{host}/x/model.safetensors",
+                                    "http://169.254.169.254/latest/meta-data"])
+def test_a_link_to_another_server_is_not_fetched_when_cancelled(page_factory, server, hub, target):
+    base, log = hub
+    log.clear()
+    url = target.format(hub=base, host=urlsplit(base).netloc)
+    context, app, requests, errors = page_factory(f"{server}?url={urllib.parse.quote(url)}")
+    try:
+        page = app.page
+        page.goto(app.base_url)
+        app.wait_python()
+        page.wait_for_selector("#link-confirm:not([hidden])", timeout=STEP_TIMEOUT_MS)
+        asked = urlsplit(urllib.parse.urljoin(server, url)).netloc
+        assert asked in page.inner_text("#link-confirm-text")
+        page.click("#link-confirm-cancel")
+        app.wait_model("demo-moe.safetensors")                     # the demo instead
+        assert page.input_value("#url-input") == url                # kept, to edit or open
+        assert log == []
+        assert not [u for u in requests.urls if urlsplit(u).netloc == asked]
+    finally:
+        context.close()
+    assert not errors
