@@ -33,6 +33,7 @@ import io
 import json
 import multiprocessing
 import os
+import re
 import resource
 import sys
 import threading
@@ -43,10 +44,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "pylib"))
+sys.path.insert(0, str(HERE.parent / "fixtures"))   # the polyglot seeds (polyglot_files.py)
 
 from fuzz_inputs import FORMATS, Corpus  # noqa: E402
 
 PROGRESS_EVERY = 200
+# What may not reach a terminal raw (issue 25): C0 controls but newline, DEL, C1, bidi overrides
+# and isolates, and the line/paragraph separators.
+RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                         "\u2066-\u2069\u2028\u2029\ud800-\udfff]")
 PACKAGE = os.sep + "tensorloupe" + os.sep
 
 
@@ -61,8 +67,12 @@ def exercise(files: list[tuple[str, bytes]]) -> None:
     sources = [MemorySource(data, name) for name, data in files]
     ckpt = detect.read(sources[0]) if len(sources) == 1 else shards.open_all(sources)
     json.dumps(report.inspect_json(ckpt))
-    with contextlib.redirect_stdout(io.StringIO()):
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
         report.print_inspect(ckpt)
+    raw = RAW_CONTROL.search(text.getvalue())
+    if raw:     # a string from the file reached the terminal unescaped (display.escaped missed it)
+        raise AssertionError(f"raw control character {raw.group()!r} in the text report")
     for t in [t for t in ckpt.tensors if t.problem is None][:3]:
         sample(t, 64).histogram()          # the stats line and histogram the page shows first
         values(t, 0, 4)

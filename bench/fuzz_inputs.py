@@ -15,8 +15,8 @@ import struct
 from pathlib import Path
 
 from fuzz_mutators import (HUGE_TEXT, ST_DTYPES, _emit, _members, _raw_json, bytes_edit,
-                           mutate_gguf_fields, mutate_safetensors_json, mutate_tar, mutate_zip,
-                           pickle_spans, splice_pickle)
+                           mutate_gguf_fields, mutate_polyglot, mutate_safetensors_json, mutate_tar,
+                           mutate_zip, pickle_spans, splice_pickle)
 
 
 
@@ -172,6 +172,14 @@ class Corpus:
                 if not path.exists():
                     raise SystemExit(f"{path} is missing: run `python fixtures/make.py` first")
                 self.seeds.append((name, path.read_bytes()))
+        elif fmt == "polyglot":
+            import polyglot_files as pf
+            # not gguf_pickle.gguf: its 22,016 forced tensors make every input a 2 s open (the
+            # fewest a GGUF that unpickles can have); tests/test_polyglot.py reads it
+            self.seeds = [(n, blob()) for n, blob in (
+                ("safetensors_pickle.bin", pf.safetensors_pickle),
+                ("tar_pickle_name.pt", pf.tar_pickle_name), ("tar_no_magic.pt", pf.tar_no_magic),
+                ("tar_count_call.pt", pf.tar_count_call), ("legacy_bad_keys.pt", pf.legacy_bad_keys))]
         else:
             raise SystemExit(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
         self._prepare()
@@ -198,6 +206,11 @@ class Corpus:
                 self.parsed.append((name, data, position, spans))
         elif self.fmt == "safetensors":
             self.donors = [files[0][1] for files in self.seeds]
+        elif self.fmt == "polyglot":
+            import hostile_files
+            import polyglot_files as pf
+            self.donors = [pf.PAYLOAD, hostile_files.evil_pickle(), hostile_files.benign(),
+                           pf.evil_main(), pf.clean_main()]
         else:
             self.donors = [data for files, _ in self.seeds for _, data in files]
 
@@ -272,4 +285,8 @@ class Corpus:
         return [(name, bytes_edit(rng, data, self.donors))]
 
 
-FORMATS = ("safetensors", "gguf", "split", "pytorch-zip", "pytorch-legacy")
+    def _polyglot(self, rng):
+        return [mutate_polyglot(rng, self.seeds, self.donors)]
+
+
+FORMATS = ("safetensors", "gguf", "split", "pytorch-zip", "pytorch-legacy", "polyglot")

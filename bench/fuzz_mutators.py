@@ -229,3 +229,34 @@ def bytes_edit(rng: random.Random, data: bytes, donors: list[bytes]) -> bytes:
         else:
             out[at:at] = out[at:at + rng.randint(1, 16)] * rng.randint(1, 8)
     return bytes(out)
+
+
+# --- polyglots: bytes valid for two readers (fixtures/polyglot_files.py's tricks, re-made) -----
+
+POLYGLOT_NAMES = ("model.bin", "model.pt", "model.safetensors", "model.gguf", "model.pkl", "x")
+
+
+def mutate_polyglot(rng: random.Random, seeds: list[tuple[str, bytes]], payloads: list[bytes]) -> tuple[str, bytes]:
+    """A polyglot re-made around another payload (a donor pickle, spliced), a seed polyglot with
+    byte edits, or either under another name (the name decides torch.load's path)."""
+    import polyglot_files as pf
+    op = rng.randrange(4)
+    payload = rng.choice(payloads)
+    if rng.random() < 0.5:
+        spans, _ = pickle_spans(payload)
+        payload = splice_pickle(rng, payload, spans, payloads)
+    if op == 0:     # safetensors whose 'V' line ends at the header's last byte
+        entry = {"p": {"dtype": "U8", "shape": [len(payload)], "data_offsets": [0, len(payload)]}}
+        text = json.dumps(entry, separators=(",", ":"))
+        header = text.ljust(0x55).encode()[:0x55] + b"\n"
+        name, data = "model.bin", struct.pack("<Q", 0x56) + header + payload
+    elif op == 1:   # a tar whose first member's name is a pickle, then torch's members
+        members = pf._torch_tar_members(rng.choice((pf.evil_main(), pf.clean_main(), payload)))
+        first = payload[:rng.choice((4, 20, 99))].decode("latin-1")
+        name, data = "model.pt", pf._tar([(first, b"")] + members, v7=rng.random() < 0.3)
+    else:
+        name, data = rng.choice(seeds)
+        data = bytes_edit(rng, data, payloads)
+    if rng.random() < 0.3:
+        name = rng.choice(POLYGLOT_NAMES)
+    return name, data
