@@ -111,6 +111,12 @@ def print_inspect(ckpt: Checkpoint) -> None:
         print_safety(safety)
     if ckpt.extras.get("training"):
         print_training(ckpt.extras["training"])
+    objects = (ckpt.extras.get("dcp") or {}).get("objects")
+    if objects:   # a DCP folder's items that are not tensors (formats/pytorch/distcp.py)
+        print("\nObjects (DCP items that are not tensors)")
+        for fqn, item in objects.items():
+            shown = f"cannot be read: {item['problem']}" if "problem" in item else short(item["value"])
+            print(f"  {escaped(fqn)}: {escaped(shown)}")
     if ckpt.warnings:
         print("\nWarnings")
         for w in ckpt.warnings:

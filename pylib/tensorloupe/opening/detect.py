@@ -30,6 +30,11 @@ def _gguf():
     return reader
 
 
+def _torch_dcp():
+    from ..formats.pytorch import distcp
+    return distcp
+
+
 def _torch_zip():
     from ..formats.pytorch import zipped
     return zipped
@@ -56,6 +61,8 @@ class Reader(NamedTuple):
 READERS = (
     Reader(_safetensors, (".safetensors",)),
     Reader(_gguf, (".gguf",)),
+    # torch.distributed.checkpoint: known by name (a .distcp starts like a torch ZIP), so first
+    Reader(_torch_dcp, (".distcp",)),
     Reader(_torch_zip, (".pt", ".pth", ".bin", ".ckpt", ".jit")),   # .jit: TorchScript archives
     Reader(_torch_legacy, (".pkl", ".pickle")),   # plain pickles: read for their safety report
     Reader(_torch_tar, ()),          # shares .pt/.pth/... with the ZIP format: found by content only

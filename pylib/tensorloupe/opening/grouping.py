@@ -11,6 +11,8 @@ A file's name puts it in one of four kinds:
     goes with the one checkpoint of its folder, which opens as the model plus its training
     state; in a folder without exactly one model, such a file is what its name says otherwise
     (a model file by its extension, or nothing);
+  - a torch.distributed.checkpoint folder's files (`.metadata` and `__R_S.distcp`): one set
+    per folder, which opens as one checkpoint (the .metadata says what the data files hold);
   - a model file: any extension a reader takes (detect.EXTENSIONS);
   - anything else (README.md, .gitattributes): not a checkpoint.
 The CLI's folder targets (targets.py) and the page's file list (web/files.py) both group with
@@ -25,14 +27,16 @@ from .beside import CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from .detect import EXTENSIONS
 from .shards import PART_NAME
 from .training import is_part as is_training_part
+from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_dcp_file
 
 # A shard set's index, by the extension of the shards it names: transformers writes
 # model.safetensors.index.json, and (4.x, safe_serialization=False) pytorch_model.bin.index.json.
 INDEX_SUFFIXES = {".safetensors.index.json": "safetensors", ".bin.index.json": "bin"}
 BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
 
-PART, INDEX, ALONGSIDE, TRAINING, MODEL, OTHER = ("part", "index", "beside", "training", "model",
-                                                   "other")
+PART, INDEX, ALONGSIDE, TRAINING, DCP, MODEL, OTHER = (
+    "part", "index", "beside", "training", "dcp", "model", "other")
+DCP_SET = (METADATA_NAME, DATA_EXTENSION.lstrip("."))     # a DCP folder's set key (stem, ext)
 
 Item = TypeVar("Item")
 
@@ -52,6 +56,8 @@ def is_index_name(name: str) -> bool:
 
 def kind_of(name: str) -> str:
     lower = name.lower()
+    if is_dcp_file(name):
+        return DCP
     if PART_NAME.match(name):
         return PART
     if is_index_name(name):
@@ -93,6 +99,8 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
         if kind == PART:
             m = PART_NAME.match(item_name)
             sets.setdefault((directory(item), m["stem"], m["ext"]), []).append(item)
+        elif kind == DCP:
+            sets.setdefault((directory(item), *DCP_SET), []).append(item)
         elif kind == INDEX:
             sets.setdefault((directory(item), *index_of(item_name)), []).append(item)
         elif kind == MODEL or (kind == OTHER and listed(item)):
@@ -101,7 +109,10 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
     for (folder, stem, ext), members in sets.items():
         counts = sorted({int(m["count"]) for m in map(PART_NAME.match, map(name, members)) if m})
         members = sorted(members, key=name)
-        if len(members) == 1:
+        if (stem, ext) == DCP_SET:
+            data = sum(1 for m in members if name(m) != METADATA_NAME)
+            label = f"{METADATA_NAME} + {data} {DATA_EXTENSION} (torch.distributed.checkpoint)"
+        elif len(members) == 1:
             label = name(members[0])
         elif len(counts) == 1:
             label = f"{stem}-*-of-{counts[0]:05d}.{ext}"
@@ -112,7 +123,7 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
     groups += [Group(directory(s), name(s), [s], False, position[id(s)]) for s in singles]
     for folder, files in state.items():
         models = [i for i, g in enumerate(groups) if g.directory == folder
-                  and kind_of(name(g.members[0])) in (PART, INDEX, MODEL)]
+                  and kind_of(name(g.members[0])) in (PART, INDEX, DCP, MODEL)]
         files = sorted(files, key=name)
         if len(models) == 1:
             g = groups[models[0]]

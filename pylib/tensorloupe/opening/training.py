@@ -24,7 +24,6 @@ import math
 import re
 from typing import NamedTuple
 
-from ..dtypes import lookup
 from ..errors import FormatError, LimitError, TensorloupeError
 from ..model import Checkpoint
 from ..source import ByteSource

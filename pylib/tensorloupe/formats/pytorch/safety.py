@@ -133,3 +133,4 @@ def safety_warnings(safety: dict) -> list[str]:
                         + " (torch.load(weights_only=False) would run them; tensorloupe never does)")
     warnings += [f"SAFETY: {note}" for note in safety.get("notes", ())]
     return warnings
+
