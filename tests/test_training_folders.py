@@ -202,6 +202,29 @@ def test_the_page_and_the_cli_group_the_folder_alike(folders):
         [(p["file"], p["kind"], p["summary"]) for p in doc["extras"]["training"]["parts"]]
 
 
+def test_a_trainer_folder_with_pytorch_model_bin_counts_the_tied_head_once(folders):
+    from transformers import AutoModelForCausalLM
+    folder = folders["trainer_bin_checkpoint"]
+    ckpt = tensorloupe.open(str(folder))
+    live = AutoModelForCausalLM.from_pretrained(folders["trainer_checkpoint"])
+    assert ckpt.format == "pytorch-zip" and ckpt.files == ["pytorch_model.bin"]
+    want = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    assert [t.name for t in ckpt.tensors] == list(want)       # lm_head.weight is stored too
+    for t in ckpt.tensors:
+        assert tensorloupe.values(t, 0, t.numel) == want[t.name].flatten().tolist(), t.name
+    # ...viewing the embedding's storage: the model's parameters count it once, as
+    # model.parameters() does (the file header's "parameters" counts values stored: 106,816)
+    doc = json.loads(cli("inspect", "--json", folder).stdout)
+    counted = doc["architecture"]["parameters"]
+    assert counted["total"] == live_parameters(live) == 90_432
+    assert (counted["tied"]["example"], counted["tied"]["parameters"]) == ("lm_head.weight", 16_384)
+    assert "Parameters  90,432" in cli("inspect", folder).stdout
+    assert [(p["file"], p["kind"]) for p in ckpt.extras["training"]["parts"]] == TRAINER_PARTS
+    names = {g["name"] for g in ckpt.extras["safety"]["globals"]}
+    assert "torch._utils._rebuild_tensor_v2" in names        # the model's own pickle is there too
+    assert cli("inspect", "--strict", folder).returncode == 4  # training_args.bin
+
+
 # --- accelerate's save_state ------------------------------------------------------------------------
 
 def test_the_accelerate_folder_opens_as_its_model_and_state(folders):
