@@ -202,6 +202,7 @@ function render(container, summary, io) {
 // one row per file, as `tensorloupe inspect` prints it: none of it counts as parameters.
 function trainingCard(training) {
   const values = (c) => `${grouped(c.values)} values (${bytes(c.bytes)})`;
+  const num = (v) => (typeof v === "number" && !Number.isInteger(v) ? String(Number(v.toPrecision(6))) : String(v));
   const line = (summary) => {
     if (summary.groups) {
       const moments = Object.entries(summary.moments).map(([k, c]) => `${k} ${values(c)}`).join(", ");
@@ -212,7 +213,7 @@ function trainingCard(training) {
     if (summary.log_history) {
       const facts = ["global_step", "max_steps", "epoch"].filter((k) => k in summary).map((k) => `${k} ${summary[k]}`);
       const losses = summary.log_history.filter((e) => "loss" in e);
-      if (losses.length) facts.push(`loss ${losses[0].loss} (step ${losses[0].step}) → ${losses.at(-1).loss} (step ${losses.at(-1).step})`);
+      if (losses.length) facts.push(`loss ${num(losses[0].loss)} (step ${losses[0].step}) → ${num(losses.at(-1).loss)} (step ${losses.at(-1).step})`);
       return facts.join(", ");
     }
     const state = Object.entries(summary.state || {});
@@ -227,13 +228,13 @@ function trainingCard(training) {
           .map((k) => `${k} ${JSON.stringify(g.hyperparameters[k])}`).join(", "));
     }
     if (summary.fields) return [Object.entries(summary.fields).map(([k, v]) => `${k} ${JSON.stringify(v)}`).join(", ")];
-    if (summary.log_history) return summary.log_history.map((e) => Object.entries(e).map(([k, v]) => `${k} ${v}`).join(", "));
+    if (summary.log_history) return summary.log_history.map((e) => Object.entries(e).map(([k, v]) => `${k} ${num(v)}`).join(", "));
     return [];
   };
   const rows = training.parts.map((p) => {
     const dangerous = p.safety ? (p.safety.dangerous || []) : [];
     const safety = !p.safety ? "" : dangerous.length
-      ? `${dangerous.length} dangerous: ${dangerous.join(", ")}` : `${(p.safety.globals || []).length} globals, none dangerous`;
+      ? `${dangerous.length} dangerous` : `${(p.safety.globals || []).length} globals, none dangerous`;
     const more = p.summary ? details(p.summary) : [];
     return el("tr", {dataset: {file: p.file, kind: p.kind, dangerous: String(dangerous.length)},
                      class: dangerous.length ? "verdict-dangerous" : ""},
@@ -245,7 +246,8 @@ function trainingCard(training) {
         el("span", {text: p.error ? `cannot be read: ${p.error}` : line(p.summary)}),
         more.length ? el("ul", {class: "training-details"}, more.map((m) => el("li", {text: m}))) : null),
       el("td", {class: "training-safety"}, p.safety
-        ? el("span", {class: `badge ${dangerous.length ? "dangerous" : "allowed"}`, text: safety}) : null));
+        ? el("span", {class: `badge ${dangerous.length ? "dangerous" : "allowed"}`, text: safety}) : null,
+        dangerous.length ? el("ul", {class: "training-dangerous"}, dangerous.map((g) => el("li", {}, el("code", {text: g})))) : null));
   });
   return el("section", {class: "card", id: "training", dataset: {kind: training.kind}},
     el("h3", {text: `Training state · ${training.kind}`}),
