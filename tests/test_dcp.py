@@ -191,3 +191,22 @@ def test_cli_and_page_agree_on_the_folder(folders):
     result, _ = s.handle("open", {"paths": entries[0]["paths"]})
     assert result["parameters"] == doc["parameters"]
     assert result["tensor_count"] == doc["tensor_count"] == 6
+
+
+def test_random_corruption_of_the_metadata_raises_only_our_errors(folders, tmp_path):
+    import random
+    from tensorloupe.errors import TensorloupeError
+    folder = tmp_path / "d"
+    shutil.copytree(folders["dcp_sharded"], folder)
+    original = (folder / ".metadata").read_bytes()
+    rng = random.Random(20261203)
+    for _ in range(300):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        cut = rng.choice([len(data), rng.randrange(1, len(data))])
+        (folder / ".metadata").write_bytes(bytes(data[:cut]))
+        try:
+            tensorloupe.open(str(folder)).close()
+        except TensorloupeError:
+            pass

@@ -200,7 +200,7 @@ def _training_line(kind: str, summary: dict) -> str:
     if "fields" in summary:
         return f"{summary['class']} ({summary['field_count']} fields)"
     if "log_history" in summary:
-        facts = [f"{k} {summary[k]}" for k in ("global_step", "max_steps", "epoch") if k in summary]
+        facts = [f"{k} {short(summary[k])}" for k in ("global_step", "max_steps", "epoch") if k in summary]
         losses = [e for e in summary["log_history"] if "loss" in e]
         if losses:
             facts.append(f"loss {losses[0]['loss']:.6g} (step {losses[0].get('step', '?')}) -> "

@@ -191,7 +191,10 @@ def _tensor_entry(fqn: str, entry: Marker, error):
     except TypeError as e:
         raise error(f"the dtype of {fqn!r} is not a torch dtype") from e
     chunks = []
-    for chunk in fields.get("chunks") or ():
+    listed = fields.get("chunks")
+    if type(listed) is not list:
+        raise error(f"the chunks of {fqn!r} are not a list", found=type(listed).__name__)
+    for chunk in listed:
         if type(chunk) is not Marker or chunk.name != CLASS["ChunkStorageMetadata"]:
             raise error(f"a chunk of {fqn!r} is not a ChunkStorageMetadata")
         c = _fields(chunk)
