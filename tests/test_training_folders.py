@@ -179,6 +179,10 @@ def test_a_training_file_alone_is_still_the_file_it_is(folders):
     alone = tensorloupe.open(str(folder / "optimizer.pt"))
     assert alone.format == "pytorch-zip" and "training" not in alone.extras
     assert alone.extras["optimizer"]["group_count"] == 2
+    assert alone.warnings == ["this is the optimizer of a training run (transformers Trainer), "
+                              "not a model: its values are training state; open its folder to "
+                              "see it beside the model"]
+    assert not any("this is the" in w for w in tensorloupe.open(str(folder)).warnings)
     done = cli("inspect", folder / "trainer_state.json")
     assert done.returncode == 2 and "trainer state of a training checkpoint" in done.stderr
 

@@ -14,6 +14,7 @@ from typing import Callable, NamedTuple
 from ..errors import UnknownFormatError
 from ..model import Checkpoint
 from ..source import ByteSource
+from . import training
 
 HEAD_BYTES = 1024
 
@@ -80,15 +81,27 @@ def read(source: ByteSource) -> Checkpoint:
     for entry in READERS:
         reader = entry.load()
         if reader.sniff(head, source.size, source.name):
-            return reader.read(source)
+            return _part_of(reader.read(source))
     extension = os.path.splitext(source.name)[1].lower()
     for entry in READERS:
         if extension in entry.extensions:
             # Nothing matched, but the name says what it should be: let that reader say what is wrong.
-            return entry.load().read(source)
+            return _part_of(entry.load().read(source))
     raise UnknownFormatError(
         f"this is not a checkpoint tensorloupe can read ({', '.join(EXTENSIONS)})",
         file=source.name, found=f"first bytes {head[:16].hex(' ')}")
+
+
+def _part_of(ckpt: Checkpoint) -> Checkpoint:
+    """A training run's file read by itself says what it is part of (training.py's names)."""
+    found = training.match(training.basename(ckpt.name))
+    if found is not None:
+        kind, whose = found
+        said = (f"this is the {kind} of a training run ({whose or 'a training checkpoint'}), not "
+                "a model: its values are training state; open its folder to see it beside the model")
+        ckpt.warnings.append(said)
+        ckpt.extras["part_of"] = {"kind": kind, "of": whose, "warning": said}
+    return ckpt
 
 
 def _refuse_impostors(source: ByteSource, head: bytes) -> None:

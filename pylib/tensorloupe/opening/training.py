@@ -84,17 +84,17 @@ def match(name: str) -> tuple[str, str | None] | None:
 
 
 def is_part(name: str) -> bool:
-    return match(_basename(name)) is not None
+    return match(basename(name)) is not None
 
 
 def is_json_part(name: str) -> bool:
-    found = match(_basename(name))
+    found = match(basename(name))
     return found is not None and found[0] in JSON_KINDS
 
 
 def read_json(source: ByteSource) -> Part:
     """trainer_state.json, parsed (bounded); its errors are the part's."""
-    name = _basename(source.name)
+    name = basename(source.name)
     try:
         if source.size > MAX_STATE_BYTES:
             raise LimitError(f"{name} is too large", file=name, expected=f"at most "
@@ -117,7 +117,7 @@ def read_json(source: ByteSource) -> Part:
 
 def part_of(source: ByteSource, read) -> Part:
     """A training file read: `read(source)` gives its Checkpoint, or a Part already (JSON)."""
-    name = _basename(source.name)
+    name = basename(source.name)
     try:
         got = read(source)
     except TensorloupeError as e:
@@ -140,7 +140,8 @@ def report(parts: list[Part]) -> tuple[dict, list[str]]:
         elif p.checkpoint is not None:
             entry.update(format=p.checkpoint.format, summary=_pickled(p),
                          safety=p.checkpoint.extras.get("safety"))
-            warnings += [f"{p.name}: {w}" for w in p.checkpoint.warnings]
+            alone = (p.checkpoint.extras.pop("part_of", None) or {}).get("warning")
+            warnings += [f"{p.name}: {w}" for w in p.checkpoint.warnings if w != alone]
         else:
             entry.update(format="json", summary=_trainer_state(p.data))
         out.append(entry)
@@ -241,5 +242,5 @@ def _trainer_state(data: dict) -> dict:
     return out
 
 
-def _basename(name: str) -> str:
+def basename(name: str) -> str:
     return name.replace("\\", "/").rsplit("/", 1)[-1]
