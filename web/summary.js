@@ -165,6 +165,10 @@ function render(container, summary, io) {
     container.append(safetyReport(extras.safety));
     delete extras.safety;
   }
+  if (extras.training) {
+    container.append(trainingCard(extras.training));
+    delete extras.training;
+  }
   container.append(...architectureCards(summary, ctx.request));
   container.append(section("Parameters by dtype", el("table", {class: "dtypes"},
     el("thead", {}, el("tr", {}, el("th", {text: "dtype"}), el("th", {class: "num", text: "parameters"}),
@@ -192,6 +196,66 @@ function render(container, summary, io) {
   }
   const rest = Object.entries(extras).filter(([, v]) => v !== null && v !== undefined && !(typeof v === "object" && !Object.keys(v).length));
   if (rest.length) container.append(section("Format details", table(rest)));
+}
+
+// A training run's state beside the model (tensorloupe.opening.training: extras["training"]),
+// one row per file, as `tensorloupe inspect` prints it: none of it counts as parameters.
+function trainingCard(training) {
+  const values = (c) => `${grouped(c.values)} values (${bytes(c.bytes)})`;
+  const num = (v) => (typeof v === "number" && !Number.isInteger(v) ? String(Number(v.toPrecision(6))) : String(v));
+  const line = (summary) => {
+    if (summary.groups) {
+      const moments = Object.entries(summary.moments).map(([k, c]) => `${k} ${values(c)}`).join(", ");
+      return `${summary.group_count} parameter groups, ${grouped(summary.params)} parameters (${grouped(summary.params_with_state)} with state); ${moments || "no moments"}`;
+    }
+    if (summary.generators) return `generators: ${summary.generators.join(", ")}`;
+    if (summary.fields) return `${summary.class} (${summary.field_count} fields)`;
+    if (summary.log_history) {
+      const facts = ["global_step", "max_steps", "epoch"].filter((k) => k in summary).map((k) => `${k} ${summary[k]}`);
+      const losses = summary.log_history.filter((e) => "loss" in e);
+      if (losses.length) facts.push(`loss ${num(losses[0].loss)} (step ${losses[0].step}) → ${num(losses.at(-1).loss)} (step ${losses.at(-1).step})`);
+      return facts.join(", ");
+    }
+    const state = Object.entries(summary.state || {});
+    return state.length ? state.map(([k, v]) => `${k} ${JSON.stringify(v)}`).join(", ")
+      : `${summary.stored.tensors} tensors, ${values(summary.stored)}`;
+  };
+  const details = (summary) => {
+    if (summary.groups) {
+      return summary.groups.map((g, i) => `group ${i}: ${grouped(g.params)} parameters, step ${g.step}; ` +
+        Object.entries(g.moments).map(([k, c]) => `${k} ${c.tensors} tensors ${values(c)}`).join(", ") + "; " +
+        ["lr", "initial_lr", "weight_decay", "betas", "eps"].filter((k) => k in g.hyperparameters)
+          .map((k) => `${k} ${JSON.stringify(g.hyperparameters[k])}`).join(", "));
+    }
+    if (summary.fields) return [Object.entries(summary.fields).map(([k, v]) => `${k} ${JSON.stringify(v)}`).join(", ")];
+    if (summary.log_history) return summary.log_history.map((e) => Object.entries(e).map(([k, v]) => `${k} ${num(v)}`).join(", "));
+    return [];
+  };
+  const rows = training.parts.map((p) => {
+    const dangerous = p.safety ? (p.safety.dangerous || []) : [];
+    const safety = !p.safety ? "" : dangerous.length
+      ? `${dangerous.length} dangerous` : `${(p.safety.globals || []).length} globals, none dangerous`;
+    const more = p.summary ? details(p.summary) : [];
+    return el("tr", {dataset: {file: p.file, kind: p.kind, dangerous: String(dangerous.length)},
+                     class: dangerous.length ? "verdict-dangerous" : ""},
+      el("td", {text: p.kind}),
+      el("td", {}, el("code", {text: p.file})),
+      el("td", {text: p.format || "?"}),
+      el("td", {class: "num", text: bytes(p.size)}),
+      el("td", {class: "training-summary"},
+        el("span", {text: p.error ? `cannot be read: ${p.error}` : line(p.summary)}),
+        more.length ? el("ul", {class: "training-details"}, more.map((m) => el("li", {text: m}))) : null),
+      el("td", {class: "training-safety"}, p.safety
+        ? el("span", {class: `badge ${dangerous.length ? "dangerous" : "allowed"}`, text: safety}) : null,
+        dangerous.length ? el("ul", {class: "training-dangerous"}, dangerous.map((g) => el("li", {}, el("code", {text: g})))) : null));
+  });
+  return el("section", {class: "card", id: "training", dataset: {kind: training.kind}},
+    el("h3", {text: `Training state · ${training.kind}`}),
+    el("p", {class: "muted", text: `${training.parts.length} files beside the model; none of their values is counted as a parameter.`}),
+    el("table", {class: "training"},
+      el("thead", {}, el("tr", {}, ...["part", "file", "format", "size", "what it holds", "pickle safety"]
+        .map((h) => el("th", {text: h})))),
+      el("tbody", {}, rows)));
 }
 
 function ioDetail(io) {

@@ -109,6 +109,14 @@ def print_inspect(ckpt: Checkpoint) -> None:
     safety = ckpt.extras.get("safety")
     if safety:
         print_safety(safety)
+    if ckpt.extras.get("training"):
+        print_training(ckpt.extras["training"])
+    objects = (ckpt.extras.get("dcp") or {}).get("objects")
+    if objects:   # a DCP folder's items that are not tensors (formats/pytorch/distcp.py)
+        print("\nObjects (DCP items that are not tensors)")
+        for fqn, item in objects.items():
+            shown = f"cannot be read: {item['problem']}" if "problem" in item else short(item["value"])
+            print(f"  {escaped(fqn)}: {escaped(shown)}")
     if ckpt.warnings:
         print("\nWarnings")
         for w in ckpt.warnings:
@@ -141,6 +149,8 @@ def print_safety(safety: dict) -> None:
     for g in safety.get("globals", []):
         mark = "DANGEROUS" if g["verdict"] == "dangerous" else g["verdict"]
         reason = f"  ({g['reason']})" if g.get("reason") else ""
+        if g["verdict"] == "dangerous" and g.get("files"):   # a set's report: which file names it
+            reason += f"  in {', '.join(g['files'])}"
         print(f"  {mark:<10} {escaped(g['name'])}  ×{g.get('count', 1)}{escaped(reason)}")
     for call in safety.get("calls", []):
         args = ", ".join(json.dumps(a, ensure_ascii=False) for a in call.get("args", []))
@@ -150,6 +160,75 @@ def print_safety(safety: dict) -> None:
         print(f"  This file names {len(safety['dangerous'])} dangerous global(s): "
               f"{escaped(', '.join(safety['dangerous']))}. torch.load(weights_only=False) would run them "
               "(names outside the allow-list: may run them).")
+
+
+def print_training(training: dict) -> None:
+    """A training run's state beside the model (opening/training.py's extras["training"])."""
+    parts = training["parts"]
+    print(f"\nTraining state: {training['kind']} ({len(parts)} files beside the model; none of "
+          "their values is counted as a parameter)")
+    width = max(len(p["kind"]) for p in parts)
+    for p in parts:
+        head = f"  {p['kind']:<{width}}  {escaped(p['file'])}  {p.get('format') or '?'}  " \
+               f"{human_bytes(p['size'])}"
+        if "error" in p:
+            print(f"{head}  cannot be read: {escaped(p['error'])}")
+            continue
+        summary = p["summary"]
+        print(f"{head}  {escaped(_training_line(p['kind'], summary))}")
+        for line in _training_details(p["kind"], summary):
+            print(f"    {escaped(line)}")
+        safety = p.get("safety")
+        if safety is not None:
+            dangerous = safety.get("dangerous") or []
+            print(f"    safety: {len(safety.get('globals', []))} globals"
+                  + (f", {len(dangerous)} DANGEROUS: {escaped(', '.join(dangerous))}" if dangerous
+                     else ", none dangerous"))
+
+
+def _values(count: dict) -> str:
+    return f"{count['values']:,} values ({human_bytes(count['bytes'])})"
+
+
+def _training_line(kind: str, summary: dict) -> str:
+    if "groups" in summary:
+        moments = ", ".join(f"{k} {_values(c)}" for k, c in summary["moments"].items())
+        return (f"{summary['group_count']} parameter groups, {summary['params']:,} parameters "
+                f"({summary['params_with_state']:,} with state); {moments or 'no moments'}")
+    if "generators" in summary:
+        return "generators: " + ", ".join(summary["generators"])
+    if "fields" in summary:
+        return f"{summary['class']} ({summary['field_count']} fields)"
+    if "log_history" in summary:
+        facts = [f"{k} {short(summary[k])}" for k in ("global_step", "max_steps", "epoch") if k in summary]
+        losses = [e for e in summary["log_history"] if "loss" in e]
+        if losses:
+            facts.append(f"loss {losses[0]['loss']:.6g} (step {losses[0].get('step', '?')}) -> "
+                         f"{losses[-1]['loss']:.6g} (step {losses[-1].get('step', '?')})")
+        return ", ".join(facts)
+    state = summary.get("state") or {}
+    return ", ".join(f"{k} {short(v)}" for k, v in state.items()) or \
+        f"{summary['stored']['tensors']} tensors, {_values(summary['stored'])}"
+
+
+def _training_details(kind: str, summary: dict) -> list[str]:
+    if "groups" in summary:
+        return [f"group {i}: {g['params']:,} parameters, step {g['step']}; "
+                + ", ".join(f"{k} {c['tensors']} tensors {_values(c)}" for k, c in g["moments"].items())
+                + "; " + ", ".join(f"{k} {short(v)}" for k, v in g["hyperparameters"].items()
+                                   if k in ("lr", "initial_lr", "weight_decay", "betas", "eps"))
+                for i, g in enumerate(summary["groups"])]
+    if "fields" in summary:
+        return [", ".join(f"{k} {short(v)}" for k, v in summary["fields"].items())]
+    if "log_history" in summary:
+        return ["log: " + "; ".join(", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
+                                              for k, v in e.items())
+                                    for e in summary["log_history"][:MAX_LOG_SHOWN])] \
+            if summary["log_history"] else []
+    return []
+
+
+MAX_LOG_SHOWN = 20
 
 
 def _fmt(v) -> str:

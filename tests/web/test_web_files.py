@@ -44,9 +44,11 @@ def test_a_folder_lists_only_what_can_be_a_checkpoint():
     got = entries("/m/README.md", "/m/config.json", "/m/model-00001-of-00002.safetensors",
                   "/m/model-00002-of-00002.safetensors", "/m/tokenizer.json", "/m/.cache/x.bin",
                   "/m/training_args.bin", "/m/sub/other.gguf", folder=True)
-    assert got == [("set", "model-*-of-00002.safetensors",
-                    ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"], "/mnt/1/m/config.json"),
-                   ("file", "training_args.bin", ["training_args.bin"], "/mnt/1/m/config.json"),
+    # training_args.bin is the training state of the folder's one model: it goes with it
+    # (opening/training.py); the set opens as the model plus its training state
+    assert got == [("set", "model-*-of-00002.safetensors + training state",
+                    ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                     "training_args.bin"], "/mnt/1/m/config.json"),
                    ("file", "other.gguf", ["other.gguf"], None)]    # another folder: not its config
 
 

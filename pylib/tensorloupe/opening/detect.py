@@ -14,6 +14,7 @@ from typing import Callable, NamedTuple
 from ..errors import UnknownFormatError
 from ..model import Checkpoint
 from ..source import ByteSource
+from . import training
 
 HEAD_BYTES = 1024
 
@@ -28,6 +29,11 @@ def _safetensors():
 def _gguf():
     from ..formats.gguf import reader
     return reader
+
+
+def _torch_dcp():
+    from ..formats.pytorch import distcp
+    return distcp
 
 
 def _torch_zip():
@@ -56,6 +62,8 @@ class Reader(NamedTuple):
 READERS = (
     Reader(_safetensors, (".safetensors",)),
     Reader(_gguf, (".gguf",)),
+    # torch.distributed.checkpoint: known by name (a .distcp starts like a torch ZIP), so first
+    Reader(_torch_dcp, (".distcp",)),
     Reader(_torch_zip, (".pt", ".pth", ".bin", ".ckpt", ".jit")),   # .jit: TorchScript archives
     Reader(_torch_legacy, (".pkl", ".pickle")),   # plain pickles: read for their safety report
     Reader(_torch_tar, ()),          # shares .pt/.pth/... with the ZIP format: found by content only
@@ -74,12 +82,12 @@ def read(source: ByteSource) -> Checkpoint:
     for entry in READERS:
         reader = entry.load()
         if _takes(reader, path, head, source):
-            return _checked(source, head, path, reader.read(source))
+            return _part_of(_checked(source, head, path, reader.read(source)))
     extension = os.path.splitext(source.name)[1].lower()
     for entry in READERS:
         if extension in entry.extensions:
             # Nothing matched, but the name says what it should be: let that reader say what is wrong.
-            return _checked(source, head, path, entry.load().read(source))
+            return _part_of(_checked(source, head, path, entry.load().read(source)))
     raise UnknownFormatError(
         f"this is not a checkpoint tensorloupe can read ({', '.join(EXTENSIONS)})",
         file=source.name, found=f"first bytes {head[:16].hex(' ')}")
@@ -115,6 +123,18 @@ def _takes(reader: ModuleType, path: str, head: bytes, source: ByteSource) -> bo
         return reader.sniff(head, source.size, source.name)
     return follows == path and (path != loadpath.PICKLE or
                                 reader.sniff(head, source.size, source.name))
+
+
+def _part_of(ckpt: Checkpoint) -> Checkpoint:
+    """A training run's file read by itself says what it is part of (training.py's names)."""
+    found = training.match(training.basename(ckpt.name))
+    if found is not None:
+        kind, whose = found
+        said = (f"this is the {kind} of a training run ({whose or 'a training checkpoint'}), not "
+                "a model: its values are training state; open its folder to see it beside the model")
+        ckpt.warnings.append(said)
+        ckpt.extras["part_of"] = {"kind": kind, "of": whose, "warning": said}
+    return ckpt
 
 
 def _refuse_impostors(source: ByteSource, head: bytes) -> None:

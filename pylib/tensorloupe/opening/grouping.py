@@ -6,6 +6,13 @@ A file's name puts it in one of four kinds:
     `pytorch_model.bin.index.json`); the set is keyed by folder, stem and extension;
   - a file beside a model (`config.json`, `tokenizer.json`, `tokenizer_config.json`), which goes
     with the checkpoint of its folder and is not one itself;
+  - a training run's state beside its model (training.py's FILES: optimizer.pt, scheduler.pt,
+    rng_state.pth, training_args.bin, trainer_state.json; accelerate's optimizer.bin, ...): it
+    goes with the one checkpoint of its folder, which opens as the model plus its training
+    state; in a folder without exactly one model, such a file is what its name says otherwise
+    (a model file by its extension, or nothing);
+  - a torch.distributed.checkpoint folder's files (`.metadata` and `__R_S.distcp`): one set
+    per folder, which opens as one checkpoint (the .metadata says what the data files hold);
   - a model file: any extension a reader takes (detect.EXTENSIONS);
   - anything else (README.md, .gitattributes): not a checkpoint.
 The CLI's folder targets (targets.py) and the page's file list (web/files.py) both group with
@@ -19,13 +26,17 @@ from typing import Callable, Generic, NamedTuple, TypeVar
 from .beside import CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from .detect import EXTENSIONS
 from .shards import PART_NAME
+from .training import is_part as is_training_part
+from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_dcp_file
 
 # A shard set's index, by the extension of the shards it names: transformers writes
 # model.safetensors.index.json, and (4.x, safe_serialization=False) pytorch_model.bin.index.json.
 INDEX_SUFFIXES = {".safetensors.index.json": "safetensors", ".bin.index.json": "bin"}
 BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
 
-PART, INDEX, ALONGSIDE, MODEL, OTHER = "part", "index", "beside", "model", "other"
+PART, INDEX, ALONGSIDE, TRAINING, DCP, MODEL, OTHER = (
+    "part", "index", "beside", "training", "dcp", "model", "other")
+DCP_SET = (METADATA_NAME, DATA_EXTENSION.lstrip("."))     # a DCP folder's set key (stem, ext)
 
 Item = TypeVar("Item")
 
@@ -45,20 +56,25 @@ def is_index_name(name: str) -> bool:
 
 def kind_of(name: str) -> str:
     lower = name.lower()
+    if is_dcp_file(name):
+        return DCP
     if PART_NAME.match(name):
         return PART
     if is_index_name(name):
         return INDEX
     if name in BESIDE:
         return ALONGSIDE
+    if is_training_part(name):
+        return TRAINING
     if lower.endswith(EXTENSIONS):
         return MODEL
     return OTHER
 
 
 class Group(NamedTuple, Generic[Item]):
-    """One checkpoint: its files (sorted by name), the set's name pattern or the file's name, and
-    whether it is a set of parts (one part alone is a set too: its missing parts get named)."""
+    """One checkpoint: its files (sorted by name; a training run's state after the model's),
+    the set's name pattern or the file's name, and whether it is a set of parts (one part alone
+    is a set too: its missing parts get named)."""
     directory: str
     name: str
     members: list
@@ -74,11 +90,17 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
     sets: dict[tuple, list] = {}
     singles: list = []
     position = {id(item): i for i, item in enumerate(items)}
+    state: dict[str, list] = {}
     for item in items:
         item_name, kind = name(item), kind_of(name(item))
+        if kind == TRAINING:
+            state.setdefault(directory(item), []).append(item)
+            continue
         if kind == PART:
             m = PART_NAME.match(item_name)
             sets.setdefault((directory(item), m["stem"], m["ext"]), []).append(item)
+        elif kind == DCP:
+            sets.setdefault((directory(item), *DCP_SET), []).append(item)
         elif kind == INDEX:
             sets.setdefault((directory(item), *index_of(item_name)), []).append(item)
         elif kind == MODEL or (kind == OTHER and listed(item)):
@@ -87,7 +109,10 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
     for (folder, stem, ext), members in sets.items():
         counts = sorted({int(m["count"]) for m in map(PART_NAME.match, map(name, members)) if m})
         members = sorted(members, key=name)
-        if len(members) == 1:
+        if (stem, ext) == DCP_SET:
+            data = sum(1 for m in members if name(m) != METADATA_NAME)
+            label = f"{METADATA_NAME} + {data} {DATA_EXTENSION} (torch.distributed.checkpoint)"
+        elif len(members) == 1:
             label = name(members[0])
         elif len(counts) == 1:
             label = f"{stem}-*-of-{counts[0]:05d}.{ext}"
@@ -96,4 +121,16 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
         groups.append(Group(folder, label, members, True,
                             min(position[id(m)] for m in members)))
     groups += [Group(directory(s), name(s), [s], False, position[id(s)]) for s in singles]
+    for folder, files in state.items():
+        models = [i for i, g in enumerate(groups) if g.directory == folder
+                  and kind_of(name(g.members[0])) in (PART, INDEX, DCP, MODEL)]
+        files = sorted(files, key=name)
+        if len(models) == 1:
+            g = groups[models[0]]
+            groups[models[0]] = g._replace(
+                name=f"{g.name} + training state", members=g.members + files,
+                first=min(g.first, *(position[id(f)] for f in files)))
+        else:   # no one model to go with: each file is what its name says without the rule
+            groups += [Group(folder, name(f), [f], False, position[id(f)]) for f in files
+                       if name(f).lower().endswith(EXTENSIONS) or listed(f)]
     return sorted(groups, key=lambda g: g.first)

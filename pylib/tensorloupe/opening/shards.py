@@ -36,13 +36,15 @@ import re
 from operator import attrgetter
 from typing import Callable, NamedTuple
 
-from . import detect
+from . import detect, training
 from ..errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError,
                       UsageError)
 from ..model import Checkpoint, Tensor
 from .parallel import MAX_WORKERS, map_parallel
 from ..source import ByteSource, is_url
 from ..formats import safetensors
+from ..formats import multifile as dcpnames   # DCP file names
+from ..formats.multifile import merge_reports
 
 PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors|bin)$")
 # Any .json among the files given is read as an index (its weight_map names the parts).
@@ -61,9 +63,19 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
     (the page reads each shard's header as it arrives) passes its own."""
     if not sources:
         raise UsageError("no files were given")
-    indexes = [s for s in sources if is_index(s.name)]
-    files = [s for s in sources if not is_index(s.name)]
+    if any(dcpnames.is_member(s.name) for s in sources):
+        return _open_dcp(sources)
+    # A training run's files beside the model (opening/training.py) are its training state.
+    state = [s for s in sources if training.is_part(s.name)]
+    files = [s for s in sources if not is_index(s.name) and s not in state]
+    indexes = [s for s in sources if is_index(s.name) and s not in state]
     try:
+        if state and not files and not indexes:   # training files alone: each is what it is
+            files, state = [s for s in state if not training.is_json_part(s.name)], []
+            if not files:
+                raise UsageError("this is the trainer state of a training checkpoint, not a "
+                                 "model: open its folder (or the model file with it)",
+                                 file=sources[0].name)
         if not files:
             raise UsageError("only index files were given; add the checkpoint files",
                              file=indexes[0].name)
@@ -76,21 +88,75 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
         workers = MAX_WORKERS if any(s.root().waits for s in sources) else 1
         done = map_parallel(read or read_one, indexes + files, workers)
         indexes, parts = done[:len(indexes)], done[len(indexes):]
-        formats = sorted({p.format for p in parts})
-        if len(formats) > 1:
-            raise FormatError("the files are not shards of one checkpoint: they are of different "
-                              "formats", found=", ".join(f"{p.name} ({p.format})" for p in parts))
-        merger = MERGERS.get(formats[0])
-        if len(parts) == 1 and not indexes and not (merger and merger.is_part(parts[0])):
-            return parts[0]
-        if merger is None:
-            raise UnsupportedError(f"{formats[0]} files cannot be opened as shards of one "
-                                   "checkpoint", format=formats[0])
-        return merger.merge(parts, indexes)
+        if state:
+            return _with_training(_merge(parts, indexes),
+                                  [training.part_of(s, read or read_one) for s in state])
+        return _merge(parts, indexes)
     except BaseException:
         for source in sources:
             source.close()
         raise
+
+
+def _open_dcp(sources: list[ByteSource]) -> Checkpoint:
+    """A torch.distributed.checkpoint folder: its .metadata and the .distcp files given
+    (formats/pytorch/distcp.py); a .distcp without the .metadata is refused, naming it."""
+    # Imported here: the torch readers, which other sets never need.
+    from ..formats.pytorch import distcp
+    try:
+        metadata = [s for s in sources if distcp.is_metadata(s.name)]
+        others = [s for s in sources if not distcp.is_member(s.name)]
+        if others:
+            raise UsageError("the files are not all of one torch.distributed.checkpoint folder",
+                             found=", ".join(s.name for s in others[:3]))
+        if not metadata:
+            raise distcp.lone_data_file(sources[0].name)
+        if len(metadata) > 1:
+            raise UsageError(f"more than one {distcp.METADATA_NAME} was given")
+        data = {}
+        for s in sources:
+            if s is not metadata[0]:
+                name = _basename(s.name)
+                if name in data:
+                    raise UsageError("the same data file was given twice", file=name)
+                data[name] = s
+        return distcp.read_set(metadata[0], data)
+    except BaseException:
+        for source in sources:
+            source.close()
+        raise
+
+
+def _merge(parts: list, indexes: list) -> Checkpoint:
+    """The model the parts make: one file, or the set merged by its format's merger."""
+    formats = sorted({p.format for p in parts})
+    if len(formats) > 1:
+        raise FormatError("the files are not shards of one checkpoint: they are of different "
+                          "formats", found=", ".join(f"{p.name} ({p.format})" for p in parts))
+    merger = MERGERS.get(formats[0])
+    if len(parts) == 1 and not indexes and not (merger and merger.is_part(parts[0])):
+        return parts[0]
+    if merger is None:
+        raise UnsupportedError(f"{formats[0]} files cannot be opened as shards of one "
+                               "checkpoint", format=formats[0])
+    return merger.merge(parts, indexes)
+
+
+def _with_training(ckpt: Checkpoint, parts: list) -> Checkpoint:
+    """The model with its training state beside it (opening/training.py): extras["training"],
+    and one safety report over the model's pickles and every training pickle (each part keeps
+    its own too), so a dangerous global in any of them is named (and fails --strict)."""
+    try:
+        extras, warnings = training.report(parts)
+        ckpt.extras["training"] = extras
+        ckpt.warnings += warnings
+        pickled = training.safety_parts(parts)
+        if pickled:
+            ckpt.extras["safety"] = _merge_safety(
+                ([ckpt] if "safety" in ckpt.extras else []) + pickled)
+    finally:
+        training.close(parts)
+    return ckpt
 
 
 def open_each(targets: list, open_one: Callable[[object], ByteSource]) -> Checkpoint:
@@ -131,7 +197,12 @@ def is_index(name: str) -> bool:
 
 
 def read_one(source: ByteSource):
-    """A part's Checkpoint, or for an index a ReadIndex (its contents or the error reading it)."""
+    """A part's Checkpoint, or for an index a ReadIndex (its contents or the error reading it),
+    or for trainer_state.json its training.Part."""
+    if dcpnames.is_member(source.name):   # read together by _open_dcp, never one by one
+        return None
+    if training.is_json_part(source.name):
+        return training.read_json(source)
     if is_index(source.name):
         try:
             return ReadIndex(source.name, read_index(source), None)
@@ -303,31 +374,8 @@ def _merge_shards(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoi
 
 
 def _merge_safety(parts: list[Checkpoint]) -> dict:
-    """One safety report (formats/pytorch/safety.py's shape) for every part's pickle: globals
-    counted over the parts, every dangerous one named, each part's notes and calls kept with
-    its file name."""
-    globals_: dict[str, dict] = {}
-    calls, notes, opcodes = [], [], {}
-    for p in parts:
-        safety = p.extras.get("safety") or {}
-        for g in safety.get("globals", ()):
-            seen = globals_.setdefault(g["name"], dict(g, count=0))
-            seen["count"] += g["count"]
-            if g["verdict"] == "dangerous":
-                seen.update(verdict=g["verdict"], reason=g["reason"])
-        calls += [dict(c, file=p.name) for c in safety.get("calls", ())]
-        notes += [f"{p.name}: {n}" for n in safety.get("notes", ())]
-        for op, n in safety.get("opcodes", {}).items():
-            opcodes[op] = opcodes.get(op, 0) + n
-    merged = {"globals": list(globals_.values()),
-              "dangerous": [n for n, g in globals_.items() if g["verdict"] == "dangerous"],
-              "calls": calls, "notes": notes, "opcodes": dict(sorted(opcodes.items()))}
-    # a part torch.load takes for another file (formats/pytorch/loadpath.py): the first one
-    readings = [dict(p.extras["safety"]["torch_reading"], file=p.name) for p in parts
-                if "torch_reading" in p.extras.get("safety", {})]
-    if readings:
-        merged["torch_reading"] = readings[0]
-    return merged
+    """One safety report for every part's pickle (safety.merge_reports), each part by its name."""
+    return merge_reports([(p.name, p.extras.get("safety") or {}) for p in parts])
 
 
 def _by_part_name(parts: list[Checkpoint], warnings: list[str]):

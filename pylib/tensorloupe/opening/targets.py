@@ -18,7 +18,7 @@ from ..display import some_of
 from ..errors import UsageError
 from ..source import is_url, open_source
 from .detect import EXTENSIONS
-from .grouping import group, is_index_name
+from .grouping import METADATA_NAME, group, is_index_name
 from .shards import read_index
 
 
@@ -90,8 +90,9 @@ def _shards_of(index: str) -> list[str]:
 def _folder(folder: str) -> list[str]:
     """The one checkpoint a folder holds (grouping.py's rule, as the page lists a dropped folder):
     its index and shards, one set of parts, or one file."""
-    names = sorted(n for n in os.listdir(folder)
-                   if not n.startswith(".") and os.path.isfile(os.path.join(folder, n)))
+    names = sorted(n for n in os.listdir(folder)     # hidden files, but DCP's .metadata
+                   if (not n.startswith(".") or n == METADATA_NAME)
+                   and os.path.isfile(os.path.join(folder, n)))
     label = os.path.basename(os.path.normpath(folder)) or folder
     found = group(names, name=lambda n: n, directory=lambda n: "", listed=lambda n: False)
     if len(found) > 1:

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from ..errors import UsageError
 from ..opening.beside import CONFIG_NAME, MAX_CONFIG_BYTES, parse_object, read_bounded
-from ..opening.grouping import ALONGSIDE, group as checkpoints, kind_of
+from ..opening.grouping import ALONGSIDE, METADATA_NAME, group as checkpoints, kind_of
 from ..source import is_url
 from ..source.remote import url_name
 
@@ -84,6 +84,8 @@ def _visible_in_folder(rel: str) -> bool:
     """Inside a dropped folder: not hidden nor in a hidden folder (.git, .cache) under it (the
     dropped folder's own name, parts[0], may be anything)."""
     parts = [p for p in rel.split("/") if p]
+    if len(parts) > 1 and parts[-1] == METADATA_NAME:   # DCP's .metadata is no hidden file
+        parts = parts[:-1] + ["metadata"]
     return len(parts) > 1 and not any(p.startswith(".") for p in parts[1:])
 
 

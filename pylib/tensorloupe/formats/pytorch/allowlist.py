@@ -240,6 +240,21 @@ _ALLOWED_VALUES = {"numpy.ndarray", "torch.Tensor", "torch.nn.parameter.Paramete
     f"{module}.{name.removesuffix('Storage')}Tensor" for module in ("torch", "torch.cuda")
     for name in STORAGE_CLASSES}
 
+# torch.distributed.checkpoint's .metadata (formats/pytorch/distcp.py): DCP's own dataclasses,
+# pickled by NEWOBJ + BUILD (their fields as the BUILD state) and one enum called with its value.
+# They are read as data: each becomes an inert Marker holding its state, which distcp.py reads by
+# name; none is imported. torch itself reads .metadata with pickle.load (filesystem.py
+# read_metadata), not weights_only, so the reason says so rather than claim torch's allow-list.
+DCP_METADATA = "torch.distributed.checkpoint.metadata"
+DCP_CLASSES = frozenset(
+    [f"{DCP_METADATA}.{name}" for name in (
+        "Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata",
+        "BytesStorageMetadata", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")]
+    + ["torch.distributed.checkpoint.filesystem._StorageInfo"])
+DCP_REASON = ("torch.distributed.checkpoint's metadata dataclass, read as data by tensorloupe "
+              "(torch reads .metadata with pickle.load, which imports it)")
+
+
 def normalize(module: str, name: str) -> tuple[str, str]:
     """The module and name a real unpickler would import, after Python 2 renames (fix_imports)."""
     module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
@@ -252,6 +267,8 @@ def judge(module: str, name: str) -> tuple[str, str]:
     if full in _TENSOR_BUILDERS or full in _DATA_BUILDERS or full in _ALLOWED_VALUES or \
             _torch_value(full) is not None:
         return "allowed", "read as data by tensorloupe (torch's own allow-list has it)"
+    if full in DCP_CLASSES:
+        return "allowed", DCP_REASON
     return judge_other(module, name)
 
 

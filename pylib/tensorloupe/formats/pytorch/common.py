@@ -16,7 +16,7 @@ from typing import Callable
 from ...errors import FormatError, LimitError, TensorloupeError
 from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
-from . import allowlist
+from . import allowlist, trainstate
 from ...unpickling.objects import LIMITS, Limits, Marker, StandIn, shown
 from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
@@ -278,6 +278,7 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
         warnings.append(f"{len(problems) - MAX_PROBLEM_WARNINGS} more tensors cannot be read")
     extras = dict(extras or {}, safety=safety, prefix=prefix,
                   pickle={"protocol": pickles[-1].protocol if pickles else None})
+    extras.update(trainstate.summaries(root))   # an optimizer's state_dict, a dataclass
     metadata = rendered if type(root) is dict else {"root": rendered}
     return Checkpoint(fmt, source.name, source.size, tensors, metadata=metadata,
                       warnings=warnings, extras=extras, sources=[source])

@@ -73,6 +73,9 @@ INERT_NAMES: dict[str, str] = {
                      "datetime.timedelta", "datetime.timezone", "decimal.Decimal",
                      "fractions.Fraction", "uuid.UUID", "torch.serialization._get_layout"),
                     "a standard data class"),
+    # DCP's .metadata records its checkpoint_id as a path: building one reads no file
+    **dict.fromkeys(("pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePosixPath",
+                     "pathlib.PureWindowsPath"), "a path object (building it opens no file)"),
     **dict.fromkeys(("copyreg.__newobj__", "copyreg.__newobj_ex__"),
                     "creates an instance of a class the pickle names (judged on its own)"),
 }

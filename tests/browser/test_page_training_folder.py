@@ -1,0 +1,55 @@
+"""A transformers Trainer checkpoint-2/ folder (fixtures/training_files.py, written by the Trainer
+itself) dropped on the page: it opens as the model, with the same parameter total as `tensorloupe
+inspect --json`, and the Summary lists the same training parts (optimizer, RNG, scheduler,
+trainer state, training arguments) with each pickle part's own safety verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import training_files
+
+from conftest import STEP_TIMEOUT_MS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return training_files.write_trainer(tmp_path_factory.mktemp("training-page") / "trainer")
+
+
+def inspect_json(path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", "--json", str(path)],
+                          capture_output=True, text=True, cwd=ROOT, check=True,
+                          env={"PYTHONPATH": str(ROOT / "pylib"), "PATH": "/usr/bin:/bin"})
+    return json.loads(done.stdout)
+
+
+def test_the_dropped_trainer_folder_has_the_cli_s_model_and_training_parts(app, folder):
+    doc = inspect_json(folder)
+    before = app.opened()
+    app.drop_paths(folder)
+    app.wait_model(doc["file"], before)
+    app.tab("summary")
+    app.page.wait_for_selector("#training tbody tr", timeout=STEP_TIMEOUT_MS)
+    detail = app.page.inner_text("#panel-summary .fact[data-key=parameters] .fact-detail")
+    assert detail == f"{doc['parameters']:,}" == "90,432"
+    rows = app.page.eval_on_selector_all(
+        "#training tbody tr", "rows => rows.map(r => [r.dataset.file, r.dataset.kind,"
+        " Number(r.dataset.dangerous), r.querySelector('.training-summary > span').textContent])")
+    want = doc["extras"]["training"]["parts"]
+    assert [r[:3] for r in rows] == [
+        [p["file"], p["kind"], len((p.get("safety") or {}).get("dangerous", []))] for p in want]
+    assert [r[0] for r in rows] == ["optimizer.pt", "rng_state.pth", "scheduler.pt",
+                                    "trainer_state.json", "training_args.bin"]
+    assert rows[-1][2] == 9          # TrainingArguments and the enums it names: never loaded
+    moments = want[0]["summary"]["moments"]
+    assert f"exp_avg {moments['exp_avg']['values']:,} values" in rows[0][3]
+    assert "global_step 2" in rows[3][3]
+    assert app.page.get_attribute("#training", "data-kind") == "transformers Trainer"
