@@ -167,6 +167,12 @@ def feed(corpus: Corpus, run_seed: int, start: int, stop: int, inbox) -> None:
             inbox.send(corpus.input(run_seed, index))
     except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
         pass  # the worker ended (done, restarted after a finding, or killed)
+    except Exception as e:    # a mutator's own bug: the run stops and says so, never waits on
+        FEED_FAILURES.append((index, traceback.format_exc(limit=-3)))
+        inbox.close()
+
+
+FEED_FAILURES: list = []
 
 
 def cpu_seconds(pid: int) -> float:
@@ -276,6 +282,10 @@ def run(fmt: str, seconds: float, inputs: int, run_seed: int, timeout: float, rs
                     index, done = at, True
             elif not proc.is_alive():
                 break
+            if FEED_FAILURES:
+                at, trace = FEED_FAILURES.pop()
+                proc.kill()
+                raise RuntimeError(f"the {fmt} mutator failed making input {at}:\n{trace}")
             t0, cpu0 = started.value, started_cpu.value
             if t0 and (time.monotonic() - t0 > wall_timeout
                        or _cpu_or_zero(proc.pid) - cpu0 > timeout) and started.value == t0:

@@ -88,7 +88,8 @@ def inspect_json(ckpt: Checkpoint) -> dict:
 
 def print_inspect(ckpt: Checkpoint) -> None:
     ckpt.locate_all()
-    by_dtype = ", ".join(f"{d} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
+    # a dtype is a name from the file where the reader does not know it (a storage class)
+    by_dtype = ", ".join(f"{escaped(d)} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
     files = ckpt.files
     print(escaped(ckpt.name) + (f"  ({len(files)} files)" if len(files) > 1 else ""))
     print(f"  format      {ckpt.format}")
@@ -122,7 +123,7 @@ def print_inspect(ckpt: Checkpoint) -> None:
         for w in ckpt.warnings:
             print(f"  ! {escaped(w)}")
     print("\nTensors")
-    rows = [(escaped(t.name), t.dtype, "×".join(map(str, t.shape)) or "scalar", human_bytes(t.nbytes),
+    rows = [(escaped(t.name), escaped(t.dtype), "×".join(map(str, t.shape)) or "scalar", human_bytes(t.nbytes),
              _bits(t), str(t.known_file_offset)) for t in ckpt.tensors]
     header = ("name", "dtype", "shape", "size", "bits", "offset")
     if len(files) > 1:   # offsets are within each tensor's own file: say which
@@ -248,7 +249,7 @@ def print_stats(entry: dict) -> None:
     else:
         how = f"{entry['samples']:,} of {entry['numel']:,} elements sampled: estimates"
         label, of = "sampled", f"{entry['samples']:,} sampled values (not every element)"
-    print(f"{escaped(entry['name'])}  {entry['dtype']}  {shape}  ({how})")
+    print(f"{escaped(entry['name'])}  {escaped(entry['dtype'])}  {shape}  ({how})")
     print(f"  {label}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}"
           f"  std {_fmt(s['std'])}  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}"
           f"  +inf {s['posinf']}  -inf {s['neginf']}")
@@ -265,7 +266,7 @@ def print_stats(entry: dict) -> None:
 
 
 def print_values(t: Tensor, start: int, got: list) -> None:
-    print(f"{escaped(t.name)}  {t.dtype}  {'×'.join(map(str, t.shape)) or 'scalar'}")
+    print(f"{escaped(t.name)}  {escaped(t.dtype)}  {'×'.join(map(str, t.shape)) or 'scalar'}")
     for i, v in enumerate(got, start):
         # repr, not a rounded format: these are the exact stored values.
         print(f"  [{', '.join(map(str, unravel(i, t.shape)))}]  {v!r}")
