@@ -9,6 +9,7 @@ exact in double.
 
 from __future__ import annotations
 
+import struct
 from array import array
 from typing import Callable
 
@@ -45,13 +46,40 @@ def _fp8_block(t: Logical, read: Read, r0: int, r1: int) -> array:
 
 def _fp8_scaled(t: Logical, read: Read, r0: int, r1: int) -> array:
     codes, scale = t.parts["codes"], t.parts["weight_scale"]
+    zp = t.parts.get("weight_zero_point")
     cols = t.shape[1]
     q = _rows(read, codes, r0, r1)
-    if t.scheme.strategy == "tensor":
-        s = _rows(read, scale, 0, scale.shape[0] if scale.shape else 1) * (r1 - r0)
+    strategy = t.scheme.strategy
+    if strategy == "tensor":
+        one = scale.shape[0] if scale.shape else 1
+        s = _rows(read, scale, 0, one) * (r1 - r0)
+        z = _rows(read, zp, 0, one) * (r1 - r0) if zp is not None else None
     else:
         s = _rows(read, scale, r0, r1)
-    return array("f", (q[i] * s[i // cols] for i in range(len(q))))
+        z = _rows(read, zp, r0, r1) if zp is not None else None
+    per = 1 if strategy != "group" else scale.shape[1]
+    gs = t.scheme.group_size or cols
+    # index of element i's scale: its row's, and its column's group in that row
+    at = [(i // cols) * per + (i % cols) // gs for i in range(len(q))] if strategy == "group" else \
+        [i // cols for i in range(len(q))]
+    if z is None:
+        out = array("f", (q[i] * s[at[i]] for i in range(len(q))))
+    else:
+        out = array("f", ((q[i] - z[at[i]]) * s[at[i]] for i in range(len(q))))
+    return _in_dtype_of(out, scale.dtype)
+
+
+def _in_dtype_of(out: array, dtype: str) -> array:
+    """compressed-tensors returns the weight in the scale's dtype: a BF16/F16 scale rounds each
+    float32 product once more (round to nearest even), as torch's bf16/f16 multiply does."""
+    if dtype == "BF16":
+        bits = array("I", out.tobytes())
+        # NaN never arises (finite codes times finite scales); ties to even on the kept half
+        rounded = array("I", (((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16 & 0xFFFFFFFF for b in bits))
+        return array("f", rounded.tobytes())
+    if dtype == "F16":
+        return array("f", struct.unpack(f"<{len(out)}e", struct.pack(f"<{len(out)}e", *out)))
+    return out
 
 
 def _bitstream(raw: bytes, n: int, bits: int, first_bit: int = 0) -> list:
@@ -117,7 +145,7 @@ def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
             if zrow is not None:
                 v -= zrow[g]
             out[base + c] = v * srow[g]
-    return out
+    return _in_dtype_of(out, scale.dtype)
 
 
 DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack}

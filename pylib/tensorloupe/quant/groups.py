@@ -13,6 +13,9 @@ from typing import Callable
 
 from .schemes import BLOCK_DEFAULT, LAYOUTS
 
+SCALE_DTYPES = ("F32", "BF16", "F16", "F64")
+CODE_BITS = {"I8": 8, "U8": 8, "I16": 16, "I32": 32}
+
 
 @dataclass(frozen=True)
 class Part:
@@ -97,13 +100,29 @@ def _build(layout, name, mine, config, source, read_small) -> Logical:
         return Logical(name, codes.shape, scheme, mine, reason)
     if layout == "fp8-scaled":
         scale = mine["weight_scale"]
-        rows = codes.shape[0] if codes.shape else 1
+        rows, cols = (tuple(codes.shape) + (1, 1))[:2]
         n = math.prod(scale.shape)
+        w = _ct_weights(config)
+        group_size = w.get("group_size")
         strategy = "tensor" if n == 1 else "channel" if n == rows else None
-        scheme = Scheme(layout, "fp8", 8, strategy=strategy,
-                        facts={"method": f"{source} quant_method", "strategy": "weight_scale shape"})
-        reason = None if strategy and len(codes.shape) == 2 else \
-            f"packed, not dequantised: weight_scale shape {scale.shape} is neither per tensor nor per row"
+        if strategy is None and isinstance(group_size, int) and group_size > 0 \
+                and tuple(scale.shape) == (rows, math.ceil(cols / group_size)):
+            strategy = "group"
+        integer = codes.dtype in ("I8", "U8", "I16", "I32")
+        method = "compressed-tensors int-quantized" if integer else "fp8"
+        scheme = Scheme(layout, method, CODE_BITS.get(codes.dtype, 8), strategy=strategy,
+                        group_size=group_size if strategy == "group" else None,
+                        symmetric="weight_zero_point" not in mine,
+                        facts={"method": f"{source} quant_method", "strategy": "weight_scale shape",
+                               "codes": f"{codes.name} dtype {codes.dtype}"})
+        reason = None
+        if not (strategy and len(codes.shape) == 2):
+            reason = f"packed, not dequantised: weight_scale shape {scale.shape} is not per tensor, row or group"
+        zp = mine.get("weight_zero_point")
+        if zp is not None and tuple(zp.shape) != tuple(scale.shape):
+            reason = f"packed, not dequantised: weight_zero_point shape {zp.shape} is not weight_scale's {scale.shape}"
+        if scale.dtype not in SCALE_DTYPES:
+            reason = f"packed, not dequantised: weight_scale dtype {scale.dtype!r}"
         return Logical(name, codes.shape, scheme, mine, reason)
     # ct-pack
     w = _ct_weights(config)

@@ -21,8 +21,11 @@ class Layout(NamedTuple):
 LAYOUTS = (
     # DeepSeek-V3 inference/kernel.py weight_dequant: W = q * s[tile], 128x128 tiles; scale_inv multiplies.
     Layout("fp8-block", "weight", ("weight_scale_inv",), (), ("fp8",)),
-    # compressed-tensors float-quantized / fp8 per tensor or channel: W = q * weight_scale (broadcast).
-    Layout("fp8-scaled", "weight", ("weight_scale",), (), ("fp8", "float-quantized", "naive-quantized")),
+    # compressed-tensors int-quantized / float-quantized (naive_quantized/base.py), fp8 per tensor or
+    # channel: codes under the weight's own name, W = (q - z) * s broadcast by strategy (tensor,
+    # channel, group), computed in the scale's dtype (forward.py dequantize: output dtype = scale's).
+    Layout("fp8-scaled", "weight", ("weight_scale",), ("weight_zero_point", "input_scale"),
+           ("fp8", "float-quantized", "naive-quantized", "int-quantized")),
     # compressed-tensors pack_quantized/helpers.py pack_to_int32: element i at bit i*bits of its row,
     # stored unsigned (+2**(bits-1)); W = (q - z) * s by strategy (channel or group).
     Layout("ct-pack", "weight_packed", ("weight_scale", "weight_shape"), ("weight_zero_point", "weight_g_idx"),
