@@ -13,6 +13,7 @@ import torch
 from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
 from safetensors.torch import load_file
 
+from tensorloupe.errors import UnsupportedError
 from tensorloupe.quant import dequantise, group
 
 import quant_files
@@ -112,5 +113,5 @@ def test_unknown_layout_stays_packed():
            "config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "block"}}}}
     (t,) = group(desc, cfg, "test", lambda name: [4, 32])
     assert t.reason.startswith("packed, not dequantised: strategy 'block'")
-    with pytest.raises(ValueError, match="packed, not dequantised"):
+    with pytest.raises(UnsupportedError, match="packed, not dequantised"):
         dequantise(t, None, 0, 1)

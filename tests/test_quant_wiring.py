@@ -242,3 +242,33 @@ def test_without_a_quantization_config_nothing_changes(out, tmp_path):
     with tensorloupe.open(folder / "model.safetensors") as ckpt:
         assert not any(t.parts for t in ckpt.tensors) and "quantisation" not in ckpt.extras
         assert {t.dtype for t in ckpt.tensors} == {"I32", "I64", "F32"}
+
+
+def test_a_scale_of_the_wrong_shape_is_said_and_the_weight_stays_packed(out, tmp_path):
+    """The config says groups of 16 over 100 columns (7 per row); the file's scale holds 4."""
+    folder = tmp_path / "wrong-scale"
+    shutil.copytree(out / "ct_int4_group_asym", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 16
+    (folder / "config.json").write_text(json.dumps(config))
+    with tensorloupe.open(folder / "model.safetensors") as ckpt:
+        assert not any(t.parts for t in ckpt.tensors)
+        (warning,) = [w for w in ckpt.warnings if "packed, not dequantised" in w]
+        assert warning == ("tensor 'model.layers.0.mlp.down_proj.weight_packed': packed, not dequantised: "
+                           "weight_scale shape (19, 4) is not (19, 7) (group of 100 columns)")
+
+
+def test_a_group_index_outside_the_scales_is_a_format_error_naming_file_and_tensor(out, tmp_path, capsys):
+    folder = tmp_path / "bad-gidx"
+    shutil.copytree(out / "ct_int4_group_sym_actorder", folder)
+    sd = load_file(str(folder / "model.safetensors"))
+    name = "model.layers.0.mlp.down_proj.weight_g_idx"
+    sd[name] = sd[name].clone()
+    sd[name][5] = 9        # 70 columns in groups of 16: 5 groups per row, 0..4
+    save_file(sd, str(folder / "model.safetensors"))
+    code = main(["values", str(folder / "model.safetensors"), "model.layers.0.mlp.down_proj.weight"])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert err == ("tensorloupe: model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight_g_idx' "
+                   "names group 9, but 'model.layers.0.mlp.down_proj.weight_scale' holds 5 groups per row "
+                   "(expected 0..4; found 9)\n")

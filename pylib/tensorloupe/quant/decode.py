@@ -14,6 +14,7 @@ from array import array
 from typing import Callable
 
 from ..dtypes import lookup
+from ..errors import FormatError, UnsupportedError, UsageError
 from .groups import Logical
 
 Read = Callable[[str, int, int], bytes]
@@ -113,6 +114,10 @@ def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
     ns = scale.shape[1] if len(scale.shape) > 1 else 1
     if "weight_g_idx" in t.parts:
         gidx = [int(g) for g in _rows(read, t.parts["weight_g_idx"], 0, cols)]
+        bad = next((g for g in gidx if not 0 <= g < ns), None)
+        if bad is not None:
+            raise FormatError(f"tensor {t.parts['weight_g_idx'].name!r} names group {bad}, but "
+                              f"{scale.name!r} holds {ns} groups per row", expected=f"0..{ns - 1}", found=bad)
     elif sch.strategy == "group":
         gidx = [c // sch.group_size for c in range(cols)]
     else:
@@ -154,7 +159,7 @@ DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_p
 def dequantise(t: Logical, read: Read, r0: int, r1: int) -> array:
     """float32 values of logical rows [r0, r1), all columns, row-major."""
     if t.reason:
-        raise ValueError(f"{t.name}: {t.reason}")
+        raise UnsupportedError(f"tensor {t.name!r}: {t.reason}")
     if not 0 <= r0 <= r1 <= t.shape[0]:
-        raise ValueError(f"{t.name}: rows [{r0}, {r1}) outside 0..{t.shape[0]}")
+        raise UsageError(f"tensor {t.name!r}: rows [{r0}, {r1}) are outside its {t.shape[0]} rows")
     return DECODERS[t.scheme.layout](t, read, r0, r1)

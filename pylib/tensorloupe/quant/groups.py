@@ -144,4 +144,29 @@ def _build(layout, name, mine, config, source, read_small) -> Logical:
         reason = f"packed, not dequantised: strategy {strategy!r}, {bits} bits, type {w.get('type')!r}"
     if not scheme.symmetric and "weight_zero_point" not in mine:
         reason = "packed, not dequantised: asymmetric without weight_zero_point"
+    if reason is None:
+        reason = _ct_pack_shapes(mine, shape, scheme)
     return Logical(name, shape, scheme, mine, reason)
+
+
+def _ct_pack_shapes(mine: dict, shape: tuple, scheme: Scheme) -> str | None:
+    """What is wrong with the parts' shapes for this weight and scheme, or None. Checked before
+    anything is read: a scale of the wrong shape would otherwise read its neighbour's bytes."""
+    rows, cols = shape
+    gs = scheme.group_size
+    if scheme.strategy == "group" and not (isinstance(gs, int) and gs > 0):
+        return f"packed, not dequantised: strategy 'group' with group_size {gs!r}"
+    groups = -(-cols // gs) if scheme.strategy == "group" else 1
+    scale = mine["weight_scale"]
+    if tuple(scale.shape) not in ((rows, groups),) + (((rows,),) if groups == 1 else ()):
+        return (f"packed, not dequantised: weight_scale shape {scale.shape} is not "
+                f"{(rows, groups)} ({scheme.strategy} of {cols} columns)")
+    zp = mine.get("weight_zero_point")
+    if zp is not None:
+        want = (-(-rows * scheme.bits // 32), groups) if zp.dtype == "I32" else (rows, groups)
+        if tuple(zp.shape) != want:
+            return f"packed, not dequantised: weight_zero_point shape {zp.shape} is not {want}"
+    gidx = mine.get("weight_g_idx")
+    if gidx is not None and tuple(gidx.shape) != (cols,):
+        return f"packed, not dequantised: weight_g_idx shape {gidx.shape} is not {(cols,)}"
+    return None

@@ -182,5 +182,8 @@ class DequantisedSource(ByteSource):
     def _read_part(self, name: str, row_start: int, row_count: int) -> bytes:
         part = self.parts[name]
         rows = part.shape[0] if part.shape else 1
+        if not 0 <= row_start <= row_start + row_count <= rows:   # a decoder's bug, never a read beside it
+            raise FormatError(f"tensor {name!r} has {rows} rows: rows {row_start}..{row_start + row_count} "
+                              f"of it cannot hold part of {self.logical.name!r}", file=self.name)
         row = part.nbytes // max(rows, 1)
         return part.source.read_data(part.offset + row_start * row, row_count * row)
