@@ -12,6 +12,7 @@ import pytest
 import torch
 from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
 from safetensors.torch import load_file
+from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 from tensorloupe.errors import UnsupportedError
 from tensorloupe.quant import dequantise, group
@@ -36,11 +37,12 @@ def _open(out, case):
     header.pop("__metadata__", None)
     base = 8 + n
     rows_read = []
+    rows_of = {}     # a part read as other rows than its dim 0 (Logical.part_rows), set by the test
 
     def read(name, r0, count):
         h = header[name]
         lo, hi = h["data_offsets"]
-        rows = h["shape"][0] if h["shape"] else 1
+        rows = rows_of.get(name) or (h["shape"][0] if h["shape"] else 1)
         row = (hi - lo) // max(rows, 1)
         assert 0 <= r0 and r0 + count <= rows, (name, r0, count)
         rows_read.append((name, r0, count))
@@ -52,7 +54,17 @@ def _open(out, case):
 
     desc = [(k, v["dtype"], v["shape"]) for k, v in header.items()]
     config = json.loads((out / case / "config.json").read_text())["quantization_config"]
+    read.rows_of = rows_of
     return desc, config, read, read_small, rows_read, load_file(str(path))
+
+
+def _storage_rows(t, logical: torch.Tensor) -> torch.Tensor:
+    """The logical values in the order the decoder produces them (rows of t.rows_cols)."""
+    if t.strides is None:
+        return logical.reshape(t.rows_cols)
+    storage = torch.empty(logical.numel(), dtype=logical.dtype)
+    storage.as_strided(logical.shape, t.strides).copy_(logical)
+    return storage.view(t.rows_cols)
 
 
 def _reference(case, t, sd):
@@ -63,6 +75,11 @@ def _reference(case, t, sd):
         return q * s[: q.shape[0], : q.shape[1]]
     if case == "fp8_channel":
         return p["codes"].float() * p["weight_scale"]
+    if case.startswith("mxfp4"):
+        want = convert_moe_packed_tensors(p["codes"], p["scales"], dtype=torch.float32)
+        # the default bf16 output holds the same values (powers of two times E2M1 values)
+        assert torch.equal(convert_moe_packed_tensors(p["codes"], p["scales"]).float(), want)
+        return want
     sch = t.scheme
     q = unpack_from_int32(p["codes"], sch.bits, torch.Size(t.shape)).to(torch.float32)
     s = p["weight_scale"]
@@ -84,19 +101,21 @@ def test_every_element_matches_reference(out, case):
     desc, config, read, read_small, _, sd = _open(out, case)
     (t,) = group(desc, config, "config.json quantization_config", read_small)
     assert t.reason is None, t.reason
-    got = dequantise(t, read, 0, t.shape[0])
+    read.rows_of.update(t.part_rows)
+    got = dequantise(t, read, 0, t.rows_cols[0])
     want = _reference(case, t, sd)
     assert tuple(want.shape) == t.shape
-    assert torch.equal(torch.tensor(list(got), dtype=torch.float32).view(t.shape), want)
+    assert torch.equal(torch.tensor(list(got), dtype=torch.float32).view(t.rows_cols), _storage_rows(t, want))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_row_window_reads_only_its_rows(out, case):
     desc, config, read, read_small, rows_read, sd = _open(out, case)
     (t,) = group(desc, config, "config.json quantization_config", read_small)
-    rows = t.shape[0]
+    read.rows_of.update(t.part_rows)
+    rows = t.rows_cols[0]
     r0, r1 = rows // 3, rows // 3 + 2
-    want = _reference(case, t, sd)[r0:r1]
+    want = _storage_rows(t, _reference(case, t, sd))[r0:r1]
     rows_read.clear()
     got = dequantise(t, read, r0, r1)
     assert torch.equal(torch.tensor(list(got), dtype=torch.float32).view(want.shape), want)

@@ -9,6 +9,7 @@ exact in double.
 
 from __future__ import annotations
 
+import math
 import struct
 from array import array
 from typing import Callable
@@ -153,13 +154,39 @@ def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
     return _in_dtype_of(out, scale.dtype)
 
 
-DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack}
+# E2M1 (FP4) code -> value: sign bit 3, the OCP MX table (transformers' FP4_VALUES).
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+# A byte -> its two values, low nibble first.
+_E2M1_PAIRS = tuple((E2M1[b & 15], E2M1[b >> 4]) for b in range(256))
+
+
+def _mxfp4(t: Logical, read: Read, r0: int, r1: int) -> array:
+    blocks, scales = t.parts["codes"], t.parts["scales"]
+    raw = read(blocks.name, r0, r1 - r0)
+    exps = read(scales.name, r0, r1 - r0)
+    out = array("f")
+    pairs = _E2M1_PAIRS
+    for g, e in enumerate(exps):
+        # ldexp as torch.ldexp on finite operands: exact (powers of two times 4-bit values);
+        # the scale 255 (E8M0 NaN) gives inf as torch's 2**128 does, and 0 * 2**128 NaN
+        if e == 255:
+            scale = math.inf
+        else:
+            scale = math.ldexp(1.0, e - 127)
+        chunk = raw[16 * g:16 * g + 16]
+        values = [v * scale for b in chunk for v in pairs[b]]
+        out.extend(values)
+    return out
+
+
+DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack, "mxfp4": _mxfp4}
 
 
 def dequantise(t: Logical, read: Read, r0: int, r1: int) -> array:
     """float32 values of logical rows [r0, r1), all columns, row-major."""
     if t.reason:
         raise UnsupportedError(f"tensor {t.name!r}: {t.reason}")
-    if not 0 <= r0 <= r1 <= t.shape[0]:
-        raise UsageError(f"tensor {t.name!r}: rows [{r0}, {r1}) are outside its {t.shape[0]} rows")
+    rows = t.rows_cols[0]
+    if not 0 <= r0 <= r1 <= rows:
+        raise UsageError(f"tensor {t.name!r}: rows [{r0}, {r1}) are outside its {rows} rows")
     return DECODERS[t.scheme.layout](t, read, r0, r1)

@@ -44,6 +44,16 @@ class Logical:
     scheme: Scheme | None
     parts: dict                  # role suffix -> Part
     reason: str | None = None    # set: packed, not dequantised
+    # The values in the order they are decoded, when that is not the logical row-major order:
+    # `storage` (rows, cols) row-major, and `strides`, the logical shape's element strides into it
+    # (gpt-oss MXFP4 decodes [E*R, C] and is [E, C, R]). Decoders work on rows of the storage.
+    storage: tuple | None = None
+    strides: tuple | None = None
+    part_rows: dict = field(default_factory=dict)   # a part read as this many rows, not dim 0's
+
+    @property
+    def rows_cols(self) -> tuple:
+        return self.storage or (self.shape[0], math.prod(self.shape[1:]))
 
 
 def _method(config: dict) -> str:
@@ -71,7 +81,7 @@ def group(descriptors, config: dict, source: str,
         if method not in layout.methods and fmt not in layout.methods:
             continue
         for name in list(parts):
-            if name in used or not (name == layout.codes or name.endswith("." + layout.codes)):
+            if name in used or not (name == layout.codes or name.endswith(layout.joiner + layout.codes)):
                 continue
             stem = name[: len(name) - len(layout.codes)]
             found = {s: parts.get(stem + s) for s in layout.needs + layout.optional}
@@ -79,12 +89,15 @@ def group(descriptors, config: dict, source: str,
                 continue
             mine = {"codes": parts[name], **{s: p for s, p in found.items() if p is not None}}
             used.update(p.name for p in mine.values())
-            out.append(_build(layout.name, stem + "weight", mine, config, source, read_small))
+            logical = stem + layout.logical if layout.logical else stem[: -len(layout.joiner)]
+            out.append(_build(layout.name, logical, mine, config, source, read_small))
     return out
 
 
 def _build(layout, name, mine, config, source, read_small) -> Logical:
     codes = mine["codes"]
+    if layout == "mxfp4":
+        return _mxfp4(name, mine, source)
     if layout == "fp8-block":
         block = tuple(config.get("weight_block_size") or BLOCK_DEFAULT)
         where = f"{source} weight_block_size" if "weight_block_size" in config else "default 128x128"
@@ -147,6 +160,35 @@ def _build(layout, name, mine, config, source, read_small) -> Logical:
     if reason is None:
         reason = _ct_pack_shapes(mine, shape, scheme)
     return Logical(name, shape, scheme, mine, reason)
+
+
+def _mxfp4(name: str, mine: dict, source: str) -> Logical:
+    blocks, scales = mine["codes"], mine["scales"]
+    scheme = Scheme("mxfp4", "mxfp4", 4, group_size=32, block=(32,), strategy="group",
+                    facts={"method": f"{source} quant_method", "layout": "gpt-oss *_blocks / *_scales"})
+    shape = tuple(blocks.shape)
+    if len(shape) < 3 or shape[-1] != 16 or tuple(scales.shape) != shape[:-1] \
+            or blocks.dtype != "U8" or scales.dtype != "U8":
+        return Logical(name, shape, scheme, mine,
+                       f"packed, not dequantised: {blocks.dtype} {shape} blocks with {scales.dtype} "
+                       f"{tuple(scales.shape)} scales are not gpt-oss MXFP4 ([..., G, 16] U8 and [..., G] U8)")
+    *lead, rows, groups, _ = shape
+    cols = groups * 32
+    flat = math.prod(lead) * rows
+    if not lead:     # a plain [R, G, 16] matrix: [R, C], no transpose
+        return Logical(name, (rows, cols), scheme, mine, storage=(rows, cols),
+                       part_rows={blocks.name: rows, scales.name: rows})
+    # decoded [lead..., R, C] then transpose(1, 2): dims 1 and 2 of (lead0, lead1.., R, C) swap
+    dims = [lead[0], *lead[1:], rows, cols]
+    strides = [0] * len(dims)
+    step = 1
+    for i in reversed(range(len(dims))):
+        strides[i] = step
+        step *= dims[i]
+    dims[1], dims[2] = dims[2], dims[1]
+    strides[1], strides[2] = strides[2], strides[1]
+    return Logical(name, tuple(dims), scheme, mine, storage=(flat, cols), strides=tuple(strides),
+                   part_rows={blocks.name: flat, scales.name: flat})
 
 
 def _ct_pack_shapes(mine: dict, shape: tuple, scheme: Scheme) -> str | None:

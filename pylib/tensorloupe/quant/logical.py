@@ -35,6 +35,8 @@ def describe(scheme: Scheme) -> str:
     """The scheme in words, as the page's Tensor tab and the CLI say it."""
     if scheme.layout == "fp8-block":
         return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
+    if scheme.layout == "mxfp4":
+        return "MXFP4 (E2M1, E8M0 scale per 32)"
     if scheme.layout == "fp8-scaled" and scheme.method == "fp8":
         return f"FP8 e4m3, per {scheme.strategy}"
     words = [f"{scheme.method} int{scheme.bits}"]
@@ -79,7 +81,7 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
             continue
         made[parts[0].name] = Tensor(
             logical.name, "F32", logical.shape, 0, 4 * math.prod(logical.shape),
-            source=DequantisedSource(logical, {t.name: t for t in parts}),
+            source=DequantisedSource(logical, {t.name: t for t in parts}), strides=logical.strides,
             info={"dequantised from": describe(logical.scheme), "scheme": _facts(logical.scheme)},
             parts=parts)
         dropped.update(t.name for t in parts)
@@ -117,7 +119,7 @@ class DequantisedSource(ByteSource):
         self.codes = parts[logical.parts["codes"].name]
         self.name = self.codes.source.name
         self.size = 4 * math.prod(logical.shape)
-        self.row_bytes = 4 * math.prod(logical.shape[1:])
+        self.row_bytes = 4 * logical.rows_cols[1]
         self._kept: list[tuple[int, int, bytes]] = []   # (first row, end row, float32 bytes)
 
     @property
@@ -181,7 +183,7 @@ class DequantisedSource(ByteSource):
 
     def _read_part(self, name: str, row_start: int, row_count: int) -> bytes:
         part = self.parts[name]
-        rows = part.shape[0] if part.shape else 1
+        rows = self.logical.part_rows.get(name) or (part.shape[0] if part.shape else 1)
         if not 0 <= row_start <= row_start + row_count <= rows:   # a decoder's bug, never a read beside it
             raise FormatError(f"tensor {name!r} has {rows} rows: rows {row_start}..{row_start + row_count} "
                               f"of it cannot hold part of {self.logical.name!r}", file=self.name)

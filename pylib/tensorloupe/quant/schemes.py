@@ -16,6 +16,8 @@ class Layout(NamedTuple):
     needs: tuple           # suffixes that must be present beside it
     optional: tuple        # suffixes used when present
     methods: tuple         # config quant_method / format values this row applies to
+    joiner: str = "."      # between the module's name and the suffixes ("_" for gpt-oss' proj_blocks)
+    logical: str = "weight"   # the dequantised tensor's suffix ("": the module's own name)
 
 
 LAYOUTS = (
@@ -30,6 +32,10 @@ LAYOUTS = (
     # stored unsigned (+2**(bits-1)); W = (q - z) * s by strategy (channel or group).
     Layout("ct-pack", "weight_packed", ("weight_scale", "weight_shape"), ("weight_zero_point", "weight_g_idx"),
            ("pack-quantized",)),
+    # gpt-oss MXFP4 (transformers integrations/mxfp4.py convert_moe_packed_tensors): <proj>_blocks U8
+    # [E, R, G, 16], two E2M1 codes a byte, low nibble first; <proj>_scales U8 [E, R, G] E8M0;
+    # value = ldexp(FP4[q], scale - 127), rows of G*32 values, then transpose(1, 2): [E, G*32, R].
+    Layout("mxfp4", "blocks", ("scales",), (), ("mxfp4",), "_", ""),
 )
 
 BLOCK_DEFAULT = (128, 128)
