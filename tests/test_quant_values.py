@@ -75,6 +75,17 @@ def _reference(case, t, sd):
         return q * s[: q.shape[0], : q.shape[1]]
     if case == "fp8_channel":
         return p["codes"].float() * p["weight_scale"]
+    if case.startswith("ct_nvfp4"):
+        # compressed-tensors' own decompress (bf16 out), as float32
+        from compressed_tensors.compressors import BaseCompressor
+        from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+        scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(
+            num_bits=4, type="float", symmetric=True, strategy="tensor_group", group_size=16))
+        local = {"weight_packed": p["codes"], "weight_scale": p["weight_scale"],
+                 "weight_global_scale": p["weight_global_scale"]}
+        out = BaseCompressor.load_from_registry("nvfp4-pack-quantized").decompress(local, scheme)["weight"]
+        assert out.dtype == torch.bfloat16
+        return out.float()
     if case.startswith("mxfp4"):
         want = convert_moe_packed_tensors(p["codes"], p["scales"], dtype=torch.float32)
         # the default bf16 output holds the same values (powers of two times E2M1 values)

@@ -179,7 +179,25 @@ def _mxfp4(t: Logical, read: Read, r0: int, r1: int) -> array:
     return out
 
 
-DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack, "mxfp4": _mxfp4}
+def _nvfp4(t: Logical, read: Read, r0: int, r1: int) -> array:
+    packed, scale, gscale = t.parts["codes"], t.parts["weight_scale"], t.parts["weight_global_scale"]
+    cols, gs, ns = t.shape[1], t.scheme.group_size, scale.shape[1]
+    raw = read(packed.name, r0, r1 - r0)
+    (g,) = _rows(read, gscale, 0, gscale.shape[0] if gscale.shape else 1)
+    # f32(scale / global): torch's float32 division, rounded once
+    div = array("f", (s / g for s in _rows(read, scale, r0, r1)))
+    pairs = _E2M1_PAIRS
+    out = array("f")
+    half = cols // 2
+    for i in range(r1 - r0):
+        q = [v for b in raw[i * half:(i + 1) * half] for v in pairs[b]]
+        d = div[i * ns:(i + 1) * ns]
+        out.extend([q[c] * d[c // gs] for c in range(cols)])
+    return _in_dtype_of(out, "BF16")   # decompress unpacks to bf16 and returns that dtype
+
+
+DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack, "mxfp4": _mxfp4,
+            "nvfp4": _nvfp4}
 
 
 def dequantise(t: Logical, read: Read, r0: int, r1: int) -> array:

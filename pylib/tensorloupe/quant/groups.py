@@ -98,6 +98,8 @@ def _build(layout, name, mine, config, source, read_small) -> Logical:
     codes = mine["codes"]
     if layout == "mxfp4":
         return _mxfp4(name, mine, source)
+    if layout == "nvfp4":
+        return _nvfp4(name, mine, config, source)
     if layout == "fp8-block":
         block = tuple(config.get("weight_block_size") or BLOCK_DEFAULT)
         where = f"{source} weight_block_size" if "weight_block_size" in config else "default 128x128"
@@ -159,6 +161,27 @@ def _build(layout, name, mine, config, source, read_small) -> Logical:
         reason = "packed, not dequantised: asymmetric without weight_zero_point"
     if reason is None:
         reason = _ct_pack_shapes(mine, shape, scheme)
+    return Logical(name, shape, scheme, mine, reason)
+
+
+def _nvfp4(name: str, mine: dict, config: dict, source: str) -> Logical:
+    packed, scale, gscale = mine["codes"], mine["weight_scale"], mine["weight_global_scale"]
+    w = _ct_weights(config)
+    gs = w.get("group_size") or 16
+    scheme = Scheme("nvfp4", "compressed-tensors nvfp4-pack-quantized", 4, group_size=gs, strategy="tensor_group",
+                    facts={"method": f"{source} format", "group_size": f"{source} config_groups.*.weights"})
+    rows, half = (tuple(packed.shape) + (0, 0))[:2]
+    shape = (rows, 2 * half)
+    reason = None
+    if len(packed.shape) != 2 or packed.dtype != "U8":
+        reason = f"packed, not dequantised: weight_packed is {packed.dtype} {packed.shape}, not U8 [rows, cols/2]"
+    elif gs != 16 or tuple(scale.shape) != (rows, -(-2 * half // gs)):
+        reason = (f"packed, not dequantised: weight_scale shape {scale.shape} is not "
+                  f"{(rows, -(-2 * half // gs))} (groups of {gs!r})")
+    elif scale.dtype not in ("F8_E4M3",) + SCALE_DTYPES or math.prod(gscale.shape) != 1:
+        reason = f"packed, not dequantised: {scale.dtype} weight_scale, weight_global_scale shape {gscale.shape}"
+    elif w.get("symmetric") is False:
+        reason = "packed, not dequantised: asymmetric NVFP4"
     return Logical(name, shape, scheme, mine, reason)
 
 

@@ -35,6 +35,8 @@ def describe(scheme: Scheme) -> str:
     """The scheme in words, as the page's Tensor tab and the CLI say it."""
     if scheme.layout == "fp8-block":
         return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
+    if scheme.layout == "nvfp4":
+        return f"{scheme.method} (E2M1, F8 scale per {scheme.group_size}, global scale)"
     if scheme.layout == "mxfp4":
         return "MXFP4 (E2M1, E8M0 scale per 32)"
     if scheme.layout == "fp8-scaled" and scheme.method == "fp8":

@@ -32,6 +32,11 @@ LAYOUTS = (
     # stored unsigned (+2**(bits-1)); W = (q - z) * s by strategy (channel or group).
     Layout("ct-pack", "weight_packed", ("weight_scale", "weight_shape"), ("weight_zero_point", "weight_g_idx"),
            ("pack-quantized",)),
+    # compressed-tensors nvfp4-pack-quantized (nvfp4/base.py decompress, forward_helpers._dequantize):
+    # weight_packed U8 [m, n/2], low nibble first, E2M1; weight_scale F8_E4M3 [m, n/16];
+    # W = bf16(q * f32(weight_scale / weight_global_scale)): the global scale divides here.
+    Layout("nvfp4", "weight_packed", ("weight_scale", "weight_global_scale"), ("input_global_scale",),
+           ("nvfp4-pack-quantized",)),
     # gpt-oss MXFP4 (transformers integrations/mxfp4.py convert_moe_packed_tensors): <proj>_blocks U8
     # [E, R, G, 16], two E2M1 codes a byte, low nibble first; <proj>_scales U8 [E, R, G] E8M0;
     # value = ldexp(FP4[q], scale - 127), rows of G*32 values, then transpose(1, 2): [E, G*32, R].
