@@ -56,14 +56,23 @@ def _fp8_scaled(t: Logical, read: Read, r0: int, r1: int) -> array:
         one = scale.shape[0] if scale.shape else 1
         s = _rows(read, scale, 0, one) * (r1 - r0)
         z = _rows(read, zp, 0, one) * (r1 - r0) if zp is not None else None
+    elif strategy == "block":   # compressed-tensors FP8 blocks: scale [ceil(M/bm), ceil(N/bn)]
+        bm, bn = t.scheme.block
+        s0, s1 = r0 // bm, (r1 - 1) // bm + 1
+        s = _rows(read, scale, s0, s1)
+        z = _rows(read, zp, s0, s1) if zp is not None else None
     else:
         s = _rows(read, scale, r0, r1)
         z = _rows(read, zp, r0, r1) if zp is not None else None
-    per = 1 if strategy != "group" else scale.shape[1]
+    per = 1 if strategy not in ("group", "block") else scale.shape[1]
     gs = t.scheme.group_size or cols
-    # index of element i's scale: its row's, and its column's group in that row
-    at = [(i // cols) * per + (i % cols) // gs for i in range(len(q))] if strategy == "group" else \
-        [i // cols for i in range(len(q))]
+    # index of element i's scale: its row's (its row block's), and its column's group in that row
+    if strategy == "group":
+        at = [(i // cols) * per + (i % cols) // gs for i in range(len(q))]
+    elif strategy == "block":
+        at = [((r0 + i // cols) // bm - s0) * per + (i % cols) // bn for i in range(len(q))]
+    else:
+        at = [i // cols for i in range(len(q))]
     if z is None:
         out = array("f", (q[i] * s[at[i]] for i in range(len(q))))
     else:

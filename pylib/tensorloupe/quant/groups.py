@@ -123,9 +123,16 @@ def _build(layout, name, mine, config, source, read_small) -> Logical:
         if strategy is None and isinstance(group_size, int) and group_size > 0 \
                 and tuple(scale.shape) == (rows, math.ceil(cols / group_size)):
             strategy = "group"
+        block = w.get("block_structure")
+        if strategy is None and isinstance(block, list) and len(block) == 2 \
+                and all(isinstance(b, int) and b > 0 for b in block) \
+                and tuple(scale.shape) == (math.ceil(rows / block[0]), math.ceil(cols / block[1])):
+            strategy, block = "block", tuple(block)
+        else:
+            block = None
         integer = codes.dtype in ("I8", "U8", "I16", "I32")
         method = "compressed-tensors int-quantized" if integer else "fp8"
-        scheme = Scheme(layout, method, CODE_BITS.get(codes.dtype, 8), strategy=strategy,
+        scheme = Scheme(layout, method, CODE_BITS.get(codes.dtype, 8), strategy=strategy, block=block,
                         group_size=group_size if strategy == "group" else None,
                         symmetric="weight_zero_point" not in mine,
                         facts={"method": f"{source} quant_method", "strategy": "weight_scale shape",

@@ -40,6 +40,8 @@ def describe(scheme: Scheme) -> str:
     if scheme.layout == "mxfp4":
         return "MXFP4 (E2M1, E8M0 scale per 32)"
     if scheme.layout == "fp8-scaled" and scheme.method == "fp8":
+        if scheme.strategy == "block":
+            return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
         return f"FP8 e4m3, per {scheme.strategy}"
     words = [f"{scheme.method} int{scheme.bits}"]
     words.append(f"group {scheme.group_size}" if scheme.strategy == "group" else f"per {scheme.strategy}")
