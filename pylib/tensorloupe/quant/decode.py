@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from array import array
 from typing import Callable
 
@@ -205,8 +206,79 @@ def _nvfp4(t: Logical, read: Read, r0: int, r1: int) -> array:
     return _in_dtype_of(out, "BF16")   # decompress unpacks to bf16 and returns that dtype
 
 
+def _words(raw: bytes) -> array:
+    w = array("I", raw)
+    if sys.byteorder == "big":
+        w.byteswap()
+    return w
+
+
+def _gptq_awq(t: Logical, read: Read, o0: int, o1: int) -> array:
+    """Logical rows = output features [o0, o1): their columns of every packed part (read.cols)."""
+    sch, layout = t.scheme, t.scheme.layout
+    qweight, qzeros, scales = t.parts["codes"], t.parts["qzeros"], t.parts["scales"]
+    bits, n = sch.bits, o1 - o0
+    outs, ins = t.shape
+    mask = (1 << bits) - 1
+    ng = scales.shape[0]
+    gs = ins if sch.group_size == -1 else sch.group_size
+    if "g_idx" in t.parts:
+        gidx = [int(g) for g in _rows(read, t.parts["g_idx"], 0, ins)]
+        bad = next((g for g in gidx if not 0 <= g < ng), None)
+        if bad is not None:
+            raise FormatError(f"tensor {t.parts['g_idx'].name!r} names group {bad}, but "
+                              f"{scales.name!r} holds {ng} groups", expected=f"0..{ng - 1}", found=bad)
+    else:
+        gidx = [i // gs for i in range(ins)]
+    s = _values(scales, read.cols(scales.name, o0, o1))          # [ng, n]
+    # Zero points: `bits`-bit codes along each group's row; columns o0..o1 of it.
+    if layout == "gptq":
+        w0, w1 = o0 * bits // 32, -(-o1 * bits // 32)
+        first = o0 * bits - 32 * w0
+    else:
+        w0, w1 = o0 // 8, -(-o1 // 8)
+    zraw = read.cols(qzeros.name, w0, w1)
+    span = 4 * (w1 - w0)
+    z: list = []
+    for g in range(ng):
+        row = zraw[g * span:(g + 1) * span]
+        if layout == "gptq":
+            codes = _bitstream(row, n, bits, first) if first else _bitstream(row, n, bits)
+            if sch.strategy in ("gptq", "gemm"):    # v1: stored z - 1 (model.py v1 -> v2 adds 1)
+                codes = [(c + 1) & mask for c in codes]
+        else:
+            codes = _awq_columns(row, o0 - 8 * w0, n)
+        z.append(codes)
+    if layout == "gptq":
+        columns = _words(read.cols(qweight.name, o0, o1))       # [in*bits/32, n]
+        q_of = [_bitstream(columns[j::n].tobytes(), ins, bits) for j in range(n)]
+    else:
+        raw = read.cols(qweight.name, w0, w1)                 # [in, w1 - w0]
+        rows = [_awq_columns(raw[i * span:(i + 1) * span], o0 - 8 * w0, n) for i in range(ins)]
+        q_of = [[rows[i][j] for i in range(ins)] for j in range(n)]
+    out = array("f")
+    for j in range(n):
+        q = q_of[j]
+        sj = [s[g * n + j] for g in range(ng)]
+        zj = [z[g][j] for g in range(ng)]
+        out.extend([sj[g] * (q[i] - zj[g]) for i, g in enumerate(gidx)])
+    # GPTQModel's dequantize_weight and AutoAWQ's dequantize_gemm multiply in the scales' dtype
+    return _in_dtype_of(out, scales.dtype)
+
+
+# AWQ packs output column 8w + AWQ_ORDER[k] into nibble k of word w (packing_utils.py).
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+_AWQ_NIBBLE = tuple(AWQ_ORDER.index(k) for k in range(8))     # column 8w + k -> its nibble
+
+
+def _awq_columns(raw: bytes, skip: int, n: int) -> list:
+    """n 4-bit AWQ codes from one row's words, starting `skip` columns into the first word."""
+    words = _words(raw)
+    return [(words[(skip + j) // 8] >> (4 * _AWQ_NIBBLE[(skip + j) % 8])) & 15 for j in range(n)]
+
+
 DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack, "mxfp4": _mxfp4,
-            "nvfp4": _nvfp4}
+            "nvfp4": _nvfp4, "gptq": _gptq_awq, "awq": _gptq_awq}
 
 
 def dequantise(t: Logical, read: Read, r0: int, r1: int) -> array:

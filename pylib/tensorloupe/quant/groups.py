@@ -100,6 +100,8 @@ def _build(layout, name, mine, config, source, read_small) -> Logical:
         return _mxfp4(name, mine, source)
     if layout == "nvfp4":
         return _nvfp4(name, mine, config, source)
+    if layout in ("gptq", "awq"):
+        return _gptq_awq(layout, name, mine, config, source)
     if layout == "fp8-block":
         block = tuple(config.get("weight_block_size") or BLOCK_DEFAULT)
         where = f"{source} weight_block_size" if "weight_block_size" in config else "default 128x128"
@@ -169,6 +171,50 @@ def _build(layout, name, mine, config, source, read_small) -> Logical:
     if reason is None:
         reason = _ct_pack_shapes(mine, shape, scheme)
     return Logical(name, shape, scheme, mine, reason)
+
+
+def _gptq_awq(layout: str, name: str, mine: dict, config: dict, source: str) -> Logical:
+    qweight, qzeros, scales = mine["codes"], mine["qzeros"], mine["scales"]
+    bits = config.get("bits", config.get("w_bit", 4))
+    gs = config.get("group_size", config.get("q_group_size", 128))
+    fmt = str(config.get("checkpoint_format") or config.get("version") or ("gptq" if layout == "gptq" else "gemm")).lower()
+    sym = config.get("sym", not config.get("zero_point", True))
+    facts = {"method": f"{source} quant_method", "bits": f"{source} bits", "group_size": f"{source} group_size",
+             "format": f"{source} {'checkpoint_format' if layout == 'gptq' else 'version'}"}
+    scheme = Scheme(layout, layout.upper() if layout == "gptq" else "AWQ GEMM", bits if isinstance(bits, int) else 0,
+                    group_size=gs if isinstance(gs, int) else None, symmetric=bool(sym),
+                    act_order=bool(config.get("desc_act")) and "g_idx" in mine, strategy=fmt, facts=facts)
+    shape = tuple(qweight.shape)
+    def packed(why: str) -> Logical:
+        return Logical(name, shape, scheme, mine, f"packed, not dequantised: {why}")
+    if not isinstance(bits, int) or bits not in ((2, 3, 4, 8) if layout == "gptq" else (4,)):
+        return packed(f"{bits!r}-bit {scheme.method}")
+    if layout == "gptq" and fmt not in ("gptq", "gptq_v2", "gemm"):
+        return packed(f"GPTQ checkpoint_format {fmt!r} (planar and other layouts are not read)")
+    if layout == "awq" and fmt != "gemm":
+        return packed(f"AWQ version {fmt!r} (only GEMM)")
+    if len(shape) != 2 or qweight.dtype != "I32" or qzeros.dtype != "I32" or len(scales.shape) != 2:
+        return packed(f"qweight {qweight.dtype} {shape}, qzeros {qzeros.dtype} {qzeros.shape}, "
+                      f"scales {scales.shape}")
+    if layout == "gptq":
+        if shape[0] * 32 % bits:
+            return packed(f"qweight has {shape[0]} rows, not a whole number of {bits}-bit inputs")
+        ins, outs = shape[0] * 32 // bits, shape[1]
+    else:
+        ins, outs = shape[0], shape[1] * 8
+    if not isinstance(gs, int) or gs == 0 or gs < -1:
+        return packed(f"group_size {gs!r}")
+    groups = 1 if gs == -1 else -(-ins // gs)
+    zcols = -(-outs * bits // 32)
+    if tuple(scales.shape) != (groups, outs) or tuple(qzeros.shape) != (groups, zcols):
+        return packed(f"scales {scales.shape} and qzeros {qzeros.shape} are not {(groups, outs)} and "
+                      f"{(groups, zcols)} for {ins} inputs in groups of {gs}")
+    if scales.dtype not in SCALE_DTYPES:
+        return packed(f"scales dtype {scales.dtype!r}")
+    gidx = mine.get("g_idx")
+    if gidx is not None and (tuple(gidx.shape) != (ins,) or gidx.dtype not in ("I32", "I64")):
+        return packed(f"g_idx {gidx.dtype} {gidx.shape} is not I32 [{ins}]")
+    return Logical(name, (outs, ins), scheme, mine)
 
 
 def _nvfp4(name: str, mine: dict, config: dict, source: str) -> Logical:

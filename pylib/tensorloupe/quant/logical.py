@@ -29,6 +29,9 @@ CONFIG_KEY = "quantization_config"
 MAX_RUN_BYTES = 16 << 20
 # Decoded rows kept for the next read (a sample's windows and a lattice's rows often share rows).
 KEPT_BYTES = 4 << 20
+# A part read by columns (GPTQ, AWQ) is read whole, once, up to this size: one read, not a read
+# per packed row.
+WHOLE_PART_BYTES = 4 << 20
 
 
 def describe(scheme: Scheme) -> str:
@@ -112,6 +115,18 @@ def _facts(scheme: Scheme) -> dict:
     return out
 
 
+class _Reader:
+    """What a decoder reads with: `read(part, first row, rows)`, and `read.cols(part, c0, c1)`."""
+
+    __slots__ = ("rows", "cols")
+
+    def __init__(self, rows, cols):
+        self.rows, self.cols = rows, cols
+
+    def __call__(self, name: str, row_start: int, row_count: int) -> bytes:
+        return self.rows(name, row_start, row_count)
+
+
 class DequantisedSource(ByteSource):
     """The float32 bytes (little-endian, row-major) of one dequantised weight. A read of any
     range decodes the whole logical rows it touches (along dim 0) from only the stored rows
@@ -125,6 +140,8 @@ class DequantisedSource(ByteSource):
         self.size = 4 * math.prod(logical.shape)
         self.row_bytes = 4 * logical.rows_cols[1]
         self._kept: list[tuple[int, int, bytes]] = []   # (first row, end row, float32 bytes)
+        self._whole: dict[str, bytes] = {}               # small parts read once, whole
+        self._reader = _Reader(self._read_part, self._read_cols)
 
     @property
     def waits(self) -> bool:
@@ -178,12 +195,33 @@ class DequantisedSource(ByteSource):
     def _dequantise(self, r0: int, r1: int) -> array:
         t = self.logical
         try:
-            return dequantise(t, self._read_part, r0, r1)
+            return dequantise(t, self._reader, r0, r1)
         except TensorloupeError as e:
             raise e.located(file=self.name)
         except LOW_LEVEL_ERRORS as e:
             raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
                               file=self.name) from e
+
+    def _read_cols(self, name: str, c0: int, c1: int) -> bytes:
+        """Columns [c0, c1) of every row of a 2-D part, row after row: a GPTQ or AWQ weight's
+        logical rows are columns of its packed parts. A part of at most WHOLE_PART_BYTES is read
+        once, whole; a larger one by one range per row, all issued together."""
+        part = self.parts[name]
+        rows, cols = part.shape
+        if not 0 <= c0 <= c1 <= cols:
+            raise FormatError(f"tensor {name!r} has {cols} columns: {c0}..{c1} of it cannot hold "
+                              f"part of {self.logical.name!r}", file=self.name)
+        row = part.nbytes // max(rows, 1)
+        item = row // max(cols, 1)
+        if part.nbytes <= WHOLE_PART_BYTES:
+            whole = self._whole.get(name)
+            if whole is None:
+                whole = self._whole[name] = part.source.read_data(part.offset, part.nbytes)
+            if (c0, c1) == (0, cols):
+                return whole
+            return b"".join(whole[r * row + c0 * item:r * row + c1 * item] for r in range(rows))
+        ranges = [(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in range(rows)]
+        return b"".join(part.source.read_many(ranges))
 
     def _read_part(self, name: str, row_start: int, row_count: int) -> bytes:
         part = self.parts[name]

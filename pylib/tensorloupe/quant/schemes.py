@@ -37,6 +37,15 @@ LAYOUTS = (
     # W = bf16(q * f32(weight_scale / weight_global_scale)): the global scale divides here.
     Layout("nvfp4", "weight_packed", ("weight_scale", "weight_global_scale"), ("input_global_scale",),
            ("nvfp4-pack-quantized",)),
+    # GPTQ (GPTQModel nn_modules/qlinear dequantize_weight, utils/model_dequant.py): qweight I32
+    # [in*bits/32, out] packed down each column, lowest bits first (3 bits straddle words); qzeros
+    # I32 [groups, out*bits/32] packed along rows; scales [groups, out]; g_idx [in] (else i // g).
+    # W[o, i] = scales[g, o] * (q[i, o] - z[g, o]), g = g_idx[i]; v1 ("gptq") stores z - 1.
+    Layout("gptq", "qweight", ("qzeros", "scales"), ("g_idx",), ("gptq",)),
+    # AWQ GEMM (AutoAWQ awq/utils/packing_utils.py unpack_awq, reverse_awq_order, dequantize_gemm):
+    # qweight I32 [in, out/8], nibble k of a word holds column 8w + [0, 2, 4, 6, 1, 3, 5, 7][k];
+    # qzeros likewise [in/g, out/8]; scales [in/g, out]; W = (q - z) * s.
+    Layout("awq", "qweight", ("qzeros", "scales"), (), ("awq",)),
     # gpt-oss MXFP4 (transformers integrations/mxfp4.py convert_moe_packed_tensors): <proj>_blocks U8
     # [E, R, G, 16], two E2M1 codes a byte, low nibble first; <proj>_scales U8 [E, R, G] E8M0;
     # value = ldexp(FP4[q], scale - 127), rows of G*32 values, then transpose(1, 2): [E, G*32, R].
