@@ -207,6 +207,44 @@ def _snr_db(a: torch.Tensor, b: torch.Tensor) -> float:
     return 10 * math.log10(float(a.pow(2).sum()) / float((a - b).pow(2).sum()))
 
 
+def gptq_awq_reference(folder: Path) -> dict[str, torch.Tensor]:
+    """Every linear of a GPTQ/AWQ tiny model as GPTQModel's dequantize_weight or AutoAWQ's
+    dequantize_gemm (transcribed in test_quant_values) computes it, [out, in]."""
+    from test_quant_values import awq_dequantize_gemm, gptq_dequantize_weight
+    sd = load_file(str(folder / "model.safetensors"))
+    qc = json.loads((folder / "config.json").read_text())["quantization_config"]
+    out = {}
+    for key in sd:
+        if key.endswith(".qweight"):
+            stem = key[: -len("qweight")]
+            if qc["quant_method"] == "gptq":
+                w = gptq_dequantize_weight(sd[key], sd[stem + "qzeros"], sd[stem + "scales"], sd[stem + "g_idx"],
+                                           qc["bits"], v1=qc["checkpoint_format"] == "gptq")
+            else:
+                w = awq_dequantize_gemm(sd[key], sd[stem + "qzeros"], sd[stem + "scales"], 4, qc["group_size"])
+            out[stem + "weight"] = w.t().float()
+    return out
+
+
+@pytest.mark.parametrize("preset", sorted(quant_files.MODEL_PACKED))
+def test_diff_fp32_against_gptq_and_awq_models(out, preset, capsys):
+    base = load_file(str(out / "model_fp32" / "model.safetensors"))
+    folder = out / f"model_{preset}"
+    want = gptq_awq_reference(folder)
+    assert len(want) == 14
+    doc = run_json(capsys, "diff", out / "model_fp32" / "model.safetensors", folder, "--exact")
+    summary = doc["summary"]
+    assert summary["counts"]["only_in_a"] == summary["counts"]["only_in_b"] == 0
+    rows = {r["name"]: r for r in doc["tensors"]}
+    for name, w in want.items():
+        assert rows[name]["snr_db"] == pytest.approx(_snr_db(base[name], w), abs=1e-6), name
+    low, high = (10, 30) if "w3" in preset else (15, 35)
+    assert low < summary["median_snr_db"] < high, summary["median_snr_db"]
+    model, _ = quant_files.tiny_model()
+    doc = run_json(capsys, "inspect", folder / "model.safetensors")
+    assert doc["parameters"] == sum(p.numel() for p in model.parameters())
+
+
 def test_diff_against_the_fp32_model_gives_the_snr_of_the_dequantised_values(out, capsys):
     base = load_file(str(out / "model_fp32" / "model.safetensors"))
     medians = {}
@@ -285,3 +323,32 @@ def test_a_group_index_outside_the_scales_is_a_format_error_naming_file_and_tens
     assert err == ("tensorloupe: model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight_g_idx' "
                    "names group 9, but 'model.layers.0.mlp.down_proj.weight_scale' holds 5 groups per row "
                    "(expected 0..4; found 9)\n")
+
+
+@pytest.mark.parametrize("case", ["gptq_v1_4bit_g32", "gptq_v1_3bit_actorder", "awq_gemm_g32"])
+def test_a_gptq_or_awq_row_reads_only_its_columns_of_the_packed_parts(out, case, monkeypatch):
+    """Read part by part (as parts larger than WHOLE_PART_BYTES are), one output row of the weight
+    reads its column of qweight, its zeros' words and its scales, and g_idx: a small part."""
+    from tensorloupe.quant import logical
+    monkeypatch.setattr(logical, "WHOLE_PART_BYTES", 0)
+    name, want = case_reference(out, case)
+    with tensorloupe.open(out / case / "model.safetensors") as ckpt:
+        t = ckpt.tensor(name)
+        outs, ins = t.shape
+        before = ckpt.bytes_asked()
+        row = 5
+        assert values(t, row * ins, ins) == want[row].tolist()
+        asked = ckpt.bytes_asked() - before
+        parts = {p.name.rsplit(".", 1)[1]: p for p in t.parts}
+        bits = t.source.logical.scheme.bits
+        if case.startswith("awq"):
+            zero_words = 1                                              # 8 columns a word
+        else:
+            zero_words = -(-(row + 1) * bits // 32) - row * bits // 32  # the word(s) its bits lie in
+        expected = (parts["qweight"].shape[0] * 4 * zero_words if case.startswith("awq")
+                    else parts["qweight"].shape[0] * 4)                 # its column of qweight
+        expected += (parts["qzeros"].shape[0] * 4 * zero_words          # its zero point's words
+                     + parts["scales"].shape[0] * 2                     # its fp16 scale per group
+                     + (parts["g_idx"].nbytes if "g_idx" in parts else 0))
+        assert asked == expected, (asked, expected)
+        assert asked * 4 < t.stored_nbytes
