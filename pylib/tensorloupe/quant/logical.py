@@ -38,6 +38,14 @@ def describe(scheme: Scheme) -> str:
     """The scheme in words, as the page's Tensor tab and the CLI say it."""
     if scheme.layout == "fp8-block":
         return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
+    if scheme.layout in ("gptq", "awq"):
+        words = [f"{scheme.method} {scheme.bits}-bit",
+                 "per channel" if scheme.group_size == -1 else f"group {scheme.group_size}"]
+        if scheme.act_order:
+            words.append("act-order")
+        if scheme.layout == "gptq":
+            words.append("v1 (zeros stored minus 1)" if scheme.strategy in ("gptq", "gemm") else "v2")
+        return ", ".join(words)
     if scheme.layout == "nvfp4":
         return f"{scheme.method} (E2M1, F8 scale per {scheme.group_size}, global scale)"
     if scheme.layout == "mxfp4":
