@@ -352,3 +352,30 @@ def test_a_gptq_or_awq_row_reads_only_its_columns_of_the_packed_parts(out, case,
                      + (parts["g_idx"].nbytes if "g_idx" in parts else 0))
         assert asked == expected, (asked, expected)
         assert asked * 4 < t.stored_nbytes
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_diff_gives_each_tensor_the_snr_of_the_compressors_decompression(out, preset, capsys):
+    base = load_file(str(out / "model_fp32" / "model.safetensors"))
+    folder = out / f"model_{preset}"
+    want = decompressed(folder)
+    doc = run_json(capsys, "diff", out / "model_fp32" / "model.safetensors", folder, "--exact")
+    rows = {r["name"]: r for r in doc["tensors"]}
+    assert doc["summary"]["counts"]["only_in_b"] == 0
+    for name, w in want.items():
+        assert rows[name]["snr_db"] == pytest.approx(_snr_db(base[name], w), abs=1e-6), name
+    assert doc["summary"]["median_snr_db"] > 15
+
+
+def test_diff_fp32_experts_against_mxfp4_gives_the_snr_of_transformers_dequantisation(out, capsys):
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    base = load_file(str(out / "moe_fp32" / "model.safetensors"))
+    packed = load_file(str(out / "moe_mxfp4" / "model.safetensors"))
+    doc = run_json(capsys, "diff", out / "moe_fp32" / "model.safetensors", out / "moe_mxfp4", "--exact")
+    rows = {r["name"]: r for r in doc["tensors"]}
+    assert doc["summary"]["counts"]["only_in_a"] == doc["summary"]["counts"]["only_in_b"] == 0
+    for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj"):
+        want = convert_moe_packed_tensors(packed[name + "_blocks"], packed[name + "_scales"], dtype=torch.float32)
+        assert want.shape == base[name].shape
+        assert rows[name]["snr_db"] == pytest.approx(_snr_db(base[name], want), abs=1e-6), name
+        assert 10 < rows[name]["snr_db"] < 30
