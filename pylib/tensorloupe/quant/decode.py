@@ -166,26 +166,32 @@ def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
 
 # E2M1 (FP4) code -> value: sign bit 3, the OCP MX table (transformers' FP4_VALUES).
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-# A byte -> its two values, low nibble first.
+# A byte -> its two values, low nibble first (NVFP4).
 _E2M1_PAIRS = tuple((E2M1[b & 15], E2M1[b >> 4]) for b in range(256))
 
 
-def _mxfp4(t: Logical, read: Read, r0: int, r1: int) -> array:
+def _mxfp4(t: Logical, read: Read, k0: int, k1: int) -> array:
+    """Logical rows k = (expert e, column c) of [E, G*32, R]: value r is the code at position c of
+    stored row (e, r) times its group's E8M0 scale. One 16-byte column of every stored row of the
+    expert per group of 32 logical rows (read.cols), not the stored rows whole."""
     blocks, scales = t.parts["codes"], t.parts["scales"]
-    raw = read(blocks.name, r0, r1 - r0)
-    exps = read(scales.name, r0, r1 - r0)
+    _, cols, rows = t.shape
     out = array("f")
-    pairs = _E2M1_PAIRS
-    for g, e in enumerate(exps):
-        # ldexp as torch.ldexp on finite operands: exact (powers of two times 4-bit values);
-        # the scale 255 (E8M0 NaN) gives inf as torch's 2**128 does, and 0 * 2**128 NaN
-        if e == 255:
-            scale = math.inf
-        else:
-            scale = math.ldexp(1.0, e - 127)
-        chunk = raw[16 * g:16 * g + 16]
-        values = [v * scale for b in chunk for v in pairs[b]]
-        out.extend(values)
+    k = k0
+    while k < k1:
+        e, c = divmod(k, cols)
+        g = c // 32
+        end = min(k1, e * cols + 32 * g + 32)
+        raw = read.cols(blocks.name, 16 * g, 16 * g + 16, e * rows, (e + 1) * rows)
+        exps = read.cols(scales.name, g, g + 1, e * rows, (e + 1) * rows)
+        # ldexp as torch.ldexp on finite operands: exact (powers of two times 4-bit values); the
+        # scale 255 gives inf, as torch's 2**128 in float32 does
+        scale = [math.inf if x == 255 else math.ldexp(1.0, x - 127) for x in exps]
+        for j in range(c % 32, c % 32 + end - k):
+            shift = 4 * (j & 1)           # low nibble: the even position
+            codes = raw[j // 2::16]
+            out.extend([E2M1[(b >> shift) & 15] * s for b, s in zip(codes, scale)])
+        k = end
     return out
 
 

@@ -44,16 +44,14 @@ class Logical:
     scheme: Scheme | None
     parts: dict                  # role suffix -> Part
     reason: str | None = None    # set: packed, not dequantised
-    # The values in the order they are decoded, when that is not the logical row-major order:
-    # `storage` (rows, cols) row-major, and `strides`, the logical shape's element strides into it
-    # (gpt-oss MXFP4 decodes [E*R, C] and is [E, C, R]). Decoders work on rows of the storage.
-    storage: tuple | None = None
-    strides: tuple | None = None
-    part_rows: dict = field(default_factory=dict)   # a part read as this many rows, not dim 0's
+    # A part read as this many rows (its dims but the last merged), not dim 0's: gpt-oss MXFP4
+    # blocks [E, R, G, 16] are E*R rows of G*16 bytes.
+    part_rows: dict = field(default_factory=dict)
 
     @property
     def rows_cols(self) -> tuple:
-        return self.storage or (self.shape[0], math.prod(self.shape[1:]))
+        """The logical rows decoders produce, each of the last dim's values."""
+        return math.prod(self.shape[:-1]), self.shape[-1]
 
 
 def _method(config: dict) -> str:
@@ -243,28 +241,16 @@ def _mxfp4(name: str, mine: dict, source: str) -> Logical:
     scheme = Scheme("mxfp4", "mxfp4", 4, group_size=32, block=(32,), strategy="group",
                     facts={"method": f"{source} quant_method", "layout": "gpt-oss *_blocks / *_scales"})
     shape = tuple(blocks.shape)
-    if len(shape) < 3 or shape[-1] != 16 or tuple(scales.shape) != shape[:-1] \
+    if len(shape) != 4 or shape[-1] != 16 or tuple(scales.shape) != shape[:-1] \
             or blocks.dtype != "U8" or scales.dtype != "U8":
         return Logical(name, shape, scheme, mine,
                        f"packed, not dequantised: {blocks.dtype} {shape} blocks with {scales.dtype} "
-                       f"{tuple(scales.shape)} scales are not gpt-oss MXFP4 ([..., G, 16] U8 and [..., G] U8)")
-    *lead, rows, groups, _ = shape
-    cols = groups * 32
-    flat = math.prod(lead) * rows
-    if not lead:     # a plain [R, G, 16] matrix: [R, C], no transpose
-        return Logical(name, (rows, cols), scheme, mine, storage=(rows, cols),
-                       part_rows={blocks.name: rows, scales.name: rows})
-    # decoded [lead..., R, C] then transpose(1, 2): dims 1 and 2 of (lead0, lead1.., R, C) swap
-    dims = [lead[0], *lead[1:], rows, cols]
-    strides = [0] * len(dims)
-    step = 1
-    for i in reversed(range(len(dims))):
-        strides[i] = step
-        step *= dims[i]
-    dims[1], dims[2] = dims[2], dims[1]
-    strides[1], strides[2] = strides[2], strides[1]
-    return Logical(name, tuple(dims), scheme, mine, storage=(flat, cols), strides=tuple(strides),
-                   part_rows={blocks.name: flat, scales.name: flat})
+                       f"{tuple(scales.shape)} scales are not gpt-oss MXFP4 ([E, R, G, 16] U8 and [E, R, G] U8)")
+    experts, rows, groups, _ = shape
+    # Decoded [E, R, G*32], then transpose(1, 2): the parameter is [E, G*32, R]. Its logical rows
+    # are columns of the stored rows (decode.py reads them with read.cols, as GPTQ's).
+    return Logical(name, (experts, groups * 32, rows), scheme, mine,
+                   part_rows={blocks.name: experts * rows, scales.name: experts * rows})
 
 
 def _ct_pack_shapes(mine: dict, shape: tuple, scheme: Scheme) -> str | None:

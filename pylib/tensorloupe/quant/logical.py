@@ -29,9 +29,9 @@ CONFIG_KEY = "quantization_config"
 MAX_RUN_BYTES = 16 << 20
 # Decoded rows kept for the next read (a sample's windows and a lattice's rows often share rows).
 KEPT_BYTES = 4 << 20
-# A part read by columns (GPTQ, AWQ) is read whole, once, up to this size: one read, not a read
-# per packed row.
-WHOLE_PART_BYTES = 4 << 20
+# A part read by columns (GPTQ, AWQ, MXFP4) is read whole, once, up to this size: one read, not a
+# read per packed row. Larger parts are read by one range per row (their column of it).
+WHOLE_PART_BYTES = 256 << 10
 
 
 def describe(scheme: Scheme) -> str:
@@ -96,7 +96,7 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
             continue
         made[parts[0].name] = Tensor(
             logical.name, "F32", logical.shape, 0, 4 * math.prod(logical.shape),
-            source=DequantisedSource(logical, {t.name: t for t in parts}), strides=logical.strides,
+            source=DequantisedSource(logical, {t.name: t for t in parts}),
             info={"dequantised from": describe(logical.scheme), "scheme": _facts(logical.scheme)},
             parts=parts)
         dropped.update(t.name for t in parts)
@@ -149,6 +149,7 @@ class DequantisedSource(ByteSource):
         self.row_bytes = 4 * logical.rows_cols[1]
         self._kept: list[tuple[int, int, bytes]] = []   # (first row, end row, float32 bytes)
         self._whole: dict[str, bytes] = {}               # small parts read once, whole
+        self._columns: dict[tuple, bytes] = {}           # the last columns read of large parts
         self._reader = _Reader(self._read_part, self._read_cols)
 
     @property
@@ -210,26 +211,35 @@ class DequantisedSource(ByteSource):
             raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
                               file=self.name) from e
 
-    def _read_cols(self, name: str, c0: int, c1: int) -> bytes:
-        """Columns [c0, c1) of every row of a 2-D part, row after row: a GPTQ or AWQ weight's
-        logical rows are columns of its packed parts. A part of at most WHOLE_PART_BYTES is read
-        once, whole; a larger one by one range per row, all issued together."""
+    def _read_cols(self, name: str, c0: int, c1: int, r0: int = 0, r1: int | None = None) -> bytes:
+        """Columns [c0, c1) of rows [r0, r1) (default all) of a part, row after row: a GPTQ, AWQ
+        or gpt-oss MXFP4 weight's logical rows are columns of its packed parts. A part of at
+        most WHOLE_PART_BYTES is read once, whole; a larger one by one range per row, all
+        issued together."""
         part = self.parts[name]
-        rows, cols = part.shape
-        if not 0 <= c0 <= c1 <= cols:
-            raise FormatError(f"tensor {name!r} has {cols} columns: {c0}..{c1} of it cannot hold "
-                              f"part of {self.logical.name!r}", file=self.name)
+        rows = self.logical.part_rows.get(name) or part.shape[0]
+        r1 = rows if r1 is None else r1
+        item = max(1, int(lookup(part.dtype).bits) // 8)
         row = part.nbytes // max(rows, 1)
-        item = row // max(cols, 1)
+        cols = row // item
+        if not (0 <= c0 <= c1 <= cols and 0 <= r0 <= r1 <= rows):
+            raise FormatError(f"tensor {name!r} has {rows} x {cols}: rows {r0}..{r1}, columns "
+                              f"{c0}..{c1} of it cannot hold part of {self.logical.name!r}", file=self.name)
         if part.nbytes <= WHOLE_PART_BYTES:
             whole = self._whole.get(name)
             if whole is None:
                 whole = self._whole[name] = part.source.read_data(part.offset, part.nbytes)
-            if (c0, c1) == (0, cols):
+            if (c0, c1, r0, r1) == (0, cols, 0, rows):
                 return whole
-            return b"".join(whole[r * row + c0 * item:r * row + c1 * item] for r in range(rows))
-        ranges = [(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in range(rows)]
-        return b"".join(part.source.read_many(ranges))
+            return b"".join([whole[r * row + c0 * item:r * row + c1 * item] for r in range(r0, r1)])
+        key = (name, c0, c1, r0, r1)
+        data = self._columns.get(key)
+        if data is None:   # kept: a lattice's rows of one MXFP4 group share the same columns
+            ranges = [(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in range(r0, r1)]
+            data = self._columns[key] = b"".join(part.source.read_many(ranges))
+            while sum(map(len, self._columns.values())) > KEPT_BYTES and len(self._columns) > 1:
+                del self._columns[next(iter(self._columns))]
+        return data
 
     def _read_part(self, name: str, row_start: int, row_count: int) -> bytes:
         part = self.parts[name]
