@@ -55,6 +55,8 @@ class TensorView {
       problem: el("div", {class: "problem", id: "tensor-problem", hidden: true}),
       stats: el("div", {class: "stats", id: "stats", "aria-label": "Sampled statistics"}),
       statsSub: el("div", {class: "stats-sub", id: "stats-sub"}),
+      // A quantised weight's values are computed from its packed parts (quant/logical.py).
+      dequantised: el("div", {class: "stats-sub", id: "stats-dequantised", hidden: true}),
       exactButton: button("exact-button", "button", "Exact stats"),
       exactProgress: el("progress", {id: "exact-progress", max: "1", value: "0", hidden: true}),
       exactNote: el("span", {id: "exact-note", class: "muted small"}),
@@ -68,7 +70,7 @@ class TensorView {
     };
     d.tools = el("div", {class: "tensor-tools"}, d.copyName, d.saveNpy, d.saveTile, d.toolNote);
     d.values = el("div", {id: "tensor-values"},
-      el("div", {class: "stats-block"}, d.stats, d.statsSub,
+      el("div", {class: "stats-block"}, d.stats, d.statsSub, d.dequantised,
         el("div", {class: "exact-row"}, d.exactButton, d.exactProgress, d.exactNote, d.exactCancel),
         d.exactStats),
       el("div", {class: "viz"}, this.heatmap.element, this.hist.element));
@@ -132,6 +134,7 @@ class TensorView {
     d.exactButton.disabled = false;
     clear(d.stats).append(el("span", {class: "muted", text: "Sampling…"}));
     clear(d.statsSub);
+    d.dequantised.hidden = true;
     clear(d.percentiles);
     this.hist.show(null);
     if (problem) return this.heatmap.clear();
@@ -172,6 +175,9 @@ class TensorView {
     d.stats.prepend(el("span", {class: "stat-kind", text: kind}));
     this.hist.element.querySelector(".toolbar-title").textContent =
       sample.exhaustive ? "Histogram" : look ? "Histogram (sampled, a first look)" : "Histogram (sampled)";
+    const from = result.tensor?.info?.["dequantised from"];
+    d.dequantised.hidden = !from;
+    d.dequantised.textContent = from ? `dequantised from ${from}` : "";
     d.statsSub.textContent = sample.exhaustive
       ? `all ${grouped(sample.numel)} elements`
       : look ? `a first look at ${grouped(sample.samples)} of ${grouped(sample.numel)} elements, spread over the whole tensor: the full sample follows`

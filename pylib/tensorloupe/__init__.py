@@ -12,13 +12,14 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 from .errors import TensorloupeError
 from .model import Checkpoint, Tensor
 from .sampler.sampling import (Grid, Histogram, Sample, Stats, exact_histogram, exact_stats, grid,
                                histogram, sample, values)
 from .opening import detect, targets
-from .source import ByteSource, open_source
+from .source import ByteSource, is_url, open_source
 
 # The health scan and the comparison are imported when first used (__getattr__): the browser's
 # worker imports this package as it boots, and in Pyodide they are a fifth of its imports (~20
@@ -42,18 +43,37 @@ def open(target, name: str | None = None, *, follow_redirects: bool = False) -> 
         from .opening import shards
         # URLs: every part's first request (its header bytes) in flight at once, each header
         # read as soon as it arrives.
-        return _say_redirects(shards.open_each(
-            targets.resolve(target).files,
-            lambda t: open_source(t, follow_redirects=follow_redirects)))
+        files = targets.resolve(target).files
+        return _dequantised(_say_redirects(shards.open_each(
+            files, lambda t: open_source(t, follow_redirects=follow_redirects))), files)
     source = open_source(target, name, follow_redirects=follow_redirects)
     try:
-        return _say_redirects(detect.read(source))
+        return _dequantised(_say_redirects(detect.read(source)), [target])
     except TensorloupeError as e:
         source.close()
         raise e.located(file=source.name)
     except Exception:
         source.close()
         raise
+
+
+def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
+    """A local checkpoint with a `config.json` beside it that has a `quantization_config`: its
+    quantised weights become tensors of real values (quant/logical.py). A URL's config.json is
+    not fetched here (one more request per open); the CLI's inspect and the page pass theirs."""
+    local = [f for f in files if isinstance(f, (str, os.PathLike)) and not is_url(f)]
+    if not local or len(local) < len(files):
+        return ckpt
+    from .opening import beside
+    found = beside.config_for([os.fspath(f) for f in local])
+    if isinstance(found.data, dict) and "quantization_config" in found.data:
+        from .quant.logical import apply
+        try:
+            apply(ckpt, found.data, beside.CONFIG_NAME)
+        except BaseException:
+            ckpt.close()
+            raise
+    return ckpt
 
 
 def _say_redirects(ckpt: Checkpoint) -> Checkpoint:

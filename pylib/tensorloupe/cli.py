@@ -33,6 +33,7 @@ from .display import TerminalText
 from .jsonable import bounded, json_number
 from .architecture.memory import CACHE_TYPES
 from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
+from .quant.logical import apply as dequantise
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS, EXIT_INCOMPLETE = 0, 2, 3, 4, 5
 
@@ -232,6 +233,7 @@ def run_inspect(args) -> int:
     with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
         if found.problem:
             ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
+        dequantise(ckpt, found.data, found.where)   # --config or a URL's (a local one is applied)
         block = arch_report.describe(ckpt, found.data, found.where, args.context, args.cache_type)
         errors = shards.errors(ckpt)
         if args.json:
@@ -308,6 +310,8 @@ def run_stats(args) -> int:
             entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
                      "samples": stats.count, "numel": t.numel, "exact": exact,
                      "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
+            if t.parts:   # a quantised weight's real values (quant/logical.py)
+                entry["dequantised_from"] = t.info["dequantised from"]
             out.append(entry)
             if not args.json:
                 report.print_stats(entry)

@@ -52,10 +52,17 @@ class Tensor:
     problem: str | None = None       # why values cannot be read (unknown dtype, ...); the file still opens
     info: Mapping[str, Any] = NO_INFO  # format details: ggml dims order, storage key, ... (a
                                        # reader's own dict, possibly shared by equal tensors)
+    parts: tuple["Tensor", ...] = ()   # a dequantised weight (quant/logical.py): the stored tensors
+                                       # its values are computed from, as the file holds them
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def stored_nbytes(self) -> int:
+        """Bytes the file holds for this tensor: its parts' for a dequantised weight."""
+        return sum(p.nbytes for p in self.parts) if self.parts else self.nbytes
 
     @property
     def dtype_info(self) -> DType | None:
@@ -95,6 +102,9 @@ class Tensor:
             out["problem"] = self.problem
         if self.info:
             out["info"] = dict(self.info)
+        if self.parts:
+            out["stored_nbytes"] = self.stored_nbytes
+            out["parts"] = [p.to_json() for p in self.parts]
         return out
 
 
@@ -120,6 +130,13 @@ class Checkpoint:
 
     def __post_init__(self) -> None:
         self.by_name: dict[str, Tensor] = {t.name: t for t in self.tensors}
+
+    def replace_tensors(self, tensors: list[Tensor]) -> None:
+        """Tensors built from the stored ones (quant/logical.py): the lookup finds each, and
+        the stored parts of a dequantised weight under their own names where no tensor has it."""
+        self.tensors = tensors
+        self.by_name = {p.name: p for t in tensors for p in t.parts}
+        self.by_name.update((t.name, t) for t in tensors)
 
     def tensor(self, name: str) -> Tensor:
         try:

@@ -97,6 +97,12 @@ def print_inspect(ckpt: Checkpoint) -> None:
           + (f" in {len(files)} files" if len(files) > 1 else ""))
     print(f"  tensors     {len(ckpt.tensors)}")
     print(f"  parameters  {exact_count(ckpt.parameter_count)} ({by_dtype})")
+    quantised = ckpt.extras.get("quantisation")
+    if quantised and (quantised["dequantised"] or quantised["packed"]):
+        print(f"  quantised   {escaped('; '.join(quantised['schemes']) or quantised['method'])} "
+              f"(from {escaped(quantised['source'])}): {quantised['dequantised']} weights shown "
+              f"dequantised to float32, sizes as stored"
+              + (f"; {quantised['packed']} left packed" if quantised["packed"] else ""))
     card = ckpt.extras.get("model_card")
     if card:
         print("\nModel card")
@@ -123,11 +129,15 @@ def print_inspect(ckpt: Checkpoint) -> None:
         for w in ckpt.warnings:
             print(f"  ! {escaped(w)}")
     print("\nTensors")
-    rows = [(escaped(t.name), escaped(t.dtype), "×".join(map(str, t.shape)) or "scalar", human_bytes(t.nbytes),
-             _bits(t), str(t.known_file_offset)) for t in ckpt.tensors]
+    # A dequantised weight's stored parts are listed under it, indented.
+    listed = [(t, "") for t in ckpt.tensors] if "quantisation" not in ckpt.extras else \
+        [(p, indent) for t in ckpt.tensors for p, indent in [(t, "")] + [(p, "  ↳ ") for p in t.parts]]
+    rows = [(indent + escaped(t.name), escaped(t.dtype) + (" (dequantised)" if t.parts else ""),
+             "×".join(map(str, t.shape)) or "scalar", human_bytes(t.stored_nbytes),
+             _bits(t), str(t.known_file_offset)) for t, indent in listed]
     header = ("name", "dtype", "shape", "size", "bits", "offset")
     if len(files) > 1:   # offsets are within each tensor's own file: say which
-        rows = [r + (escaped(t.file or "?"),) for r, t in zip(rows, ckpt.tensors)]
+        rows = [r + (escaped(t.file or "?"),) for r, (t, _) in zip(rows, listed)]
         header += ("file",)
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
@@ -250,6 +260,8 @@ def print_stats(entry: dict) -> None:
         how = f"{entry['samples']:,} of {entry['numel']:,} elements sampled: estimates"
         label, of = "sampled", f"{entry['samples']:,} sampled values (not every element)"
     print(f"{escaped(entry['name'])}  {escaped(entry['dtype'])}  {shape}  ({how})")
+    if entry.get("dequantised_from"):
+        print(f"  dequantised from {escaped(entry['dequantised_from'])}")
     print(f"  {label}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}"
           f"  std {_fmt(s['std'])}  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}"
           f"  +inf {s['posinf']}  -inf {s['neginf']}")
@@ -266,7 +278,8 @@ def print_stats(entry: dict) -> None:
 
 
 def print_values(t: Tensor, start: int, got: list) -> None:
-    print(f"{escaped(t.name)}  {escaped(t.dtype)}  {'×'.join(map(str, t.shape)) or 'scalar'}")
+    print(f"{escaped(t.name)}  {t.dtype}  {'×'.join(map(str, t.shape)) or 'scalar'}"
+          + (f"  dequantised from {escaped(t.info['dequantised from'])}" if t.parts else ""))
     for i, v in enumerate(got, start):
         # repr, not a rounded format: these are the exact stored values.
         print(f"  [{', '.join(map(str, unravel(i, t.shape)))}]  {v!r}")

@@ -103,7 +103,7 @@ class Count:
     def add(self, t: Tensor) -> None:
         self.parameters += t.numel
         self.tensors += 1
-        self.bytes += t.nbytes
+        self.bytes += t.stored_nbytes   # a dequantised weight: its packed parts, as stored
         if self.example is None:
             self.example = t.name
 

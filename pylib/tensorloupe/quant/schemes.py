@@ -16,17 +16,40 @@ class Layout(NamedTuple):
     needs: tuple           # suffixes that must be present beside it
     optional: tuple        # suffixes used when present
     methods: tuple         # config quant_method / format values this row applies to
+    joiner: str = "."      # between the module's name and the suffixes ("_" for gpt-oss' proj_blocks)
+    logical: str = "weight"   # the dequantised tensor's suffix ("": the module's own name)
 
 
 LAYOUTS = (
     # DeepSeek-V3 inference/kernel.py weight_dequant: W = q * s[tile], 128x128 tiles; scale_inv multiplies.
     Layout("fp8-block", "weight", ("weight_scale_inv",), (), ("fp8",)),
-    # compressed-tensors float-quantized / fp8 per tensor or channel: W = q * weight_scale (broadcast).
-    Layout("fp8-scaled", "weight", ("weight_scale",), (), ("fp8", "float-quantized", "naive-quantized")),
+    # compressed-tensors int-quantized / float-quantized (naive_quantized/base.py), fp8 per tensor or
+    # channel: codes under the weight's own name, W = (q - z) * s broadcast by strategy (tensor,
+    # channel, group), computed in the scale's dtype (forward.py dequantize: output dtype = scale's).
+    Layout("fp8-scaled", "weight", ("weight_scale",), ("weight_zero_point", "input_scale"),
+           ("fp8", "float-quantized", "naive-quantized", "int-quantized")),
     # compressed-tensors pack_quantized/helpers.py pack_to_int32: element i at bit i*bits of its row,
     # stored unsigned (+2**(bits-1)); W = (q - z) * s by strategy (channel or group).
     Layout("ct-pack", "weight_packed", ("weight_scale", "weight_shape"), ("weight_zero_point", "weight_g_idx"),
            ("pack-quantized",)),
+    # compressed-tensors nvfp4-pack-quantized (nvfp4/base.py decompress, forward_helpers._dequantize):
+    # weight_packed U8 [m, n/2], low nibble first, E2M1; weight_scale F8_E4M3 [m, n/16];
+    # W = bf16(q * f32(weight_scale / weight_global_scale)): the global scale divides here.
+    Layout("nvfp4", "weight_packed", ("weight_scale", "weight_global_scale"), ("input_global_scale",),
+           ("nvfp4-pack-quantized",)),
+    # GPTQ (GPTQModel nn_modules/qlinear dequantize_weight, utils/model_dequant.py): qweight I32
+    # [in*bits/32, out] packed down each column, lowest bits first (3 bits straddle words); qzeros
+    # I32 [groups, out*bits/32] packed along rows; scales [groups, out]; g_idx [in] (else i // g).
+    # W[o, i] = scales[g, o] * (q[i, o] - z[g, o]), g = g_idx[i]; v1 ("gptq") stores z - 1.
+    Layout("gptq", "qweight", ("qzeros", "scales"), ("g_idx",), ("gptq",)),
+    # AWQ GEMM (AutoAWQ awq/utils/packing_utils.py unpack_awq, reverse_awq_order, dequantize_gemm):
+    # qweight I32 [in, out/8], nibble k of a word holds column 8w + [0, 2, 4, 6, 1, 3, 5, 7][k];
+    # qzeros likewise [in/g, out/8]; scales [in/g, out]; W = (q - z) * s.
+    Layout("awq", "qweight", ("qzeros", "scales"), (), ("awq",)),
+    # gpt-oss MXFP4 (transformers integrations/mxfp4.py convert_moe_packed_tensors): <proj>_blocks U8
+    # [E, R, G, 16], two E2M1 codes a byte, low nibble first; <proj>_scales U8 [E, R, G] E8M0;
+    # value = ldexp(FP4[q], scale - 127), rows of G*32 values, then transpose(1, 2): [E, G*32, R].
+    Layout("mxfp4", "blocks", ("scales",), (), ("mxfp4",), "_", ""),
 )
 
 BLOCK_DEFAULT = (128, 128)

@@ -23,6 +23,7 @@ from ..model import Checkpoint
 from ..sampler.sampling import EXACT_CHUNK_ELEMS, exact_stats_steps, values
 from ..sampler.staged import StagedGrid, StagedSample
 from ..jsonable import PREVIEW, json_number
+from ..quant.logical import apply as dequantise
 from ..sampler.stats import Stats
 from . import blobs, files, remote
 from .jobs import Job, Jobs
@@ -166,6 +167,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         """Make a successfully opened checkpoint current (only now is the old one closed)."""
         if config_warning:
             ckpt.warnings.append(config_warning)
+        dequantise(ckpt, config, config_where or "config.json")   # its quantization_config, if any
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.checkpoint, self._moe, self.analysis = ckpt, None, None

@@ -28,7 +28,8 @@ NAME_SEPARATOR = "\n"
 def page_table(ckpt: Checkpoint) -> dict:
     tensors = ckpt.tensors
     kinds: dict[tuple, int] = {}
-    kind = [kinds.setdefault((t.dtype, t.shape, t.nbytes, t.strides, t.problem), len(kinds))
+    # A dequantised weight (quant/logical.py) holds its packed parts' bytes in the file.
+    kind = [kinds.setdefault((t.dtype, t.shape, t.stored_nbytes, t.strides, t.problem), len(kinds))
             for t in tensors]
     # A tensor's file is its source's (Tensor.file): one lookup per source, not per tensor.
     where = {name: i for i, name in enumerate(ckpt.files)}

@@ -1,0 +1,251 @@
+"""Quantised weights as tensors of real values: the checkpoint's stored parts grouped (groups.py)
+become one float32 Tensor each, under the original weight name, whose byte source computes its
+values (decode.py) from only the packed rows and scale rows a read needs.
+
+Everything above the sampler (values, stats, heatmaps, health, diff, .npy) then reads a
+dequantised weight like any float32 tensor: its `source` is a `DequantisedSource`, whose bytes are
+the float32 values in row-major order, and whose reads go to the file's own sources (counted
+there: `Checkpoint.bytes_read` says what a view of a dequantised weight cost). The stored parts
+stay visible as `Tensor.parts`. A layout that cannot be decoded exactly keeps its stored tensors
+as they are and says why ("packed, not dequantised: ..."), never floats.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from array import array
+
+from ..dtypes import lookup
+from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
+from ..model import Checkpoint, Tensor
+from ..source import ByteSource
+from .decode import dequantise
+from .groups import Logical, Scheme, group
+
+CONFIG_KEY = "quantization_config"
+# Rows decoded at once by one read: bounds the floats held for a read (exact statistics read
+# 16 MiB ranges; a row of a wide weight is ~64 KB).
+MAX_RUN_BYTES = 16 << 20
+# Decoded rows kept for the next read (a sample's windows and a lattice's rows often share rows).
+KEPT_BYTES = 4 << 20
+# A part read by columns (GPTQ, AWQ, MXFP4) is read whole, once, up to this size: one read, not a
+# read per packed row. Larger parts are read by one range per row (their column of it).
+WHOLE_PART_BYTES = 256 << 10
+
+
+def describe(scheme: Scheme) -> str:
+    """The scheme in words, as the page's Tensor tab and the CLI say it."""
+    if scheme.layout == "fp8-block":
+        return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
+    if scheme.layout in ("gptq", "awq"):
+        words = [f"{scheme.method} {scheme.bits}-bit",
+                 "per channel" if scheme.group_size == -1 else f"group {scheme.group_size}"]
+        if scheme.act_order:
+            words.append("act-order")
+        if scheme.layout == "gptq":
+            words.append("v1 (zeros stored minus 1)" if scheme.strategy in ("gptq", "gemm") else "v2")
+        return ", ".join(words)
+    if scheme.layout == "nvfp4":
+        return f"{scheme.method} (E2M1, F8 scale per {scheme.group_size}, global scale)"
+    if scheme.layout == "mxfp4":
+        return "MXFP4 (E2M1, E8M0 scale per 32)"
+    if scheme.layout == "fp8-scaled" and scheme.method == "fp8":
+        if scheme.strategy == "block":
+            return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
+        return f"FP8 e4m3, per {scheme.strategy}"
+    words = [f"{scheme.method} int{scheme.bits}"]
+    words.append(f"group {scheme.group_size}" if scheme.strategy == "group" else f"per {scheme.strategy}")
+    words.append("symmetric" if scheme.symmetric else "asymmetric")
+    if scheme.act_order:
+        words.append("act-order")
+    return ", ".join(words)
+
+
+def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> None:
+    """Group the checkpoint's quantised weights by `config` (a config.json's object; its
+    `quantization_config` says the scheme) into dequantised tensors. Without that key nothing
+    changes; applied once (the page and the API may both offer the config)."""
+    qc = config.get(CONFIG_KEY) if isinstance(config, dict) else None
+    if not isinstance(qc, dict) or "quantisation" in ckpt.extras:
+        return
+    said = f"{where} {CONFIG_KEY}"
+    stored = {t.name: t for t in ckpt.tensors}
+    readable = [(t.name, t.dtype, t.shape) for t in ckpt.tensors
+                if t.problem is None and t.contiguous and t.source is not None]
+
+    def read_small(name: str) -> list:
+        t = stored[name]
+        return lookup(t.dtype).decode(t.source.read_data(t.offset, t.nbytes), t.big_endian)
+
+    try:
+        found = group(readable, qc, said, read_small)
+    except LOW_LEVEL_ERRORS as e:
+        raise FormatError(f"{said} does not describe these tensors: {e}", file=where) from e
+    order = {t.name: i for i, t in enumerate(ckpt.tensors)}
+    made: dict[str, Tensor] = {}       # the name of its first stored part -> the tensor in its place
+    dropped: set[str] = set()
+    packed = 0
+    for logical in found:
+        parts = tuple(sorted((stored[p.name] for p in logical.parts.values()), key=lambda t: order[t.name]))
+        if logical.reason:
+            packed += 1
+            codes = stored[logical.parts["codes"].name]
+            codes.info = {**codes.info, "quantisation": logical.reason}
+            ckpt.warnings.append(f"tensor {codes.name!r}: {logical.reason}")
+            continue
+        made[parts[0].name] = Tensor(
+            logical.name, "F32", logical.shape, 0, 4 * math.prod(logical.shape),
+            source=DequantisedSource(logical, {t.name: t for t in parts}),
+            info={"dequantised from": describe(logical.scheme), "scheme": _facts(logical.scheme)},
+            parts=parts)
+        dropped.update(t.name for t in parts)
+    method = str(qc.get("quant_method") or qc.get("format") or "?")
+    if not found:
+        ckpt.warnings.append(f"{said} says quant_method {method!r}: no tensors of a layout "
+                             "tensorloupe dequantises were found; they are shown packed, as stored")
+    tensors = [made[t.name] if t.name in made else t for t in ckpt.tensors
+               if t.name in made or t.name not in dropped]
+    ckpt.replace_tensors(tensors)
+    schemes = sorted({t.info["dequantised from"] for t in made.values()})
+    ckpt.extras["quantisation"] = {"method": method, "source": said, "schemes": schemes,
+                                   "dequantised": len(made), "packed": packed}
+
+
+def _facts(scheme: Scheme) -> dict:
+    out = {"layout": scheme.layout, "method": scheme.method, "bits": scheme.bits}
+    for key in ("group_size", "strategy", "block"):
+        value = getattr(scheme, key)
+        if value is not None:
+            out[key] = list(value) if isinstance(value, tuple) else value
+    out["symmetric"], out["act_order"] = scheme.symmetric, scheme.act_order
+    out["from"] = dict(scheme.facts)
+    return out
+
+
+class _Reader:
+    """What a decoder reads with: `read(part, first row, rows)`, and `read.cols(part, c0, c1)`."""
+
+    __slots__ = ("rows", "cols")
+
+    def __init__(self, rows, cols):
+        self.rows, self.cols = rows, cols
+
+    def __call__(self, name: str, row_start: int, row_count: int) -> bytes:
+        return self.rows(name, row_start, row_count)
+
+
+class DequantisedSource(ByteSource):
+    """The float32 bytes (little-endian, row-major) of one dequantised weight. A read of any
+    range decodes the whole logical rows it touches (along dim 0) from only the stored rows
+    those need, read from the parts' own sources."""
+
+    def __init__(self, logical: Logical, parts: dict[str, Tensor]):
+        super().__init__()
+        self.logical, self.parts = logical, parts
+        self.codes = parts[logical.parts["codes"].name]
+        self.name = self.codes.source.name
+        self.size = 4 * math.prod(logical.shape)
+        self.row_bytes = 4 * logical.rows_cols[1]
+        self._kept: list[tuple[int, int, bytes]] = []   # (first row, end row, float32 bytes)
+        self._whole: dict[str, bytes] = {}               # small parts read once, whole
+        self._columns: dict[tuple, bytes] = {}           # the last columns read of large parts
+        self._reader = _Reader(self._read_part, self._read_cols)
+
+    @property
+    def waits(self) -> bool:
+        return self.codes.source.waits
+
+    def root(self) -> ByteSource:
+        return self.codes.source.root()
+
+    def file_offset(self, offset: int) -> int:
+        return self.codes.locate()
+
+    def known_file_offset(self, offset: int) -> int | None:
+        return self.codes.known_file_offset
+
+    def _read(self, offset: int, n: int) -> bytes:
+        return self._count(self._ranges([(offset, n)])[0])
+
+    def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        return self._count_each(self._ranges(ranges))
+
+    def _ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Each range's bytes; rows shared by neighbouring ranges are decoded once."""
+        rb = self.row_bytes
+        spans = [(o // rb, -(-(o + n) // rb)) for o, n in ranges]
+        runs: list[list[int]] = []
+        for r0, r1 in sorted(spans):
+            if runs and r0 <= runs[-1][1] and (max(r1, runs[-1][1]) - runs[-1][0]) * rb <= MAX_RUN_BYTES:
+                runs[-1][1] = max(runs[-1][1], r1)
+            else:
+                runs.append([r0, r1])
+        decoded = [(r0, r1, self._rows(r0, r1)) for r0, r1 in runs]
+        out = []
+        for o, n in ranges:
+            r0, r1, data = next(d for d in decoded if d[0] * rb <= o and o + n <= d[1] * rb)
+            out.append(data[o - r0 * rb:o - r0 * rb + n])
+        return out
+
+    def _rows(self, r0: int, r1: int) -> bytes:
+        for k0, k1, data in self._kept:
+            if k0 <= r0 and r1 <= k1:
+                return data[(r0 - k0) * self.row_bytes:(r1 - k0) * self.row_bytes]
+        values = self._dequantise(r0, r1)
+        if sys.byteorder == "big":
+            values.byteswap()
+        data = values.tobytes()
+        self._kept.append((r0, r1, data))
+        while sum(len(d) for *_, d in self._kept) > KEPT_BYTES and len(self._kept) > 1:
+            self._kept.pop(0)
+        return data
+
+    def _dequantise(self, r0: int, r1: int) -> array:
+        t = self.logical
+        try:
+            return dequantise(t, self._reader, r0, r1)
+        except TensorloupeError as e:
+            raise e.located(file=self.name)
+        except LOW_LEVEL_ERRORS as e:
+            raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
+                              file=self.name) from e
+
+    def _read_cols(self, name: str, c0: int, c1: int, r0: int = 0, r1: int | None = None) -> bytes:
+        """Columns [c0, c1) of rows [r0, r1) (default all) of a part, row after row: a GPTQ, AWQ
+        or gpt-oss MXFP4 weight's logical rows are columns of its packed parts. A part of at
+        most WHOLE_PART_BYTES is read once, whole; a larger one by one range per row, all
+        issued together."""
+        part = self.parts[name]
+        rows = self.logical.part_rows.get(name) or part.shape[0]
+        r1 = rows if r1 is None else r1
+        item = max(1, int(lookup(part.dtype).bits) // 8)
+        row = part.nbytes // max(rows, 1)
+        cols = row // item
+        if not (0 <= c0 <= c1 <= cols and 0 <= r0 <= r1 <= rows):
+            raise FormatError(f"tensor {name!r} has {rows} x {cols}: rows {r0}..{r1}, columns "
+                              f"{c0}..{c1} of it cannot hold part of {self.logical.name!r}", file=self.name)
+        if part.nbytes <= WHOLE_PART_BYTES:
+            whole = self._whole.get(name)
+            if whole is None:
+                whole = self._whole[name] = part.source.read_data(part.offset, part.nbytes)
+            if (c0, c1, r0, r1) == (0, cols, 0, rows):
+                return whole
+            return b"".join([whole[r * row + c0 * item:r * row + c1 * item] for r in range(r0, r1)])
+        key = (name, c0, c1, r0, r1)
+        data = self._columns.get(key)
+        if data is None:   # kept: a lattice's rows of one MXFP4 group share the same columns
+            ranges = [(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in range(r0, r1)]
+            data = self._columns[key] = b"".join(part.source.read_many(ranges))
+            while sum(map(len, self._columns.values())) > KEPT_BYTES and len(self._columns) > 1:
+                del self._columns[next(iter(self._columns))]
+        return data
+
+    def _read_part(self, name: str, row_start: int, row_count: int) -> bytes:
+        part = self.parts[name]
+        rows = self.logical.part_rows.get(name) or (part.shape[0] if part.shape else 1)
+        if not 0 <= row_start <= row_start + row_count <= rows:   # a decoder's bug, never a read beside it
+            raise FormatError(f"tensor {name!r} has {rows} rows: rows {row_start}..{row_start + row_count} "
+                              f"of it cannot hold part of {self.logical.name!r}", file=self.name)
+        row = part.nbytes // max(rows, 1)
+        return part.source.read_data(part.offset + row_start * row, row_count * row)
