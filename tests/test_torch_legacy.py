@@ -60,10 +60,12 @@ def test_storage_offsets_are_computed_without_reading_storages(tmp_path):
     source = Recording(path.read_bytes(), "big_legacy.pt")
     ckpt = tensorloupe.open(source)
     start = ckpt.extras["legacy"]["storage_start"]
-    # The pickles are read in one window (which may reach into the storages); nothing is read
-    # from a position after them: no count prefix, no storage.
-    assert all(begin < start for begin, _ in source.ranges)
-    assert ckpt.bytes_read() <= torch_legacy.FIRST_READ + detect.HEAD_BYTES
+    # The pickles are read in one window (which may reach into the storages); after them only
+    # the 8-byte count prefixes are read (torch.load checks them too), no storage.
+    prefixes = {ckpt.tensor(name).offset - 8 for name in tensors}
+    assert all(begin < start or (begin in prefixes and end - begin == 8)
+               for begin, end in source.ranges)
+    assert ckpt.bytes_read() <= torch_legacy.FIRST_READ + detect.HEAD_BYTES + 8 * len(tensors)
     for name, tensor in tensors.items():
         assert tensorloupe.values(ckpt.tensor(name), 0, 3) == [float(name[1:])] * 3
 
@@ -73,6 +75,32 @@ def test_a_wrong_layout_falls_back_to_the_count_prefixes(files):
     ckpt = tensorloupe.open(data, name="junk.pt")
     assert any("count prefixes" in w for w in ckpt.warnings)
     assert tensorloupe.values(ckpt.tensor("tail")) == [5.0, 6.0, 7.0, 8.0, 9.0]
+
+
+@pytest.mark.parametrize("which, delta", [(0, 1), (2, -1), (7, 1 << 40)])
+def test_a_count_prefix_that_lies_is_refused_as_torch_refuses_it(tmp_path, which, delta):
+    # The pickle's sizes account for the file exactly, so the layout needs no prefix; but
+    # torch.load reads each one and refuses a storage whose count is not its pickle's. It used
+    # to open with no warning and the right-looking values.
+    tensors = {f"w{i}": torch.full((4, 8), float(i)) for i in range(8)}
+    path = tf.save(tensors, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    ckpt = tensorloupe.open(path)
+    offset = ckpt.tensor(f"w{which}").offset - 8
+    key = ckpt.tensor(f"w{which}").info.get("storage_key")
+    data = bytearray(path.read_bytes())
+    assert int.from_bytes(data[offset:offset + 8], "little") == 32
+    data[offset:offset + 8] = (32 + delta).to_bytes(8, "little", signed=True)
+    patched = tmp_path / "lying.pt"
+    patched.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="storage has wrong byte size"):
+        torch.load(patched, weights_only=True)
+    with pytest.raises(FormatError) as e:
+        tensorloupe.open(patched)
+    message = str(e.value)
+    assert f"is declared with 32 elements in the pickle but its count prefix in the file says " \
+           f"{32 + delta}" in message and f"at byte {offset}" in message
+    if key is not None:
+        assert repr(key) in message
 
 
 def test_truncated_legacy_file(files):
