@@ -38,7 +38,10 @@ def encode(value) -> bytes:
     if value is True or value is False:
         return b"\x88" if value else b"\x89"
     if type(value) is int:
-        return b"L%dL\n" % value if value.bit_length() > 31 else b"J" + struct.pack("<i", value)
+        if value.bit_length() <= 31:
+            return b"J" + struct.pack("<i", value)
+        raw = value.to_bytes(value.bit_length() // 8 + 1, "little", signed=True)
+        return b"\x8b" + struct.pack("<I", len(raw)) + raw     # LONG4: no decimal digits
     if type(value) is float:
         return b"G" + struct.pack(">d", value)
     if type(value) is str:

@@ -247,3 +247,50 @@ def test_a_deeply_nested_count_is_quoted_bounded():
     with pytest.raises(FormatError, match="count in the tar archive does not fit") as info:
         tensorloupe.open(blob, name="deep_count.pt")
     assert len(str(info.value)) < 400
+
+
+# --- the tar format's storage views (view_key, root_key, offset, numel) --------------------------
+
+def view_tar(path, offset, numel):
+    """A tar checkpoint whose tensor 'b' (2 elements) lies in view 2000 of storage 1000
+    (arange(8), 'a')."""
+    return tf.write_legacy_tar(path, {"a": torch.arange(8.0), "b": torch.zeros(2)},
+                               views=[(2000, 1000, offset, numel)], storage_of={"b": 2000})
+
+
+@pytest.mark.parametrize("offset, numel", [(2, 3), (6, 3), (6, 2), (0, 8), (8, 0), (-1, 2), (7, 5)])
+def test_tar_storage_views_are_cut_as_torch_cuts_them(tmp_path, offset, numel):
+    # torch slices the root's bytes with Python's rules: a view past the end is cut short, and
+    # a tensor that needs more than its view holds is refused by torch, a problem here.
+    path = view_tar(tmp_path / "v.tar", offset, numel)
+    ckpt = tensorloupe.open(path)
+    try:
+        want = torch.load(path, weights_only=False)["b"]
+    except RuntimeError as e:
+        assert "not resizable" in str(e)
+        assert ckpt.tensor("b").problem and "needs bytes" in ckpt.tensor("b").problem
+        return
+    assert not ckpt.tensor("b").problem
+    assert tensorloupe.values(ckpt.tensor("b")) == want.tolist()
+    assert ckpt.tensor("b").info["storage_numel"] == want.untyped_storage().nbytes() // 4
+
+
+@pytest.mark.parametrize("offset, numel, found", [
+    (10 ** 5000, 2, "offset an integer of 16,610 bits (~5,001 digits), 2 elements"),
+    (0, -(10 ** 5000), "offset 0, an integer of 16,610 bits (~5,001 digits) elements"),
+    (1 << 63, 2, "offset 9223372036854775808, 2 elements"),
+], ids=["5001-digit offset", "5001-digit count", "2**63 offset"])
+@pytest.mark.parametrize("command", ["inspect", "health", "diff"])
+def test_a_tar_view_beyond_64_bits_is_one_clear_error(tmp_path, capsys, offset, numel, found,
+                                                      command):
+    # inspect, health and diff ended in ValueError: Exceeds the limit (4300 digits).
+    from tensorloupe.cli import main
+    path = view_tar(tmp_path / "v.tar", offset, numel)
+    with pytest.raises(RuntimeError):
+        torch.load(path, weights_only=False)
+    argv = [command, str(path)] + ([str(view_tar(tmp_path / "ok.tar", 2, 3))] if command == "diff" else [])
+    assert main(argv) == 3
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "storage view 2000 in the tar member 'storages' has an offset or element count " \
+           "beyond 64 bits" in err and found in err, err

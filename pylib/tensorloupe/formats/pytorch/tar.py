@@ -32,6 +32,7 @@ MEMBERS = ("sys_info", "pickle", "tensors", "storages")
 TAR_MAGIC = b"ustar"
 TAR_MAGIC_AT = 257
 COUNT = struct.Struct("<q")
+INT64 = 1 << 63
 TENSOR_HEAD = struct.Struct("<i4x")   # ndim, then 4 bytes torch skips
 WINDOW = 4096
 # The small pickles between raw bytes (counts, each storage's (key, location, class)) are read in
@@ -53,6 +54,14 @@ def _key(value):
         return value
     raise FormatError("a storage or tensor key is not a string or a 64-bit integer",
                       found=type(value).__name__)
+
+
+def _sized(value: int) -> str:
+    """A pickle int for a message: its digits if it has a few, else its size (str() refuses
+    more than 4,300 digits, and a message of thousands says nothing more)."""
+    if value.bit_length() <= 64:
+        return str(value)
+    return f"an integer of {value.bit_length():,} bits (~{int(value.bit_length() * 0.30103) + 1:,} digits)"
 
 
 class _Reader:
@@ -139,8 +148,21 @@ class _Reader:
             if type(offset) is not int or type(numel) is not int:
                 raise self.error(FormatError, f"storage view {shown(view_key)} has a non-integer "
                                  "offset or size")
-            refs[view_key] = StorageRef(segment(view_key), root.dtype, numel, root.location, root.kind)
-            offsets[segment(view_key)] = offsets[root.key] + offset * TORCH_DTYPES[root.dtype][1]
+            # torch casts both to int64 on the way to the root storage: a larger one fails there
+            # (and one of 5,000 digits cannot even be printed)
+            if not all(-INT64 <= v < INT64 for v in (offset, numel)):
+                raise self.error(FormatError, f"storage view {shown(view_key)} in the tar member "
+                                 "'storages' has an offset or element count beyond 64 bits",
+                                 offset=position, expected="int64 values",
+                                 found=f"offset {_sized(offset)}, {_sized(numel)} elements")
+            # torch slices the root's bytes (legacy_load: root[offset_bytes:offset_bytes + n]),
+            # with Python's slice rules: a view past the root's end is cut short, and a tensor
+            # that needs more than is left gets a problem (torch refuses to load it).
+            itemsize = TORCH_DTYPES[root.dtype][1]
+            cut = range(root.nbytes)[offset * itemsize:(offset + numel) * itemsize]
+            refs[view_key] = StorageRef(segment(view_key), root.dtype, len(cut) // itemsize,
+                                        root.location, root.kind)
+            offsets[segment(view_key)] = offsets[root.key] + cut.start
         return refs, offsets
 
     def tensors(self, storages: dict) -> dict:
