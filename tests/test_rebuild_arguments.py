@@ -138,6 +138,18 @@ def test_a_rebuild_call_torch_would_not_take_says_what_is_wrong(tmp_path, functi
     assert not PYTHON_ERROR.search(message), message
 
 
+def test_a_storage_class_that_is_no_class_says_so(tmp_path):
+    # ('storage', 5, '0', 'cpu', 4): was "malformed pickle at opcode BINPERSID: TypeError ..."
+    data_pkl = b"\x80\x02" + encode({"t": Call(V2, 0, 0, (4,), (1,), False, {})}).replace(
+        b"J\x00\x00\x00\x00", encode(("storage", 5, "0", "cpu", 4)) + b"Q", 1) + b"."
+    path = tf.write_torch_zip(tmp_path / "m.pt", data_pkl, {"byteorder": b"little",
+                                                            "data/0": bytes(16)})
+    with pytest.raises(TensorloupeError) as e:
+        tensorloupe.open(path)
+    assert "an int is given where torch writes a dtype or storage class" in str(e.value)
+    assert not PYTHON_ERROR.search(str(e.value)), str(e.value)
+
+
 def test_the_table_holds_every_allowed_rebuild_function():
     from tensorloupe.formats.pytorch import allowlist
     assert set(allowlist._TENSOR_BUILDERS) <= {f for f, _, _ in MALFORMED} | {

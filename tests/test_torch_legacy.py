@@ -294,3 +294,22 @@ def test_a_tar_view_beyond_64_bits_is_one_clear_error(tmp_path, capsys, offset, 
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "storage view 2000 in the tar member 'storages' has an offset or element count " \
            "beyond 64 bits" in err and found in err, err
+
+
+@pytest.mark.parametrize("views, storage_of, words", [
+    ([(2000, 1000, 2)], {}, "a storage view's (view key, root key, offset, numel) is not a 4-tuple"),
+    ({"a": 1}, {}, "the storage views of the tar member 'storages' are not a list"),
+    ([(2000, 4242, 0, 1)], {}, "storage view refers to storage 4242, which the tar member "
+                                "'storages' does not hold"),
+    ([], {"b": 4242}, "tensor 1 refers to storage 4242, which the tar member 'storages' does "
+                      "not hold"),
+])
+def test_a_tar_record_torch_would_not_read_says_what_is_wrong(tmp_path, views, storage_of, words):
+    # These ended in "malformed tar checkpoint: ValueError ..." / "KeyError 4242".
+    path = tf.write_legacy_tar(tmp_path / "bad.tar", {"a": torch.arange(8.0), "b": torch.zeros(2)},
+                               views=views, storage_of=storage_of)
+    with pytest.raises(Exception):
+        torch.load(path, weights_only=False)
+    with pytest.raises(FormatError) as e:
+        tensorloupe.open(path)
+    assert words in str(e.value) and "Error" not in str(e.value).replace("FormatError", ""), str(e.value)

@@ -92,7 +92,7 @@ def dtype_of(standin) -> str:
     """
     if isinstance(standin, StandIn):
         return standin.name if standin.value is None else standin.value[1]
-    raise TypeError(f"a {type(standin).__name__} is not a torch dtype or storage class")
+    raise FormatError(f"{_kind(standin)} is given where torch writes a dtype or storage class")
 
 
 class BadCall(FormatError):
@@ -162,7 +162,7 @@ def _rebuild_tensor_v3(args, kwargs):
 def _dtype_argument(what: str, value) -> str:
     try:
         return dtype_of(value)
-    except TypeError:
+    except FormatError:
         raise BadCall(f"the pickle calls {what} with a dtype that is no torch dtype",
                       found=_kind(value)) from None
 
