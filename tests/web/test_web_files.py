@@ -191,6 +191,9 @@ def test_the_probes_bytes_are_checked_against_its_content_range(claimed, head):
         remote.XhrSource(URL, probe)
     good = remote.XhrSource(URL, {**probe, "contentRange": "bytes 0-49/100", "head": DATA[:50]})
     assert good.read(0, 50) == DATA[:50] and good.reads == 1
+    # a size given as * (the worker then asked HEAD for it): the head's bytes are still checked
+    unsized = remote.XhrSource(URL, {**probe, "contentRange": "bytes 0-49/*", "head": DATA[:50]})
+    assert unsized.read(0, 50) == DATA[:50]
 
 
 # --- the handlers, with urllib standing in for synchronous XHR ----------------------------------

@@ -98,7 +98,7 @@ class XhrSource(ByteSource):
             # only if they are the bytes from 0 its Content-Range says (unless CORS hides it).
             claimed = probe.get("contentRange")   # JavaScript null is not None in Pyodide
             head = self._checked(Reply(status, "", claimed if isinstance(claimed, str) else None,
-                                       bytes(head)), 0, len(head), probing=True)
+                                       bytes(head)), 0, len(head))
             self._head = bytes(head[:self.size])
 
     def _read(self, offset: int, n: int) -> bytes:
@@ -127,7 +127,7 @@ class XhrSource(ByteSource):
             out[i] = self._checked(reply, first, ranges[i][1])
         return out
 
-    def _checked(self, reply: Reply, offset: int, n: int, probing: bool = False) -> bytes:
+    def _checked(self, reply: Reply, offset: int, n: int) -> bytes:
         """The reply's bytes, counted, if they are exactly the range asked for: the same
         check as the CLI's (http_reply.check_reply). Where CORS hides Content-Range only the
         length can be checked, and it must be exactly the length asked for."""
@@ -141,7 +141,7 @@ class XhrSource(ByteSource):
                                   f"{len(reply.data)} bytes (Content-Range hidden by CORS)")
             return self._count(reply.data)
         data, total = check_reply(self.name, offset, n, reply.status, reply.reason,
-                                  reply.content_range, reply.data, probing, url=self.url)
+                                  reply.content_range, reply.data, url=self.url)
         if total is not None and total != self.size:
             raise FormatError("the file changed on the server while it was read",
                               file=self.name, expected=f"{self.size} bytes", found=f"{total} bytes")
