@@ -194,3 +194,19 @@ def test_max_elements_asks_for_more_or_less(tmp_path, capsys):
     assert entry["stats"]["count"] == 20000 and entry["stats"]["max"] == want.max()
     assert entry["stats"]["mean"] == pytest.approx(want.mean(), rel=1e-12)
     assert entry["stats"]["std"] == pytest.approx(want.std(), rel=1e-12)
+
+
+def test_diff_exact_of_a_2_to_the_40_view_is_refused_first_and_small_views_compare(files, tmp_path, capsys):
+    other = {**files["tensors"], "big": torch.ones(1).expand(BIG)}
+    b = tf.save(other, tmp_path / "other.pt")
+    start = time.monotonic()
+    assert main(["diff", str(files["expand"]), str(b), "--exact"]) == 3
+    assert time.monotonic() - start < 1.0
+    err = capsys.readouterr().err
+    assert "an exact comparison of tensor 'big' would decode 1,099,511,627,776 elements" in err
+    assert "--max-elements 1099511627776" in err
+    # the stride-0 views of a few thousand elements compare exactly, position by position
+    assert main(["diff", str(files["expand"]), str(files["materialised"]), "--exact", "--tensor",
+                 "rows", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["tensors"]
+    assert row["category"] == "same_values" and row["exact"]

@@ -206,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="checkpoint A: a file, URL, a folder or an index json")
     p.add_argument("b", help="checkpoint B (any format: GGUF names are matched to HF names)")
     p.add_argument("--exact", action="store_true", help="every element instead of a sample (progress on stderr)")
+    add_max_elements(p)
     p.add_argument("--samples", type=int, default=COMPARE_SAMPLES,
                    help="elements compared per tensor when sampling (default %(default)s)")
     p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (A's or B's name; repeatable)")
@@ -383,7 +384,8 @@ def run_diff(args) -> int:
 
     with open_files([args.a], args) as a, open_files([args.b], args) as b:
         result = compare(a, b, args.samples, args.exact, args.tensor,
-                         progress if args.exact and sys.stderr.isatty() else None)
+                         progress if args.exact and sys.stderr.isatty() else None,
+                         max_elements=args.max_elements)
         if args.json:
             _emit(result.to_json())
         else:
