@@ -92,7 +92,11 @@ def add_files(p: argparse.ArgumentParser, then: str = "") -> None:
 
 
 def add_max_elements(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-elements", type=int, default=None, metavar="N",
+    def count(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a count of at least 1")
+        return int(text)
+    p.add_argument("--max-elements", type=count, default=None, metavar="N",
                    help="with --exact: decode up to N elements per tensor (default: 16 times what "
                         "its bytes hold; a view that rereads its bytes more is refused first)")
 
