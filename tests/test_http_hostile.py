@@ -320,3 +320,71 @@ def test_cli_stats_over_a_lying_server_is_one_line(server, capsys, demo_bytes):
     captured = capsys.readouterr()
     assert "another range" in captured.err and len(captured.err.strip().splitlines()) == 1
     assert "Traceback" not in captured.err
+
+
+# --- a server that answers another range than asked, on every read path (issue 25) --------------
+
+def far_tensor_file() -> bytes:
+    """A safetensors file whose tensor `t` = [0, 1, 2, 3] (F32) lies past the first request's
+    64 KiB, between filler tensors of ones: its values must come from a later request."""
+    import json
+    import struct
+    header = json.dumps({"fill": {"dtype": "F32", "shape": [20000], "data_offsets": [0, 80000]},
+                         "t": {"dtype": "F32", "shape": [4], "data_offsets": [80000, 80016]},
+                         "tail": {"dtype": "F32", "shape": [16], "data_offsets": [80016, 80080]}})
+    header += " " * (-len(header) % 8)
+    return (struct.pack("<Q", len(header)) + header.encode() + struct.pack("<20000f", *[1.0] * 20000)
+            + struct.pack("<4f", 0, 1, 2, 3) + struct.pack("<16f", *[1.0] * 16))
+
+
+FAR_FILE = far_tensor_file()
+
+
+def lying_server(server, how):
+    """Honest for the first request (the header); `how(first, last)` answers every later one:
+    (claimed Content-Range first, last, the bytes sent)."""
+    def answer(conn, request):
+        first, last = asked_range(request)
+        if first == 0:
+            return partial(conn, first, last, body=FAR_FILE)
+        claimed_first, claimed_last, data = how(first, last)
+        conn.sendall(f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {claimed_first}-"
+                     f"{claimed_last}/{len(FAR_FILE)}\r\nContent-Length: {len(data)}\r\n"
+                     "Connection: close\r\n\r\n".encode() + data)
+    return server(answer)
+
+
+LIARS = {
+    # The bytes of the file's start, said to be so: shown as [2.8e-43, 0.0, ...] if accepted.
+    "from the start": lambda first, last: (0, last - first, FAR_FILE[:last - first + 1]),
+    # The asked start, but up to the end of the file.
+    "to the end": lambda first, last: (first, len(FAR_FILE) - 1, FAR_FILE[first:]),
+    # The asked start, fewer bytes than asked, Content-Range matching them.
+    "short": lambda first, last: (first, last - 1, FAR_FILE[first:last]),
+    # One byte further on, as many bytes as asked.
+    "shifted": lambda first, last: (first + 1, last + 1, FAR_FILE[first + 1:last + 2]),
+}
+
+
+@pytest.mark.parametrize("liar", sorted(LIARS))
+@pytest.mark.parametrize("command", [["values"], ["stats"], ["stats", "--exact"]])
+def test_cli_refuses_another_range_than_asked(server, capsys, liar, command):
+    s = lying_server(server, LIARS[liar])
+    assert main([*command, s.url, "t"]) == 3
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err   # no value was shown
+    assert f"another range than the one asked for by {s.url}" in err
+    # The range asked: t's 16 bytes, or a window of them and the filler's (the sampler's plan).
+    assert "expected bytes " in err and "found Content-Range 'bytes " in err
+
+
+@pytest.mark.parametrize("liar", sorted(LIARS))
+def test_read_many_refuses_another_range_than_asked_on_every_request(server, liar):
+    s = lying_server(server, LIARS[liar])
+    source = HttpSource(s.url)
+    ranges = [(70_000, 16), (75_000, 8), (len(FAR_FILE) - 100, 16)]
+    with pytest.raises(FormatError) as e:
+        source.read_many(ranges)
+    assert f"by {s.url}" in str(e.value) and "expected bytes 70000-70015" in str(e.value)
+    honest_server = server(lambda conn, request: partial(conn, *asked_range(request), body=FAR_FILE))
+    assert HttpSource(honest_server.url).read_many(ranges) == [FAR_FILE[o:o + n] for o, n in ranges]

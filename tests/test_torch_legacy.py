@@ -60,10 +60,12 @@ def test_storage_offsets_are_computed_without_reading_storages(tmp_path):
     source = Recording(path.read_bytes(), "big_legacy.pt")
     ckpt = tensorloupe.open(source)
     start = ckpt.extras["legacy"]["storage_start"]
-    # The pickles are read in one window (which may reach into the storages); nothing is read
-    # from a position after them: no count prefix, no storage.
-    assert all(begin < start for begin, _ in source.ranges)
-    assert ckpt.bytes_read() <= torch_legacy.FIRST_READ + detect.HEAD_BYTES
+    # The pickles are read in one window (which may reach into the storages); after them only
+    # the 8-byte count prefixes are read (torch.load checks them too), no storage.
+    prefixes = {ckpt.tensor(name).offset - 8 for name in tensors}
+    assert all(begin < start or (begin in prefixes and end - begin == 8)
+               for begin, end in source.ranges)
+    assert ckpt.bytes_read() <= torch_legacy.FIRST_READ + detect.HEAD_BYTES + 8 * len(tensors)
     for name, tensor in tensors.items():
         assert tensorloupe.values(ckpt.tensor(name), 0, 3) == [float(name[1:])] * 3
 
@@ -73,6 +75,31 @@ def test_a_wrong_layout_falls_back_to_the_count_prefixes(files):
     ckpt = tensorloupe.open(data, name="junk.pt")
     assert any("count prefixes" in w for w in ckpt.warnings)
     assert tensorloupe.values(ckpt.tensor("tail")) == [5.0, 6.0, 7.0, 8.0, 9.0]
+
+
+@pytest.mark.parametrize("which, delta", [(0, 1), (2, -1), (7, 1 << 40)])
+def test_a_count_prefix_that_lies_is_refused_as_torch_refuses_it(tmp_path, which, delta):
+    # The pickle's sizes account for the file exactly, so the layout needs no prefix; but
+    # torch.load reads each one and refuses a storage whose count is not its pickle's. It used
+    # to open with no warning and the right-looking values.
+    tensors = {f"w{i}": torch.full((4, 8), float(i)) for i in range(8)}
+    path = tf.save(tensors, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    ckpt = tensorloupe.open(path)
+    offset = ckpt.tensor(f"w{which}").offset - 8
+    key = ckpt.tensor(f"w{which}").info["storage"]
+    data = bytearray(path.read_bytes())
+    assert int.from_bytes(data[offset:offset + 8], "little") == 32
+    data[offset:offset + 8] = (32 + delta).to_bytes(8, "little", signed=True)
+    patched = tmp_path / "lying.pt"
+    patched.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="storage has wrong byte size"):
+        torch.load(patched, weights_only=True)
+    with pytest.raises(FormatError) as e:
+        tensorloupe.open(patched)
+    message = str(e.value)
+    assert f"is declared with 32 elements in the pickle but its count prefix in the file says " \
+           f"{32 + delta}" in message and f"at byte {offset}" in message
+    assert f'storage "{key}" is declared' in message
 
 
 def test_truncated_legacy_file(files):
@@ -219,3 +246,69 @@ def test_a_deeply_nested_count_is_quoted_bounded():
     with pytest.raises(FormatError, match="count in the tar archive does not fit") as info:
         tensorloupe.open(blob, name="deep_count.pt")
     assert len(str(info.value)) < 400
+
+
+# --- the tar format's storage views (view_key, root_key, offset, numel) --------------------------
+
+def view_tar(path, offset, numel):
+    """A tar checkpoint whose tensor 'b' (2 elements) lies in view 2000 of storage 1000
+    (arange(8), 'a')."""
+    return tf.write_legacy_tar(path, {"a": torch.arange(8.0), "b": torch.zeros(2)},
+                               views=[(2000, 1000, offset, numel)], storage_of={"b": 2000})
+
+
+@pytest.mark.parametrize("offset, numel", [(2, 3), (6, 3), (6, 2), (0, 8), (8, 0), (-1, 2), (7, 5)])
+def test_tar_storage_views_are_cut_as_torch_cuts_them(tmp_path, offset, numel):
+    # torch slices the root's bytes with Python's rules: a view past the end is cut short, and
+    # a tensor that needs more than its view holds is refused by torch, a problem here.
+    path = view_tar(tmp_path / "v.tar", offset, numel)
+    ckpt = tensorloupe.open(path)
+    try:
+        want = torch.load(path, weights_only=False)["b"]
+    except RuntimeError as e:
+        assert "not resizable" in str(e)
+        assert ckpt.tensor("b").problem and "needs bytes" in ckpt.tensor("b").problem
+        return
+    assert not ckpt.tensor("b").problem
+    assert tensorloupe.values(ckpt.tensor("b")) == want.tolist()
+    assert ckpt.tensor("b").info["storage_numel"] == want.untyped_storage().nbytes() // 4
+
+
+@pytest.mark.parametrize("offset, numel, found", [
+    (10 ** 5000, 2, "offset an integer of 16,610 bits (~5,001 digits), 2 elements"),
+    (0, -(10 ** 5000), "offset 0, an integer of 16,610 bits (~5,001 digits) elements"),
+    (1 << 63, 2, "offset 9223372036854775808, 2 elements"),
+], ids=["5001-digit offset", "5001-digit count", "2**63 offset"])
+@pytest.mark.parametrize("command", ["inspect", "health", "diff"])
+def test_a_tar_view_beyond_64_bits_is_one_clear_error(tmp_path, capsys, offset, numel, found,
+                                                      command):
+    # inspect, health and diff ended in ValueError: Exceeds the limit (4300 digits).
+    from tensorloupe.cli import main
+    path = view_tar(tmp_path / "v.tar", offset, numel)
+    with pytest.raises(RuntimeError):
+        torch.load(path, weights_only=False)
+    argv = [command, str(path)] + ([str(view_tar(tmp_path / "ok.tar", 2, 3))] if command == "diff" else [])
+    assert main(argv) == 3
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "storage view 2000 in the tar member 'storages' has an offset or element count " \
+           "beyond 64 bits" in err and found in err, err
+
+
+@pytest.mark.parametrize("views, storage_of, words", [
+    ([(2000, 1000, 2)], {}, "a storage view's (view key, root key, offset, numel) is not a 4-tuple"),
+    ({"a": 1}, {}, "the storage views of the tar member 'storages' are not a list"),
+    ([(2000, 4242, 0, 1)], {}, "storage view refers to storage 4242, which the tar member "
+                                "'storages' does not hold"),
+    ([], {"b": 4242}, "tensor 1 refers to storage 4242, which the tar member 'storages' does "
+                      "not hold"),
+])
+def test_a_tar_record_torch_would_not_read_says_what_is_wrong(tmp_path, views, storage_of, words):
+    # These ended in "malformed tar checkpoint: ValueError ..." / "KeyError 4242".
+    path = tf.write_legacy_tar(tmp_path / "bad.tar", {"a": torch.arange(8.0), "b": torch.zeros(2)},
+                               views=views, storage_of=storage_of)
+    with pytest.raises(Exception):
+        torch.load(path, weights_only=False)
+    with pytest.raises(FormatError) as e:
+        tensorloupe.open(path)
+    assert words in str(e.value) and "Error" not in str(e.value).replace("FormatError", ""), str(e.value)

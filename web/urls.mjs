@@ -21,7 +21,9 @@ export async function probe(url) {
     const response = await fetch(url, {headers: {Range: `bytes=0-${end}`}, cache: "no-store", signal: controller.signal});
     const seen = {status: response.status, reason: response.statusText, total: null};
     if (response.status === 206) {
-      seen.total = rangeTotal(response.headers.get("Content-Range"));
+      // Python checks the head's bytes against it (web/remote.py), as every later reply.
+      seen.contentRange = response.headers.get("Content-Range");
+      seen.total = rangeTotal(seen.contentRange);
       heads.set(url, await response.arrayBuffer());
       seen.head = true;
       if (seen.total === null) {

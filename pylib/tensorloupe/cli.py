@@ -27,6 +27,7 @@ from .opening.targets import resolve
 from .errors import FetchError, TensorloupeError, UsageError
 from .healthscan import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
 from .moe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
+from .sampler.repeats import checked_view
 from .sampler.sampling import (DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample,
                                values)
 from .display import TerminalText
@@ -89,6 +90,16 @@ def add_files(p: argparse.ArgumentParser, then: str = "") -> None:
     p.add_argument("items", nargs="+", metavar="FILE", help=FILES_HELP + (
         f"; then {then}" if then else ""))
     p.usage = f"%(prog)s [options] FILE [FILE ...]{' ' + then if then else ''}"
+
+
+def add_max_elements(p: argparse.ArgumentParser) -> None:
+    def count(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a count of at least 1")
+        return int(text)
+    p.add_argument("--max-elements", type=count, default=None, metavar="N",
+                   help="with --exact: decode up to N elements per tensor (default: 16 times what "
+                        "its bytes hold; a view that rereads its bytes more is refused first)")
 
 
 def split_files(items: list[str], keep: int = 0) -> tuple[list[str], list[str]]:
@@ -157,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exact", action="store_true",
                    help="read every element instead of sampling (statistics and histogram)")
     p.add_argument("--bins", type=int, default=32, help="histogram bins (default %(default)s)")
+    add_max_elements(p)
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_stats)
 
@@ -190,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exact", action="store_true", help="read every byte of every tensor")
     p.add_argument("--confirm-bytes", type=int, default=DEFAULT_CONFIRM_BYTES,
                    help="the most read of one tensor to confirm a copy or a constant (default %(default)s)")
+    add_max_elements(p)
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_health)
 
@@ -198,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="checkpoint A: a file, URL, a folder or an index json")
     p.add_argument("b", help="checkpoint B (any format: GGUF names are matched to HF names)")
     p.add_argument("--exact", action="store_true", help="every element instead of a sample (progress on stderr)")
+    add_max_elements(p)
     p.add_argument("--samples", type=int, default=COMPARE_SAMPLES,
                    help="elements compared per tensor when sampling (default %(default)s)")
     p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (A's or B's name; repeatable)")
@@ -302,8 +316,9 @@ def run_stats(args) -> int:
                 out.append({"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "error": t.problem})
                 continue
             if args.exact:   # every element, the histogram too (a second streamed pass)
-                stats = exact_stats(t)
-                hist, exact = exact_histogram(t, stats, args.bins), True
+                cost = checked_view(t, args.max_elements)[2]   # refused before any read
+                stats = exact_stats(t, max_elements=args.max_elements)
+                hist, exact = exact_histogram(t, stats, args.bins, max_elements=args.max_elements), True
             else:
                 s = sample(t, args.samples)
                 stats, hist, exact = s.stats, histogram(s.values, args.bins), s.exhaustive
@@ -312,6 +327,8 @@ def run_stats(args) -> int:
                      "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
             if t.parts:   # a quantised weight's real values (quant/logical.py)
                 entry["dequantised_from"] = t.info["dequantised from"]
+            if args.exact:
+                entry["exact_cost"] = cost.to_json()
             out.append(entry)
             if not args.json:
                 report.print_stats(entry)
@@ -359,8 +376,9 @@ def run_health(args) -> int:
     budget = None if args.exact else args.budget
     with open_files(args.items, args) as ckpt:
         if not args.json:
-            print(health_text.cost_line(health_cost(ckpt, budget, args.confirm_bytes), ckpt.name), flush=True)
-        result = health(ckpt, budget, args.confirm_bytes)
+            print(health_text.cost_line(health_cost(ckpt, budget, args.confirm_bytes, args.max_elements),
+                                        ckpt.name), flush=True)
+        result = health(ckpt, budget, args.confirm_bytes, max_elements=args.max_elements)
         if args.json:
             _emit(result.to_json())
         else:
@@ -379,7 +397,8 @@ def run_diff(args) -> int:
 
     with open_files([args.a], args) as a, open_files([args.b], args) as b:
         result = compare(a, b, args.samples, args.exact, args.tensor,
-                         progress if args.exact and sys.stderr.isatty() else None)
+                         progress if args.exact and sys.stderr.isatty() else None,
+                         max_elements=args.max_elements)
         if args.json:
             _emit(result.to_json())
         else:

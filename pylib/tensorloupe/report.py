@@ -256,6 +256,9 @@ def print_stats(entry: dict) -> None:
     # Sampled figures say so on every line: a sample's min/max are not the tensor's extremes.
     if entry["exact"]:
         how, label, of = f"all {entry['numel']:,} elements, exact", "exact  ", f"all {entry['numel']:,} elements"
+        cost = entry.get("exact_cost") or {}
+        if cost.get("repeats", 1) > 1:   # a stride-0 view: its stored elements, counted repeated
+            how += f": {cost['elements']:,} stored × {cost['repeats']:,} repeats"
     else:
         how = f"{entry['samples']:,} of {entry['numel']:,} elements sampled: estimates"
         label, of = "sampled", f"{entry['samples']:,} sampled values (not every element)"

@@ -137,7 +137,65 @@ def test_reads_refuse_what_the_probe_would_have_refused():
     with pytest.raises(UsageError, match="cannot fetch .*CORS"):
         remote.XhrSource(url, {"status": 206, "total": 100}, transport=offline).read(0, 4)
     hidden = remote.XhrSource(url, {"status": 206, "total": 100}, transport=fake(content_range=None))
-    assert hidden.read(0, 3) == b"xxx"       # CORS may hide Content-Range: then it is not checked
+    assert hidden.read(0, 3) == b"xxx"       # CORS may hide Content-Range: then only the length
+
+
+DATA = bytes(range(100))
+URL = "https://host/m.safetensors"
+
+
+def replying(how):
+    """A transport answering bytes first..last with how(first, last) -> (Content-Range, bytes)."""
+    def transport(url, first, last):
+        return remote.Reply(206, "", *how(first, last))
+    return transport
+
+
+PAGE_LIARS = {
+    # Issue 25: the right start, the wrong length, were taken as the asked bytes (cut to length,
+    # or short); bytes from the start said to be so were already refused, and still are.
+    "from the start": lambda a, b: (f"bytes 0-{b - a}/100", DATA[:b - a + 1]),
+    "to the end": lambda a, b: (f"bytes {a}-99/100", DATA[a:]),
+    "short": lambda a, b: (f"bytes {a}-{b - 1}/100", DATA[a:b]),
+    "more bytes than said": lambda a, b: (f"bytes {a}-{b}/100", DATA[a:b + 4]),
+    "another size": lambda a, b: (f"bytes {a}-{b}/200", DATA[a:b + 1]),
+    "hidden and longer": lambda a, b: (None, DATA[a:b + 4]),
+}
+
+
+@pytest.mark.parametrize("liar", sorted(PAGE_LIARS))
+def test_every_page_read_is_checked_against_the_range_asked(liar):
+    probe = {"status": 206, "total": 100}
+    source = remote.XhrSource(URL, probe, transport=replying(PAGE_LIARS[liar]))
+    with pytest.raises(FormatError, match="another range than the one asked for by "
+                       "https://host/m.safetensors|the file changed on the server") as e:
+        source.read(40, 8)
+    assert "bytes 40-47" in str(e.value) or "200 bytes" in str(e.value)
+
+    def at_once(url, ranges):      # the JSPI path: every range fetched together
+        return [replying(PAGE_LIARS[liar])(url, a, b) for a, b in ranges]
+    source = remote.XhrSource(URL, probe, many=at_once)
+    with pytest.raises(FormatError, match="another range|the file changed"):
+        source.read_many([(10, 4), (40, 8)])
+    honest = remote.XhrSource(URL, probe, transport=replying(lambda a, b: (f"bytes {a}-{b}/100", DATA[a:b + 1])))
+    assert honest.read(40, 8) == DATA[40:48]
+
+
+@pytest.mark.parametrize("claimed, head", [
+    ("bytes 10-59/100", DATA[10:60]),      # the probe's bytes from byte 10 taken as the file's start
+    ("bytes 0-49/100", DATA[:40]),         # fewer bytes than its Content-Range says
+    ("bytes 0-39/200", DATA[:40]),         # another file size than the probe's
+])
+def test_the_probes_bytes_are_checked_against_its_content_range(claimed, head):
+    probe = {"status": 206, "total": 100, "contentRange": claimed, "head": head}
+    with pytest.raises(FormatError, match="another range than the one asked for by "
+                       "https://host/m.safetensors|the file changed"):
+        remote.XhrSource(URL, probe)
+    good = remote.XhrSource(URL, {**probe, "contentRange": "bytes 0-49/100", "head": DATA[:50]})
+    assert good.read(0, 50) == DATA[:50] and good.reads == 1
+    # a size given as * (the worker then asked HEAD for it): the head's bytes are still checked
+    unsized = remote.XhrSource(URL, {**probe, "contentRange": "bytes 0-49/*", "head": DATA[:50]})
+    assert unsized.read(0, 50) == DATA[:50]
 
 
 # --- the handlers, with urllib standing in for synchronous XHR ----------------------------------

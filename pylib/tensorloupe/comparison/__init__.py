@@ -16,10 +16,11 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from ..errors import Cancelled, UsageError
+from ..errors import Cancelled, LimitError, UsageError
 from ..sampler.gather import dtype_of
 from ..jsonable import json_number
 from ..model import Checkpoint
+from ..sampler.repeats import default_limit
 from ..sampler.sampling import EXACT_CHUNK_ELEMS, plan_windows
 from .metrics import CATEGORIES, Diff, bytes_comparable, first_difference, read_frame
 from .summary import summarise
@@ -109,10 +110,13 @@ def _jsonable(value):
 
 
 def compare_steps(a: Checkpoint, b: Checkpoint, samples: int = DEFAULT_SAMPLES, exact: bool = False,
-                  tensors: list[str] | None = None) -> Iterator[tuple[int, int] | Comparison]:
+                  tensors: list[str] | None = None,
+                  max_elements: int | None = None) -> Iterator[tuple[int, int] | Comparison]:
     """The comparison as steps: yields (tensors done, tensors to do) after every chunk read, so a
     caller can stop between chunks (the worker lets a cancel arrive); the last item is the
-    Comparison."""
+    Comparison. An exact comparison that would decode more elements than a side's bytes hold
+    (a stride-0 view of 2**40 elements) is refused before anything is read (sampler.repeats),
+    unless `max_elements` allows it."""
     if samples < 1:
         raise UsageError("samples must be at least 1")
     from .match import match
@@ -125,6 +129,9 @@ def compare_steps(a: Checkpoint, b: Checkpoint, samples: int = DEFAULT_SAMPLES, 
                                                        p.a and p.a.tensor.name, p.b and p.b.tensor.name)}
         if missing:
             raise UsageError(f"no tensor named {sorted(missing)[0]!r} in either checkpoint")
+    if exact:
+        for pair in pairs:
+            _check_exact_cost(pair, max_elements)
     before = (a.bytes_read(), b.bytes_read())
     rows = []
     for done, pair in enumerate(pairs):
@@ -137,12 +144,29 @@ def compare_steps(a: Checkpoint, b: Checkpoint, samples: int = DEFAULT_SAMPLES, 
     yield result
 
 
+def _check_exact_cost(pair: Pair, max_elements: int | None) -> None:
+    """Refuse now an exact pass over a pair whose positions outnumber what its bytes hold."""
+    if pair.a is None or pair.b is None or _unreadable(pair.a.tensor) or _unreadable(pair.b.tensor) \
+            or pair.a.tensor.shape != pair.b.tensor.shape:
+        return    # no values are read for these rows
+    numel = pair.a.tensor.numel
+    limit = max_elements if max_elements is not None else \
+        max(default_limit(pair.a.tensor), default_limit(pair.b.tensor))
+    if numel > limit:
+        raise LimitError(f"an exact comparison of tensor {pair.name!r} would decode {numel:,} "
+                         "elements on each side, more than its bytes hold (a view that repeats "
+                         "them, stride 0?); compare a sample (without --exact), or allow it with "
+                         f"--max-elements {numel}", expected=f"at most {limit:,} elements",
+                         found=f"{numel:,}")
+
+
 def compare(a: Checkpoint, b: Checkpoint, samples: int = DEFAULT_SAMPLES, exact: bool = False,
             tensors: list[str] | None = None,
-            progress: Callable[[int, int], object] | None = None) -> Comparison:
+            progress: Callable[[int, int], object] | None = None,
+            max_elements: int | None = None) -> Comparison:
     """Compare two open checkpoints. `progress(done, total)` returning False (or raising
     Cancelled) stops the work with Cancelled."""
-    for step in compare_steps(a, b, samples, exact, tensors):
+    for step in compare_steps(a, b, samples, exact, tensors, max_elements):
         if isinstance(step, Comparison):
             return step
         if progress is not None and progress(*step) is False:

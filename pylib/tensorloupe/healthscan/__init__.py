@@ -25,7 +25,8 @@ from ..model import Checkpoint
 from ..opening import shards
 from . import confirm
 from .confirm import DEFAULT_CONFIRM_BYTES
-from .measure import DEFAULT_BUDGET, Measure, measure_steps, skip_reason, window_bytes, windows
+from .measure import (DEFAULT_BUDGET, Measure, exact_view, measure_steps, skip_reason,
+                      window_bytes, windows)
 from .rules import SEVERITIES, Flag, lone_flags, median, sibling_flags
 
 __all__ = ["health", "health_steps", "health_cost", "Report", "Cost", "Flag", "Measure",
@@ -41,10 +42,12 @@ class Cost:
     scan_bytes: int              # bytes the scan reads
     exact: bool                  # False if torch storages still need their ZIP headers read first
     confirm_bytes: int | None    # the most a confirmation reads of one flagged tensor
+    elements: int = 0            # values the scan decodes (a stride-0 view's stored ones once)
 
     def to_json(self) -> dict:
         return {"tensors": self.tensors, "skipped": self.skipped, "budget": self.budget,
-                "scan_bytes": self.scan_bytes, "exact": self.exact, "confirm_bytes": self.confirm_bytes}
+                "scan_bytes": self.scan_bytes, "exact": self.exact, "confirm_bytes": self.confirm_bytes,
+                "elements": self.elements}
 
 
 @dataclass
@@ -81,41 +84,51 @@ class Report:
 
 
 def health_cost(checkpoint: Checkpoint, budget: int | None = DEFAULT_BUDGET,
-                confirm_bytes: int | None = DEFAULT_CONFIRM_BYTES) -> Cost:
+                confirm_bytes: int | None = DEFAULT_CONFIRM_BYTES,
+                max_elements: int | None = None) -> Cost:
+    """What the scan will read and decode; with budget None (every element), refused before
+    anything is read if a tensor's view would decode more elements than its bytes hold
+    (sampler.repeats; `max_elements` allows more)."""
     _check(budget, confirm_bytes)
     measured = [t for t in checkpoint.tensors if skip_reason(t) is None]
-    total = sum(window_bytes(t, s, n) for t in measured for s, n in windows(t, budget))
+    views = [exact_view(t, budget, max_elements)[0] for t in measured]
+    plans = [(v, windows(v, budget)) for v in views]
+    total = sum(window_bytes(v, s, n) for v, plan in plans for s, n in plan)
+    elements = sum(n for _, plan in plans for _, n in plan)
     exact = all(t.contiguous and t.known_file_offset is not None for t in measured)
-    return Cost(len(measured), len(checkpoint.tensors) - len(measured), budget, total, exact, confirm_bytes)
+    return Cost(len(measured), len(checkpoint.tensors) - len(measured), budget, total, exact,
+                confirm_bytes, elements)
 
 
 def health(checkpoint: Checkpoint, budget: int | None = DEFAULT_BUDGET,
            confirm_bytes: int | None = DEFAULT_CONFIRM_BYTES,
-           progress: Callable[[int, int], object] | None = None) -> Report:
+           progress: Callable[[int, int], object] | None = None,
+           max_elements: int | None = None) -> Report:
     """Measure and judge every tensor. `budget` bytes are read per tensor (None: every byte);
     `progress(done, total)` (tensors, then confirmation steps) returning False cancels."""
     report = None
-    for done, total, report in health_steps(checkpoint, budget, confirm_bytes):
+    for done, total, report in health_steps(checkpoint, budget, confirm_bytes, max_elements):
         if progress is not None and progress(done, total) is False:
             raise Cancelled("the health scan was cancelled")
     return report
 
 
 def health_steps(checkpoint: Checkpoint, budget: int | None = DEFAULT_BUDGET,
-                 confirm_bytes: int | None = DEFAULT_CONFIRM_BYTES) -> Iterator[tuple[int, int, Report]]:
+                 confirm_bytes: int | None = DEFAULT_CONFIRM_BYTES,
+                 max_elements: int | None = None) -> Iterator[tuple[int, int, Report]]:
     """The scan in small steps, yielding (done, total, report so far): one tensor (or one piece of
     a large tensor) per step, then one piece of a confirmation. The last report is complete."""
-    cost = health_cost(checkpoint, budget, confirm_bytes)
-    return _steps(checkpoint, cost, budget, confirm_bytes)
+    cost = health_cost(checkpoint, budget, confirm_bytes, max_elements)
+    return _steps(checkpoint, cost, budget, confirm_bytes, max_elements)
 
 
-def _steps(checkpoint, cost, budget, confirm_bytes):
+def _steps(checkpoint, cost, budget, confirm_bytes, max_elements=None):
     start = checkpoint.bytes_read()
     report = Report(checkpoint.name, checkpoint.format, cost, [])
     total = len(checkpoint.tensors)
     for i, tensor in enumerate(checkpoint.tensors):
         m = None
-        for m in measure_steps(tensor, budget):
+        for m in measure_steps(tensor, budget, max_elements):
             report.bytes_read = checkpoint.bytes_read() - start
             yield i, total, report
         report.measures.append(m)

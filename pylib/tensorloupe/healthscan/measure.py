@@ -16,6 +16,7 @@ from ..sampler.gather import dtype_of, gather_range
 from ..model import Tensor
 from ..jsonable import json_number
 from ..roles import role_of
+from ..sampler.repeats import checked_view, repeated
 from ..sampler.sampling import plan_windows
 from ..sampler.stats import SCALE_DOWN, Stats, compute, merge
 
@@ -110,7 +111,18 @@ def window_bytes(tensor: Tensor, start: int, count: int) -> int:
     return (last - first + 1) * info.block_bytes
 
 
-def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
+def exact_view(tensor: Tensor, budget: int | None, max_elements: int | None = None):
+    """(the view read, its repeats): a whole-tensor read (budget None) reads a stride-0 view's
+    stored elements once, and is refused first if it would decode more elements than its bytes
+    hold (sampler.repeats); a budgeted read is bounded by its budget already."""
+    if budget is None:
+        view, repeats, _ = checked_view(tensor, max_elements)
+        return view, repeats
+    return tensor, 1
+
+
+def measure_steps(tensor: Tensor, budget: int | None,
+                  max_elements: int | None = None) -> Iterator[Measure]:
     """Measure `tensor` piece by piece: yields the measure after each piece read (the last yield
     is complete), so that a long whole-tensor read can be cancelled between pieces."""
     role = role_of(tensor.name)
@@ -120,8 +132,9 @@ def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
         yield m
         return
     info = dtype_of(tensor)
+    tensor, repeats = exact_view(tensor, budget, max_elements)   # repeats > 1: a stride-0 view
     import hashlib   # here: importing tensorloupe brings this module
-    digest = hashlib.sha256() if tensor.contiguous else None
+    digest = hashlib.sha256() if tensor.contiguous and repeats == 1 else None
     # The sum of |w| is kept scaled by 2**-64: it can pass the largest float (values near 1e308)
     # while their mean does not, and scaling by a power of two is exact.
     stats, first, constant, abs_sum = Stats(), None, True, 0.0
@@ -137,8 +150,8 @@ def measure_steps(tensor: Tensor, budget: int | None) -> Iterator[Measure]:
                 if first is None:
                     first = values[0]
                 constant = part.finite == part.count and part.min == part.max == first
-            m.samples += n
-            _fill(m, stats, first if constant else None, abs_sum)
+            m.samples += n * repeats
+            _fill(m, repeated(stats, repeats), first if constant else None, abs_sum * repeats)
             yield m
     m.exact = m.samples == m.numel
     m.digest = digest.hexdigest() if digest is not None else None

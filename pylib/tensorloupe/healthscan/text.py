@@ -14,7 +14,8 @@ PROFILE_STATISTICS = (("rms", "rms"), ("max_abs", "max|w|"))
 
 
 def cost_line(cost: Cost, name: str) -> str:
-    per = "every byte" if cost.budget is None else f"at most {human_bytes(cost.budget)} of each"
+    per = f"every byte ({cost.elements:,} values decoded)" if cost.budget is None else \
+        f"at most {human_bytes(cost.budget)} of each"
     about = "" if cost.exact else "about "
     skipped = f" ({cost.skipped} without weight values skipped)" if cost.skipped else ""
     return (f"{escaped(name)}: reading {about}{human_bytes(cost.scan_bytes)}, {per} of {cost.tensors} "

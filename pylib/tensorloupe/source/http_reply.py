@@ -92,10 +92,11 @@ def redirect_target(name: str, url: str, location: str, follow_any: bool) -> str
 
 
 def check_reply(name: str, offset: int, n: int, status: int, reason: str,
-                content_range: str | None, data: bytes, probing: bool = False) -> tuple[bytes, int | None]:
-    """The body of a reply to `Range: bytes=offset-(offset+n-1)` and the file size it states,
-    refused unless it is exactly the range asked for (on the first request, `probing`, the file
-    may be shorter than n bytes, and 416 means an empty file)."""
+                content_range: str | None, data: bytes, probing: bool = False,
+                url: str | None = None) -> tuple[bytes, int | None]:
+    """The body of a reply to `Range: bytes=offset-(offset+n-1)` of `url` and the file size it
+    states, refused unless it is exactly the range asked for (on the first request, `probing`,
+    the file may be shorter than n bytes, and 416 means an empty file)."""
     if probing and status == STATUS_EMPTY:
         return b"", 0
     if status != 206:
@@ -113,10 +114,16 @@ def check_reply(name: str, offset: int, n: int, status: int, reason: str,
                              file=name, expected="Content-Range: bytes 0-N/size",
                              found=content_range)
     if m is None or not exact or (not probing and len(data) != n):
-        raise FormatError("the server sent another range than the one asked for", file=name,
-                          offset=offset, expected=f"bytes {offset}-{offset + n - 1}",
-                          found=f"Content-Range {content_range!r} with {len(data)} bytes")
+        raise wrong_range(name, url, offset, n, f"Content-Range {content_range!r} with "
+                          f"{len(data)} bytes")
     return data, total
+
+
+def wrong_range(name: str, url: str | None, offset: int, n: int, found: str) -> FormatError:
+    """A reply that is not the range asked for: its bytes would be shown as the file's."""
+    where = f" by {url}" if url else ""
+    return FormatError(f"the server sent another range than the one asked for{where}", file=name,
+                       offset=offset, expected=f"bytes {offset}-{offset + n - 1}", found=found)
 
 
 def range_refused(name: str, status: int) -> FetchError:

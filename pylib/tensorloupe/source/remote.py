@@ -58,7 +58,7 @@ class HttpSource(ByteSource):
                 self.redirected_to = url
                 continue
             data, total = check_reply(self.name, offset, n, status, reason,
-                                      headers.get("Content-Range"), body, probing)
+                                      headers.get("Content-Range"), body, probing, url=url)
             if not probing and total is not None and total != self.size:
                 raise FormatError("the file changed on the server while it was read",
                                   file=self.name, expected=f"{self.size} bytes",

@@ -207,7 +207,13 @@ class _Machine:
         if isinstance(callee, StandIn):
             if callee.builder is None and len(self.calls) < MAX_CALLS:
                 self.calls.append((callee.name, args, kwargs))
-            return callee.apply(args, kwargs)
+            try:
+                return callee.apply(args, kwargs)
+            except LOW_LEVEL_ERRORS as e:
+                # A builder's own checks say what is wrong (FormatError); anything they missed
+                # is still the file's fault, said without the interpreter's words.
+                raise FormatError(f"the pickle calls {callee.name} with arguments it cannot "
+                                  f"take ({len(args)} arguments)") from e
         what = callee.name + "()" if isinstance(callee, Marker) else type(callee).__name__
         if len(self.calls) < MAX_CALLS:
             self.calls.append((f"<the result of {what}>", args, kwargs))  # getattr(os, "system")(...)

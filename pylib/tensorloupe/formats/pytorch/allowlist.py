@@ -13,6 +13,7 @@ from __future__ import annotations
 import _compat_pickle
 import struct
 
+from ...errors import FormatError
 from ...unpickling.objects import Marker, StandIn, Stateful, safe_keys
 from .verdicts import MAY_EXECUTE, judge_other  # noqa: F401 (MAY_EXECUTE: the reason tests name)
 
@@ -91,29 +92,84 @@ def dtype_of(standin) -> str:
     """
     if isinstance(standin, StandIn):
         return standin.name if standin.value is None else standin.value[1]
-    raise TypeError(f"a {type(standin).__name__} is not a torch dtype or storage class")
+    raise FormatError(f"{_kind(standin)} is given where torch writes a dtype or storage class")
 
 
-def _tensor_args(storage, offset, size, stride):
+class BadCall(FormatError):
+    """An allowed function called with arguments torch would not take: the file is wrong there."""
+
+
+def _kind(value) -> str:
+    """What a pickle value is, for a message (never its str(): it may be huge or deep)."""
+    if isinstance(value, (StandIn, Marker)):
+        return value.name
+    name = type(value).__name__
+    return {StorageRef: "a storage", TensorRef: "a tensor"}.get(type(value)) or \
+        f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _arguments(what: str, args: tuple, least: int, most: int | None = None) -> tuple:
+    """The call's arguments, if there are as many as `what` takes."""
+    most = least if most is None else most
+    if not least <= len(args) <= most:
+        takes = f"{least}" if least == most else f"{least} to {most}"
+        raise BadCall(f"the pickle calls {what} with {len(args)} arguments; it takes {takes}")
+    return args
+
+
+def _ints(what: str, field: str, value) -> tuple:
+    """A tensor's size or stride: a tuple (or list, or torch.Size) of integers."""
+    if type(value) not in (tuple, list) or not all(type(v) is int for v in value):
+        raise BadCall(f"the pickle calls {what} with a {field} that is not a sequence of "
+                      f"integers", found=_kind(value))
+    return tuple(value)
+
+
+def _tensor_args(what: str, storage, offset, size, stride):
     if not isinstance(storage, StorageRef):
-        raise TypeError("the first argument of a tensor rebuild is not a storage")
-    if not isinstance(offset, int) or not all(isinstance(v, int) for v in (*size, *stride)):
-        raise TypeError("a tensor's offset, size and stride must be integers")
-    return storage, offset, tuple(size), tuple(stride)
+        raise BadCall(f"the pickle calls {what} with a first argument that is not a storage",
+                      found=_kind(storage))
+    if type(offset) is not int:
+        raise BadCall(f"the pickle calls {what} with a storage offset that is not an integer",
+                      found=_kind(offset))
+    size, stride = _ints(what, "size", size), _ints(what, "stride", stride)
+    if len(size) != len(stride):
+        raise BadCall(f"the pickle calls {what} with {len(size)} sizes but {len(stride)} strides")
+    return storage, offset, size, stride
 
 
-def _rebuild_tensor(args, kwargs):
-    storage, offset, size, stride = _tensor_args(*args[:4])
-    return TensorRef(storage, offset, size, stride, storage.dtype)
+REBUILD_QTENSOR = "torch._utils._rebuild_qtensor"
+
+
+def _rebuild_tensor_as(what: str, least: int, most: int):
+    # _rebuild_tensor: (storage, storage_offset, size, stride); _v2 adds requires_grad,
+    # backward_hooks[, metadata]
+    def rebuild(args, kwargs):
+        args = _arguments(what, args, least, most)
+        storage, offset, size, stride = _tensor_args(what, *args[:4])
+        return TensorRef(storage, offset, size, stride, storage.dtype)
+    return rebuild
 
 
 def _rebuild_tensor_v3(args, kwargs):
-    storage, offset, size, stride = _tensor_args(*args[:4])
-    return TensorRef(storage, offset, size, stride, dtype_of(args[6]))
+    # (storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])
+    what = "torch._utils._rebuild_tensor_v3"
+    args = _arguments(what, args, 7, 8)
+    storage, offset, size, stride = _tensor_args(what, *args[:4])
+    return TensorRef(storage, offset, size, stride, _dtype_argument(what, args[6]))
+
+
+def _dtype_argument(what: str, value) -> str:
+    try:
+        return dtype_of(value)
+    except FormatError:
+        raise BadCall(f"the pickle calls {what} with a dtype that is no torch dtype",
+                      found=_kind(value)) from None
 
 
 def _rebuild_parameter(args, kwargs):
-    data = args[0]
+    # (data, requires_grad, backward_hooks[, state])
+    data = _arguments("torch._utils._rebuild_parameter", args, 1, 4)[0]
     if isinstance(data, TensorRef):
         data.kind = "parameter"
     return data
@@ -126,24 +182,58 @@ def _number(value):
     return value if type(value) is float else None
 
 
+# torch._utils._rebuild_qtensor's quantizer_params, by qscheme (torch/_tensor.py
+# __reduce_ex_internal): (qscheme, scale, zero_point), or (qscheme, scales, zero_points, axis)
+# with the per-channel scales and zero points as tensors.
+PER_TENSOR = ("per_tensor_affine",)
+PER_CHANNEL = ("per_channel_affine", "per_channel_affine_float_qparams")
+
+
+def _quantizer(params, dims: int) -> dict:
+    what = REBUILD_QTENSOR
+    if type(params) not in (tuple, list) or not params:
+        raise BadCall(f"the pickle calls {what} with quantizer parameters that are not a tuple "
+                      "(qscheme, ...)", found=_kind(params))
+    scheme = params[0].name if isinstance(params[0], StandIn) else None
+    scheme = scheme.removeprefix("torch.") if scheme else None
+    if scheme in PER_TENSOR:
+        if len(params) != 3 or _number(params[1]) is None or type(params[2]) is not int \
+                or _number(params[2]) is None:
+            raise BadCall(f"the pickle calls {what} with per-tensor quantizer parameters that are "
+                          "not (qscheme, scale, zero_point)", expected="(qscheme, a number, an "
+                          "int64)", found=f"({', '.join(_kind(p) for p in params)})")
+        return {"qscheme": scheme, "scale": params[1], "zero_point": params[2]}
+    if scheme in PER_CHANNEL:
+        if len(params) != 4 or not all(isinstance(p, TensorRef) for p in params[1:3]) or \
+                type(params[3]) is not int or not 0 <= params[3] < max(dims, 1):
+            raise BadCall(f"the pickle calls {what} with per-channel quantizer parameters that "
+                          "are not (qscheme, scales, zero_points, axis)", expected="(qscheme, a "
+                          f"tensor, a tensor, an axis below {max(dims, 1)})",
+                          found=f"({', '.join(_kind(p) for p in params)})")
+        return {"qscheme": scheme, "axis": params[3]}
+    raise BadCall(f"the pickle calls {what} with a qscheme torch cannot rebuild",
+                  expected=" or ".join(f"torch.{s}" for s in PER_TENSOR + PER_CHANNEL),
+                  found=_kind(params[0]))
+
+
 def _rebuild_qtensor(args, kwargs):
+    # (storage, storage_offset, size, stride, quantizer_params, requires_grad, backward_hooks).
     # The values shown are the stored integer codes (torch's int_repr()); scale and zero point
     # (per tensor) or the channel axis go in the tensor's info.
-    storage, offset, size, stride = _tensor_args(*args[:4])
-    params = args[4]
-    scheme = params[0].name.rpartition(".")[2] if isinstance(params[0], StandIn) else "unknown"
-    quantizer = {"qscheme": scheme}
-    if scheme == "per_tensor_affine" and len(params) == 3:
-        quantizer.update(scale=_number(params[1]), zero_point=_number(params[2]))
-    elif len(params) == 4:
-        quantizer["axis"] = _number(params[3])
+    args = _arguments(REBUILD_QTENSOR, args, 5, 7)
+    storage, offset, size, stride = _tensor_args(REBUILD_QTENSOR, *args[:4])
+    quantizer = _quantizer(args[4], len(size))
     return TensorRef(storage, offset, size, stride, storage.dtype, "quantized", {"quantizer": quantizer})
 
 
 def _rebuild_from_type_v2(args, kwargs):
-    func, new_type, inner_args, _state = args
+    # (func, new_type, args, state): func(*args), then the subclass and its state
+    func, new_type, inner_args, _state = _arguments("torch._tensor._rebuild_from_type_v2", args, 4)
     if not isinstance(func, StandIn) or func.builder is _rebuild_from_type_v2:
         return Marker("torch._tensor._rebuild_from_type_v2", args)  # no nesting: no recursion
+    if type(inner_args) not in (tuple, list):
+        raise BadCall(f"the pickle calls torch._tensor._rebuild_from_type_v2 with arguments for "
+                      f"{func.name} that are not a tuple", found=_kind(inner_args))
     result = func.apply(tuple(inner_args), None)
     if isinstance(result, TensorRef) and isinstance(new_type, StandIn):
         result.info["subclass"] = new_type.name
@@ -151,14 +241,19 @@ def _rebuild_from_type_v2(args, kwargs):
 
 
 def _rebuild_meta(args, kwargs):
-    dtype, size, stride = dtype_of(args[0]), tuple(args[1]), tuple(args[2])
+    # (dtype, size, stride, requires_grad)
+    what = "torch._utils._rebuild_meta_tensor_no_storage"
+    args = _arguments(what, args, 3, 4)
+    dtype = _dtype_argument(what, args[0])
+    size, stride = _ints(what, "size", args[1]), _ints(what, "stride", args[2])
     return TensorRef(None, 0, size, stride, dtype, "meta")
 
 
 def _ordered_dict(args, kwargs):
     pairs = list(args[0]) if args and type(args[0]) in (list, tuple) else []
     if not all(type(pair) in (list, tuple) and len(pair) == 2 for pair in pairs):
-        raise TypeError("OrderedDict is given items that are not (key, value) pairs")
+        raise BadCall("the pickle calls collections.OrderedDict with items that are not "
+                      "(key, value) pairs")
     return dict(zip(safe_keys(key for key, _ in pairs), (value for _, value in pairs)))
 
 
@@ -171,17 +266,23 @@ def _device(args, kwargs):
 
 def _codecs_encode(args, kwargs):
     # Protocol 2 pickles bytes as _codecs.encode(text, "latin1").
-    text, encoding = (args + ("utf-8",))[:2]
+    text, encoding = (_arguments("_codecs.encode", args, 1, 2) + ("utf-8",))[:2]
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "ascii"):
-        raise TypeError("_codecs.encode is only read for str with latin1/utf-8/ascii")
+        raise BadCall("the pickle calls _codecs.encode with other arguments than a str and "
+                      "latin1, utf-8 or ascii", found=f"({', '.join(_kind(a) for a in args)})")
     return text.encode(encoding)
 
 
-def _sized(convert, accepted):
+def _sized(what: str, convert, accepted, most: int):
     def build(args, kwargs):
-        if any(not isinstance(a, accepted) for a in args):
-            raise TypeError(f"unexpected argument types {[type(a).__name__ for a in args]}")
-        return convert(*args)
+        if len(args) > most or any(not isinstance(a, accepted) for a in args):
+            raise BadCall(f"the pickle calls {what} with arguments it does not take",
+                          expected=f"at most {most} of {' or '.join(_kind(t()) for t in accepted)}",
+                          found=f"({', '.join(_kind(a) for a in args)})")
+        try:
+            return convert(*args)
+        except (TypeError, ValueError, OverflowError) as e:  # slice(), complex(2**2000)
+            raise BadCall(f"the pickle calls {what} with a value it cannot hold") from e
     return build
 
 
@@ -190,6 +291,7 @@ _NUMPY_SCALARS = {"b1": "?", "i1": "b", "u1": "B", "i2": "h", "u2": "H", "i4": "
 
 
 def _numpy_scalar(args, kwargs):
+    args = _arguments("numpy.core.multiarray.scalar", args, 1, 2)
     dtype, raw = args[0], args[1] if len(args) > 1 else None
     code = dtype.args[0] if isinstance(dtype, NumpyData) and dtype.args else None
     order = ">" if isinstance(dtype, NumpyData) and isinstance(dtype.state, tuple) and \
@@ -206,8 +308,8 @@ def _numpy(what):
 
 
 _TENSOR_BUILDERS = {
-    "torch._utils._rebuild_tensor": _rebuild_tensor,
-    "torch._utils._rebuild_tensor_v2": _rebuild_tensor,
+    "torch._utils._rebuild_tensor": _rebuild_tensor_as("torch._utils._rebuild_tensor", 4, 4),
+    "torch._utils._rebuild_tensor_v2": _rebuild_tensor_as("torch._utils._rebuild_tensor_v2", 6, 7),
     "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
     "torch._utils._rebuild_parameter": _rebuild_parameter,
     "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
@@ -217,15 +319,16 @@ _TENSOR_BUILDERS = {
 }
 _DATA_BUILDERS = {
     "collections.OrderedDict": _ordered_dict,
-    "torch.Size": _sized(tuple, (list, tuple)),
+    "torch.Size": _sized("torch.Size", tuple, (list, tuple), 1),
     "torch.device": _device,
     "_codecs.encode": _codecs_encode,
-    "builtins.set": _sized(lambda items=(): set(safe_keys(items)), (list, tuple)),
-    "builtins.frozenset": _sized(lambda items=(): frozenset(safe_keys(items)), (list, tuple)),
-    "builtins.complex": _sized(complex, (int, float)),
-    "builtins.bytearray": _sized(bytearray, (bytes, bytearray)),
-    "builtins.bytes": _sized(bytes, (bytes,)),
-    "builtins.slice": _sized(slice, (int, type(None))),
+    "builtins.set": _sized("builtins.set", lambda items=(): set(safe_keys(items)), (list, tuple), 1),
+    "builtins.frozenset": _sized("builtins.frozenset",
+                                 lambda items=(): frozenset(safe_keys(items)), (list, tuple), 1),
+    "builtins.complex": _sized("builtins.complex", complex, (int, float), 2),
+    "builtins.bytearray": _sized("builtins.bytearray", bytearray, (bytes, bytearray), 1),
+    "builtins.bytes": _sized("builtins.bytes", bytes, (bytes,), 1),
+    "builtins.slice": _sized("builtins.slice", slice, (int, type(None)), 3),
     "numpy.dtype": _numpy("dtype"),
     "numpy.core.multiarray._reconstruct": _numpy("ndarray"),
     "numpy._core.multiarray._reconstruct": _numpy("ndarray"),

@@ -11,9 +11,10 @@ Layout (torch/serialization.py `_legacy_save`): five pickles back to back, then 
 Storage bytes are always little-endian whatever the writer's byte order (torch/csrc/serialization.cpp
 converts on write), so sys_info's little_endian only records the machine that wrote the file.
 
-Every storage's offset follows from the element counts in the persistent ids, so nothing after
-the pickles is read (no storage, no count prefix) when the layout accounts for the file exactly.
-Otherwise the count prefixes are walked, as torch.load does, to say where the layout goes wrong.
+Every storage's offset follows from the element counts in the persistent ids; when the layout
+accounts for the file exactly, only the 8-byte count prefixes are read after the pickles (in one
+vectored read), each checked against its storage as torch.load checks it. Otherwise the count
+prefixes are walked, as torch.load does, to say where the layout goes wrong.
 """
 
 from __future__ import annotations
@@ -130,6 +131,13 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
         offsets[key] = cursor + COUNT.size
         cursor += COUNT.size + storages[key].nbytes
     if cursor == source.size:
+        # The sizes account for the file, but torch.load still reads each count prefix and
+        # refuses a storage whose count is not its pickle's ("storage has wrong byte size"):
+        # so are they here, all prefixes in one vectored read of 8 bytes each.
+        prefixes = source.read_many([(offsets[k] - COUNT.size, COUNT.size) for k in pickles.keys])
+        for key, prefix in zip(pickles.keys, prefixes):
+            _check_count(error, key, storages[key], COUNT.unpack(prefix)[0],
+                         offsets[key] - COUNT.size)
         return offsets, []
     # The ids do not account for the file: walk the count prefixes as torch.load does.
     warnings = [f"the storages' sizes from the pickle end at byte {cursor} but the file has "
@@ -138,10 +146,7 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
     for key in pickles.keys:
         ref = storages[key]
         (count,) = COUNT.unpack(source.read(cursor, COUNT.size))
-        if count != ref.numel:
-            raise error(FormatError, f"storage {shown(key)} is declared with {ref.numel} "
-                        f"elements in the pickle but {count} in the file", offset=cursor,
-                        expected=ref.numel, found=count)
+        _check_count(error, key, ref, count, cursor)
         offsets[key] = cursor + COUNT.size
         cursor += COUNT.size + ref.nbytes
     if cursor > source.size:
@@ -149,6 +154,15 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
                              offset=source.size, expected=f"{cursor} bytes", found=source.size)
     warnings.append(f"{source.size - cursor} bytes follow the last storage")
     return offsets, warnings
+
+
+def _check_count(error, key: str, ref, count: int, offset: int) -> None:
+    """A storage's count prefix must be its pickle's element count, as torch.load requires."""
+    if count != ref.numel:
+        raise error(FormatError, f"storage {shown(key)} is declared with {ref.numel} "
+                    f"elements in the pickle but its count prefix in the file says {count} "
+                    "(torch.load refuses it: storage has wrong byte size)", offset=offset,
+                    expected=ref.numel, found=count)
 
 
 def read(source: ByteSource) -> Checkpoint:

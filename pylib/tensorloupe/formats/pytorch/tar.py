@@ -14,6 +14,7 @@ torch.load reads back.
 
 from __future__ import annotations
 
+import re
 import struct
 import tarfile
 
@@ -32,6 +33,7 @@ MEMBERS = ("sys_info", "pickle", "tensors", "storages")
 TAR_MAGIC = b"ustar"
 TAR_MAGIC_AT = 257
 COUNT = struct.Struct("<q")
+INT64 = 1 << 63
 TENSOR_HEAD = struct.Struct("<i4x")   # ndim, then 4 bytes torch skips
 WINDOW = 4096
 # The small pickles between raw bytes (counts, each storage's (key, location, class)) are read in
@@ -53,6 +55,14 @@ def _key(value):
         return value
     raise FormatError("a storage or tensor key is not a string or a 64-bit integer",
                       found=type(value).__name__)
+
+
+def _sized(value: int) -> str:
+    """A pickle int for a message: its digits if it has a few, else its size (str() refuses
+    more than 4,300 digits, and a message of thousands says nothing more)."""
+    if value.bit_length() <= 64:
+        return str(value)
+    return f"an integer of {value.bit_length():,} bits (~{int(value.bit_length() * 0.30103) + 1:,} digits)"
 
 
 class _Reader:
@@ -105,6 +115,21 @@ class _Reader:
             self.pickles.append(result)
             return result.value, position + result.end
 
+    def record(self, value, n: int, what: str, offset: int) -> tuple:
+        """A pickled record torch writes as an n-tuple."""
+        if type(value) not in (tuple, list) or len(value) != n:
+            raise self.error(FormatError, f"{what} is not a {n}-tuple", offset=offset,
+                             found=f"a {type(value).__name__}" + (f" of {len(value)}" if
+                                                                  type(value) in (tuple, list) else ""))
+        return tuple(value)
+
+    def named(self, refs: dict, key, who: str, offset: int):
+        """The storage `key` names, which the tar member 'storages' must hold."""
+        if key not in refs:
+            raise self.error(FormatError, f"{who} refers to storage {shown(key)}, which the tar "
+                             "member 'storages' does not hold", offset=offset)
+        return refs[key]
+
     def count(self, position: int, end: int, unit: int) -> tuple[int, int]:
         value, position = self.pickle_at(position, end)
         if not isinstance(value, int) or not 0 <= value <= (end - position) // unit:
@@ -118,7 +143,10 @@ class _Reader:
         refs, offsets = {}, {}
         count, position = self.count(position, end, COUNT.size + 1)
         for _ in range(count):
-            (key, location, storage_class), position = self.pickle_at(position, end)
+            record, at = self.pickle_at(position, end)
+            key, location, storage_class = self.record(record, 3, "a storage's (key, location, "
+                                                       "storage class)", position)
+            position = at
             key = _key(key)
             dtype = dtype_of(storage_class)
             (numel,) = COUNT.unpack(self.source.read(position, COUNT.size))
@@ -134,13 +162,31 @@ class _Reader:
             offsets[segment(key)] = position + COUNT.size
             position += COUNT.size + nbytes
         views, _ = self.pickle_at(position, end, last=True)
-        for view_key, root_key, offset, numel in views:
-            view_key, root = _key(view_key), refs[_key(root_key)]
+        if type(views) is not list:
+            raise self.error(FormatError, "the storage views of the tar member 'storages' are "
+                             "not a list", offset=position, found=type(views).__name__)
+        for view in views:
+            view_key, root_key, offset, numel = self.record(
+                view, 4, "a storage view's (view key, root key, offset, numel)", position)
+            view_key, root = _key(view_key), self.named(refs, _key(root_key), "storage view", position)
             if type(offset) is not int or type(numel) is not int:
                 raise self.error(FormatError, f"storage view {shown(view_key)} has a non-integer "
                                  "offset or size")
-            refs[view_key] = StorageRef(segment(view_key), root.dtype, numel, root.location, root.kind)
-            offsets[segment(view_key)] = offsets[root.key] + offset * TORCH_DTYPES[root.dtype][1]
+            # torch casts both to int64 on the way to the root storage: a larger one fails there
+            # (and one of 5,000 digits cannot even be printed)
+            if not all(-INT64 <= v < INT64 for v in (offset, numel)):
+                raise self.error(FormatError, f"storage view {shown(view_key)} in the tar member "
+                                 "'storages' has an offset or element count beyond 64 bits",
+                                 offset=position, expected="int64 values",
+                                 found=f"offset {_sized(offset)}, {_sized(numel)} elements")
+            # torch slices the root's bytes (legacy_load: root[offset_bytes:offset_bytes + n]),
+            # with Python's slice rules: a view past the root's end is cut short, and a tensor
+            # that needs more than is left gets a problem (torch refuses to load it).
+            itemsize = TORCH_DTYPES[root.dtype][1]
+            cut = range(root.nbytes)[offset * itemsize:(offset + numel) * itemsize]
+            refs[view_key] = StorageRef(segment(view_key), root.dtype, len(cut) // itemsize,
+                                        root.location, root.kind)
+            offsets[segment(view_key)] = offsets[root.key] + cut.start
         return refs, offsets
 
     def tensors(self, storages: dict) -> dict:
@@ -155,7 +201,8 @@ class _Reader:
         for _ in range(count):
             result = load_pickle(data, None, start=at)
             self.pickles.append(result)
-            key, storage_key, _tensor_class = result.value
+            key, storage_key, _tensor_class = self.record(
+                result.value, 3, "a tensor's (key, storage key, tensor class)", position + at)
             key, storage_key = _key(key), _key(storage_key)
             (ndim,) = TENSOR_HEAD.unpack_from(data, result.end)
             if not 0 <= ndim <= 64:
@@ -163,7 +210,7 @@ class _Reader:
                                  offset=position + result.end)
             layout = struct.Struct(f"<{ndim}q{ndim}qq")
             values = layout.unpack_from(data, result.end + TENSOR_HEAD.size)
-            storage = storages[storage_key]
+            storage = self.named(storages, storage_key, f"tensor {shown(key)}", position + at)
             sizes, strides, offset = values[:ndim], values[ndim:2 * ndim], values[-1]
             tensors[key] = TensorRef(storage, offset, sizes, strides, storage.dtype)
             at = result.end + TENSOR_HEAD.size + layout.size
@@ -180,7 +227,18 @@ def read(source: ByteSource) -> Checkpoint:
         def persistent_load(pid):
             if isinstance(pid, tuple) and pid:
                 return pid[0]  # a module class, with its source file and source code
-            return tensors[int(pid)] if int(pid) in tensors else storages[int(pid)]
+            # torch looks up int(pid): the str() of a tensor (or storage) key, 64 bits at most
+            if type(pid) is int and pid.bit_length() < 64:
+                key = pid
+            elif type(pid) is str and re.fullmatch(r"-?[0-9]{1,19}", pid):
+                key = int(pid)
+            else:
+                raise FormatError("a persistent id of the tar member 'pickle' is not a tensor key",
+                                  found=shown(pid) if type(pid) is str else type(pid).__name__)
+            if key not in tensors and key not in storages:
+                raise FormatError(f"the tar member 'pickle' refers to tensor {key}, which the "
+                                  "member 'tensors' does not hold")
+            return tensors[key] if key in tensors else storages[key]
 
         position, end = reader.member("pickle")
         main, _ = reader.pickle_at(position, end, persistent_load, last=True)
