@@ -10,7 +10,9 @@ For each: the header's own size, the parse time (best of --repeat, without traci
 tracemalloc the peak Python memory while opening and what the open checkpoint keeps, in bytes
 per tensor/key and as a multiple of the header's size. The reference measured in the same run is
 json.loads of the same safetensors header (the least any JSON-based reader allocates) and, for
-GGUF, a dict of the same keys and values built directly. `--pylib` points at another checkout's
+GGUF, a dict of the same keys and values built directly. Then each output mode of the CLI
+(`inspect`, `inspect --json`) on the safetensors file, in a child process: peak RSS
+per tensor, against a child that only json.loads the header. `--pylib` points at another checkout's
 pylib/ to compare before and after a change.
 """
 
@@ -68,6 +70,20 @@ def measure(open_it, repeat: int):
     return best, peak - base, kept - base
 
 
+def child_rss(argv: list[str], pylib: Path) -> tuple[float, int]:
+    """(wall seconds, peak RSS bytes) of `python3 ARGV` with `pylib` on the path, stdout dropped."""
+    import os
+    import resource
+    import subprocess
+    env = {**os.environ, "PYTHONPATH": str(pylib)}
+    t0 = time.perf_counter()
+    pid = subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.DEVNULL).pid
+    _, status, usage = os.wait4(pid, 0)
+    if status:
+        raise SystemExit(f"{argv} failed ({status})")
+    return time.perf_counter() - t0, usage.ru_maxrss * 1024
+
+
 def row(label, count, header, seconds, peak, kept):
     print(f"{label:<34}{seconds:>8.2f} s {peak / count:>9.0f} B/each peak {peak / header:>6.1f}x "
           f"header {kept / count:>8.0f} B/each kept {kept / header:>6.1f}x")
@@ -95,6 +111,16 @@ def main(argv=None) -> int:
         row("  tensorloupe.open", args.tensors, header,
             *measure(lambda: tensorloupe.open(FileSource(st)), args.repeat))
         del raw
+        # Every output mode of the CLI, in a child each: peak RSS (the interpreter included) and
+        # wall time, against a child that only json.loads the header (the same interpreter).
+        ref = child_rss(["-c", f"import json; f = open({str(st)!r}, 'rb'); n = int.from_bytes("
+                               "f.read(8), 'little'); json.loads(f.read(n))"], args.pylib)
+        print(f"  {'child: json.loads (ref)':<32}{ref[0]:>8.2f} s {ref[1] / args.tensors:>9.0f} B/each "
+              f"peak RSS {ref[1] / header:>6.1f}x header")
+        for mode in (["inspect"], ["inspect", "--json"]):
+            seconds, rss = child_rss(["-m", "tensorloupe.cli", *mode, str(st)], args.pylib)
+            print(f"  {'child: ' + ' '.join(mode):<32}{seconds:>8.2f} s {rss / args.tensors:>9.0f} "
+                  f"B/each peak RSS {rss / header:>6.1f}x header {rss / ref[1]:>5.2f}x ref")
         st.unlink()
 
         gg = Path(tmp) / "many-keys.gguf"

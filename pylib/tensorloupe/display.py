@@ -6,6 +6,8 @@ word their findings (memory lines), so none of them imports another's renderer.
 
 from __future__ import annotations
 
+import re
+
 
 def human_bytes(n: int) -> str:
     # Integer comparisons and division: a header can make a count no float can hold (1e1233).
@@ -59,6 +61,7 @@ def short(value, width: int = 100) -> str:
 _INVISIBLE = ([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F, 0x2028, 0x2029,
                *range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0xD800, 0xE000)])
 _ESCAPES = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _INVISIBLE}
+_ANY_ESCAPED = re.compile("[" + "".join(f"\\u{c:04x}" for c in _INVISIBLE) + "]")
 # What our own text output may contain: its line breaks (and stderr's progress returns).
 _OUTPUT_ESCAPES = {c: e for c, e in _ESCAPES.items() if c != 0x0A}
 _STDERR_ESCAPES = {c: e for c, e in _OUTPUT_ESCAPES.items() if c != 0x0D}
@@ -67,7 +70,9 @@ _STDERR_ESCAPES = {c: e for c, e in _OUTPUT_ESCAPES.items() if c != 0x0D}
 def escaped(text: str) -> str:
     """A string from a file as a terminal may show it: every control character, bidi override
     and lone surrogate written out (`\\x1b`, `\\u202e`), newlines included."""
-    return text.translate(_ESCAPES)
+    # the search first: translate() through the 2,000-entry table costs 2.5 us a name, and a
+    # 1M-tensor table escapes 3M strings that almost never hold one
+    return text.translate(_ESCAPES) if _ANY_ESCAPED.search(text) else text
 
 
 class TerminalText:

@@ -130,18 +130,29 @@ def print_inspect(ckpt: Checkpoint) -> None:
             print(f"  ! {escaped(w)}")
     print("\nTensors")
     # A dequantised weight's stored parts are listed under it, indented.
-    listed = [(t, "") for t in ckpt.tensors] if "quantisation" not in ckpt.extras else \
-        [(p, indent) for t in ckpt.tensors for p, indent in [(t, "")] + [(p, "  ↳ ") for p in t.parts]]
-    rows = [(indent + escaped(t.name), escaped(t.dtype) + (" (dequantised)" if t.parts else ""),
-             "×".join(map(str, t.shape)) or "scalar", human_bytes(t.stored_nbytes),
-             _bits(t), str(t.known_file_offset)) for t, indent in listed]
-    header = ("name", "dtype", "shape", "size", "bits", "offset")
-    if len(files) > 1:   # offsets are within each tensor's own file: say which
-        rows = [r + (escaped(t.file or "?"),) for r, (t, _) in zip(rows, listed)]
-        header += ("file",)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    quantised = "quantisation" in ckpt.extras
+
+    def listed():
+        for t in ckpt.tensors:
+            yield t, ""
+            if quantised:
+                yield from ((p, "  ↳ ") for p in t.parts)
+
+    several = len(files) > 1   # offsets are within each tensor's own file: say which
+
+    def rows():   # made twice (widths, then lines) rather than held: a header may list 1M tensors
+        for t, indent in listed():
+            row = (indent + escaped(t.name), escaped(t.dtype) + (" (dequantised)" if t.parts else ""),
+                   "×".join(map(str, t.shape)) or "scalar", human_bytes(t.stored_nbytes),
+                   _bits(t), str(t.known_file_offset))
+            yield row + (escaped(t.file or "?"),) if several else row
+
+    header = ("name", "dtype", "shape", "size", "bits", "offset") + (("file",) if several else ())
+    widths = [len(h) for h in header]
+    for r in rows():
+        widths = [max(w, len(c)) for w, c in zip(widths, r)]
     print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    for r in rows:
+    for r in rows():
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
     if safety and safety.get("dangerous"):   # the verdict again, after every name it concerns
         print(f"\nSafety: this file names {len(safety['dangerous'])} dangerous global(s); see the "
