@@ -78,13 +78,17 @@ function safetyReport(safety) {
   const dangerous = globals.filter((g) => g.verdict === "dangerous");
   const notes = safety.notes || [];
   const calls = safety.calls || [];
-  const verdict = dangerous.length
+  // bytes that are two files (formats/pytorch/loadpath.py): torch.load takes another path
+  const twoFiles = safety.torch_reading
+    ? `These bytes are two files: torch.load reads them as ${safety.torch_reading.format}, not as what is shown here. `
+    : "";
+  const verdict = twoFiles + (dangerous.length
     ? `${dangerous.length} dangerous global${dangerous.length > 1 ? "s" : ""}: loading this file with torch.load (weights_only=False) would run code (or may: names outside the allow-list are imported and called). tensorloupe never executes it.`
     : notes.length
       ? "The file's layout is deceptive: see the notes below."
       : globals.some((g) => g.verdict === "inert")
         ? "Only allow-listed or inert globals: nothing in the pickle asks to run code."
-        : "Only allow-listed globals: nothing in the pickle asks to run code.";
+        : "Only allow-listed globals: nothing in the pickle asks to run code.");
   const rows = globals.map((g) => el("tr", {class: `verdict-${g.verdict}`, dataset: {global: g.name}},
     el("td", {}, el("code", {text: g.name})),
     el("td", {}, el("span", {class: `badge ${g.verdict}`, text: VERDICT_LABEL[g.verdict] || g.verdict})),
@@ -95,7 +99,8 @@ function safetyReport(safety) {
          el("pre", {text: Object.entries(safety.opcodes).map(([k, v]) => `${k} ${v}`).join("\n")}))
     : null;
   return el("section", {class: `card safety ${dangerous.length ? "danger" : notes.length ? "caution" : "safe"}`,
-                        id: "safety", dataset: {dangerous: String(dangerous.length)}},
+                        id: "safety", dataset: {dangerous: String(dangerous.length),
+                                                torchReading: safety.torch_reading ? safety.torch_reading.path : ""}},
     el("h3", {text: "Pickle safety report"}),
     el("p", {class: "verdict", text: verdict}),
     notes.length ? el("ul", {class: "safety-notes"}, notes.map((n) => el("li", {text: n}))) : null,
