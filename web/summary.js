@@ -71,6 +71,18 @@ function table(rows, {keyClass = "key"} = {}) {
     el("tr", {}, el("th", {class: keyClass, scope: "row", text: k}), el("td", {}, valueNode(v))))));
 }
 
+// Quantised weights (quant/logical.py): which schemes, said by which file, and how many weights
+// are shown as their real values (dequantised) or left as stored (packed, with the reason).
+function quantisationCard(q) {
+  const packed = q.packed || 0;
+  return el("section", {class: "card", id: "quantisation", dataset: {dequantised: String(q.dequantised)}},
+    el("h3", {text: "Quantised weights"}),
+    el("p", {text: `${grouped(q.dequantised)} weight${q.dequantised === 1 ? " is" : "s are"} shown as `
+      + `their real values, dequantised exactly from ${(q.schemes || []).join("; ") || q.method} `
+      + `(the scheme from ${q.source}).`}),
+    packed ? el("p", {class: "note", text: `${grouped(packed)} left as stored (packed, not dequantised).`}) : null);
+}
+
 function safetyReport(safety) {
   // verdicts: allowed (rebuilt as data), inert (known not to run code), dangerous (runs code, or
   // not allow-listed and so may run code); each row says why
@@ -173,6 +185,10 @@ function render(container, summary, io) {
   if (extras.training) {
     container.append(trainingCard(extras.training));
     delete extras.training;
+  }
+  if (extras.quantisation) {
+    container.append(quantisationCard(extras.quantisation));
+    delete extras.quantisation;
   }
   container.append(...architectureCards(summary, ctx.request));
   container.append(section("Parameters by dtype", el("table", {class: "dtypes"},

@@ -59,3 +59,10 @@ def test_the_tensor_tab_shows_the_dequantised_values_as_the_cli(app, written, ca
     (exact,) = cli("stats", model, name, "--exact")
     assert_stats_equal(app.stats("#exact-stats"), exact["stats"])
     app.screenshot(f"tensor-quantised-{case}")
+    # the Summary names the scheme and the file that said it, as inspect --json does
+    quantisation = cli("inspect", model)["extras"]["quantisation"]
+    app.tab("summary")
+    card = page.locator("#quantisation")
+    assert card.get_attribute("data-dequantised") == str(quantisation["dequantised"]) != "0"
+    text = card.inner_text()
+    assert all(scheme in text for scheme in quantisation["schemes"]) and quantisation["source"] in text
