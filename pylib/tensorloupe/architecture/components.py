@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..model import Checkpoint, Tensor
 from ..moe import MoE
@@ -194,9 +195,16 @@ def view_key(t: Tensor) -> tuple | None:
 
 def component_of(name: str) -> str:
     role = role_of(name)
-    if role.layer is None and HEAD.search(role.role):
+    return _component_of_role(role.role, role.layer is None)
+
+
+@lru_cache(maxsize=1 << 14)
+def _component_of_role(role: str, outside_layers: bool) -> str:
+    # by role, not by name: the layers of a model repeat a few dozen roles, and the patterns
+    # below cost 9 regex searches a name (1.7 s per 100k tensors)
+    if outside_layers and HEAD.search(role):
         return "output_head"
     for component, pattern in BY_ROLE:
-        if pattern.search(role.role):
+        if pattern.search(role):
             return component
     return "other"
