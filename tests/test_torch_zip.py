@@ -205,11 +205,12 @@ def test_opening_reads_the_directory_and_never_storage_bytes(tmp_path):
 @pytest.mark.filterwarnings("ignore::UserWarning")  # quantized and complex32 are "experimental"
 def test_unknown_and_quantized_dtypes(tmp_path):
     qtensor = torch.quantize_per_tensor(torch.tensor([-1.0, 0.0, 0.5, 2.0]), 0.25, 3, torch.qint8)
-    path = tf.save({"half_complex": torch.zeros(2, dtype=torch.complex32), "q": qtensor,
+    packed_fp4 = torch.tensor([0x21, 0xF3], dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    path = tf.save({"fp4_pairs": packed_fp4, "q": qtensor,
                     "e8m0": torch.tensor([0.25, 1.0, 4.0]).to(torch.float8_e8m0fnu)}, tmp_path / "odd.pt")
     ckpt = tensorloupe.open(path)
-    odd = ckpt.tensor("half_complex")
-    assert odd.dtype == "complex32" and "no decoder" in odd.problem
+    odd = ckpt.tensor("fp4_pairs")      # (complex32 has a decoder: tests/test_complex32.py)
+    assert odd.dtype == "float4_e2m1fn_x2" and "no decoder" in odd.problem
     q = ckpt.tensor("q")
     assert q.dtype == "I8" and tensorloupe.values(q) == qtensor.int_repr().tolist()
     assert q.info["quantizer"] == {"qscheme": "per_tensor_affine", "scale": 0.25, "zero_point": 3}

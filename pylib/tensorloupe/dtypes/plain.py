@@ -90,6 +90,12 @@ def _decode_bf16(buf, big_endian=False):
     return values.tolist()
 
 
+def _decode_c32(buf, big_endian=False):
+    # torch complex32 (chalf): a float16 real part, then a float16 imaginary part
+    parts = _decode_f16(buf, big_endian)
+    return [complex(re, im) for re, im in zip(parts[0::2], parts[1::2])]
+
+
 def _decode_c64(buf, big_endian=False):
     parts = _array_decoder("f")(buf, big_endian)
     return [complex(re, im) for re, im in zip(parts[0::2], parts[1::2])]
@@ -202,6 +208,7 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     _plain("BF16", 2, "float", _decode_bf16),
     _plain("F32", 4, "float", _array_decoder("f")),
     _plain("F64", 8, "float", _array_decoder("d")),
+    _plain("C32", 4, "complex", _decode_c32),
     _plain("C64", 8, "complex", _decode_c64),
     _plain("C128", 16, "complex", _decode_c128),
     _plain("F8_E4M3", 1, "float", _byte_table_decoder(F8_E4M3_TABLE)),
@@ -214,9 +221,9 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("F4", 2, 1, "float", _nibble_decoder(F4_E2M1_TABLE)),
 )}
 
-# The dtypes the safetensors format defines (its Rust `Dtype` enum, safetensors 0.8). C128 is
-# ours, for torch complex128, and is not accepted in a safetensors header.
-SAFETENSORS_DTYPES = frozenset(DTYPES) - {"C128"}
+# The dtypes the safetensors format defines (its Rust `Dtype` enum, safetensors 0.8). C32 and
+# C128 are ours, for torch complex32 and complex128, and are not accepted in a safetensors header.
+SAFETENSORS_DTYPES = frozenset(DTYPES) - {"C32", "C128"}
 
 
 def to_float(value) -> float:

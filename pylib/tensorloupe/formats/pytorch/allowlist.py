@@ -28,7 +28,7 @@ TORCH_DTYPES: dict[str, tuple[str | None, int]] = {
     "float8_e8m0fnu": ("F8_E8M0", 1),
     # Quantized tensors show their raw integer codes (int_repr), the scale is in the tensor's info.
     "qint8": ("I8", 1), "quint8": ("U8", 1), "qint32": ("I32", 4),
-    "complex32": (None, 4), "quint4x2": (None, 1), "quint2x4": (None, 1),
+    "complex32": ("C32", 4), "quint4x2": (None, 1), "quint2x4": (None, 1),
     "float4_e2m1fn_x2": (None, 1), "bits8": (None, 1), "bits16": (None, 2), "bits1x8": (None, 1),
     "bits2x4": (None, 1), "bits4x2": (None, 1),
 }
