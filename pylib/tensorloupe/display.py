@@ -103,3 +103,9 @@ def some_of(names, at_most: int = 10) -> str:
     names = list(names)
     shown = ", ".join(names[:at_most])
     return shown if len(names) <= at_most else f"{shown} and {len(names) - at_most:,} more"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 tensor`, `2 tensors`, `22,000 tensors`: a count with its noun, grouped, in the number
+    it agrees with (`plural` where adding an s is wrong: counted(n, "matrix", "matrices"))."""
+    return f"{exact_count(n)} {noun if n == 1 else plural or noun + 's'}"

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from .display import counted
 from .dtypes import DType, lookup
 from .errors import TensorloupeError, UsageError
 from .source import ByteSource
@@ -117,6 +118,10 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+MAX_SUGGESTED_NAME = 512        # characters of a mistyped name that close matches are sought for
+MAX_SUGGESTING = 200_000        # tensors among which they are sought
+
+
 @dataclass
 class Checkpoint:
     format: str                       # "safetensors", "pytorch-zip", "pytorch-legacy", "gguf", ...
@@ -142,9 +147,19 @@ class Checkpoint:
         try:
             return self.by_name[name]
         except KeyError:
-            why = self._in_missing_part(name)
+            why = self._in_missing_part(name) or self._close_names(name)
             raise UsageError(f"no tensor named {name!r}" + (f": {why}" if why else ""),
                              file=self.name, format=self.format) from None
+
+    def _close_names(self, name: str) -> str | None:
+        """`did you mean …` for a mistyped name: difflib's close matches, bounded (a name of
+        more than MAX_SUGGESTED_NAME characters, or a checkpoint of more than MAX_SUGGESTING
+        tensors, would cost seconds of SequenceMatcher for a message)."""
+        if len(name) > MAX_SUGGESTED_NAME or len(self.by_name) > MAX_SUGGESTING:
+            return None
+        import difflib   # a message's cost, paid only when a name is mistyped
+        close = difflib.get_close_matches(name, list(self.by_name), n=3, cutoff=0.75)
+        return f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
 
     def _in_missing_part(self, name: str) -> str | None:
         """Where a tensor not at hand is, in a shard set with parts missing (opening/shards.py's
@@ -155,7 +170,7 @@ class Checkpoint:
             return f"the index puts it in {home}, which is missing"
         if report.get("missing_count") and "missing_tensors" not in report:
             n = report["missing_count"]
-            return (f"{n} of the {report['count']} parts {'is' if n == 1 else 'are'} missing "
+            return (f"{n:,} of the {counted(report['count'], 'part')} {'is' if n == 1 else 'are'} missing "
                     f"({', '.join(report['missing'])}): it may be in one of them")
         return None
 

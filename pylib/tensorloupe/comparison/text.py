@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..display import escaped
+from ..display import counted, escaped
 
 
 def _db(value) -> str:
@@ -17,9 +17,9 @@ def print_diff(result, top: int = 15) -> None:
     """The comparison as text: headline, counts, the ranking, per-role SNR by layer, layers."""
     s = result.summary
     mode = ("exact (every element)" if result.exact else
-            f"sampled (up to {result.samples} elements per tensor; smaller tensors whole)")
-    print(f"A: {escaped(result.a.name)} ({result.a.format}, {len(result.a.tensors)} tensors)")
-    print(f"B: {escaped(result.b.name)} ({result.b.format}, {len(result.b.tensors)} tensors)")
+            f"sampled (up to {counted(result.samples, 'element')} per tensor; smaller tensors whole)")
+    print(f"A: {escaped(result.a.name)} ({result.a.format}, {counted(len(result.a.tensors), 'tensor')})")
+    print(f"B: {escaped(result.b.name)} ({result.b.format}, {counted(len(result.b.tensors), 'tensor')})")
     print(f"matched {s['matched']} pairs" + (f" through the {result.name_map} name map" if result.name_map else "")
           + f"; values {mode}; byte identity decided on bytes")
     # what the comparison read beyond the headers (their cached blocks serve small files whole)
@@ -41,7 +41,7 @@ def print_diff(result, top: int = 15) -> None:
     if changed:
         print("\nlayers changed most:")
         for e in changed[:top]:
-            print(f"  layer {e['layer']:>4}: {e['changed']}/{e['tensors']} tensors changed, "
+            print(f"  layer {e['layer']:>4}: {e['changed']:,}/{counted(e['tensors'], 'tensor')} changed, "
                   f"pooled rel err {e['rel_error']:.3e}, SNR {_db(e['snr_db'])} dB")
     others = [r for r in result.rows if r.category in ("only_in_a", "only_in_b", "shape_changed", "unreadable")]
     for r in others[:top]:
