@@ -41,9 +41,10 @@ def open(target, name: str | None = None, *, follow_redirects: bool = False) -> 
         from .opening import shards
         # URLs: every part's first request (its header bytes) in flight at once, each header
         # read as soon as it arrives.
-        files = targets.resolve(target).files
-        return _dequantised(_say_redirects(shards.open_each(
-            files, lambda t: open_source(t, follow_redirects=follow_redirects))), files)
+        resolved = targets.resolve(target)
+        files = resolved.files
+        return _from_cache(_dequantised(_say_redirects(shards.open_each(
+            files, lambda t: open_source(t, follow_redirects=follow_redirects))), files), resolved.hub)
     source = open_source(target, name, follow_redirects=follow_redirects)
     try:
         return _dequantised(_say_redirects(detect.read(source)), [target])
@@ -71,6 +72,14 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
         except BaseException:
             ckpt.close()
             raise
+    return ckpt
+
+
+def _from_cache(ckpt: Checkpoint, hub) -> Checkpoint:
+    """A model named org/model: the checkpoint says it was read from the Hugging Face cache."""
+    if hub is not None:
+        ckpt.extras["hub_cache"] = hub.to_json()
+        ckpt.warnings.insert(0, f"opened {hub.said()}")
     return ckpt
 
 

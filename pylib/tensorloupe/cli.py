@@ -252,6 +252,8 @@ def run_inspect(args) -> int:
     target = resolve(args.items)
     found = _config(args, target.files)
     with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+        if target.hub is not None:   # org/model: said in the header (report.print_inspect)
+            ckpt.extras["hub_cache"] = target.hub.to_json()
         if found.problem:
             ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
         dequantise(ckpt, found.data, found.where)   # --config or a URL's (a local one is applied)

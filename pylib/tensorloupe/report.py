@@ -92,6 +92,10 @@ def print_inspect(ckpt: Checkpoint) -> None:
     by_dtype = ", ".join(f"{escaped(d)} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
     files = ckpt.files
     print(escaped(ckpt.name) + (f"  ({counted(len(files), 'file')})" if len(files) > 1 else ""))
+    hub = ckpt.extras.get("hub_cache")
+    if hub:
+        print(f"  from        the Hugging Face cache: {escaped(hub['repo'])}@{escaped(hub['revision'])}, "
+              f"commit {hub['commit'][:12]}, {escaped(hub['folder'])}")
     print(f"  format      {ckpt.format}")
     print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)"
           + (f" in {counted(len(files), 'file')}" if len(files) > 1 else ""))
