@@ -109,12 +109,13 @@ def test_a_missing_model_says_it_is_not_in_the_cache_and_where_it_looked(cache, 
     root, _ = cache
     code = main(["inspect", "other-org/absent"])
     err = capsys.readouterr().err
-    assert code == 2
+    assert code == 3   # as for a path that does not exist (the README's "cannot be read")
     assert f"other-org/absent is not in the Hugging Face cache (looked for " \
-           f"{root}/models--other-org--absent" in err and "nothing is downloaded" in err
+           f"{root}/models--other-org--absent" in err and "is no file or folder here" in err
+    assert "nothing is downloaded" in err
     code = main(["inspect", "tiny-org/tiny-model@v9"])
     err = capsys.readouterr().err
-    assert code == 2 and "revision 'v9' of tiny-org/tiny-model is not in the Hugging Face " \
+    assert code == 3 and "revision 'v9' of tiny-org/tiny-model is not in the Hugging Face " \
         "cache" in err and "cached refs: main, v1" in err
     with pytest.raises(tensorloupe.TensorloupeError, match="is not in the Hugging Face cache"):
         tensorloupe.open("other-org/absent")

@@ -17,7 +17,7 @@ import os
 import re
 from typing import NamedTuple
 
-from ..errors import UsageError
+from ..errors import UnreadableError, UsageError
 from .detect import EXTENSIONS
 
 # org/model[@revision]: Hub names are letters, digits, '-', '_' and '.' (the page's URL box
@@ -71,15 +71,17 @@ def find(name: str, env=None) -> Cached:
     root = cache_dir(env)
     model = os.path.join(root, "models--" + repo.replace("/", "--"))
     if not os.path.isdir(model):
-        raise UsageError(f"{repo} is not in the Hugging Face cache (looked for {model}; the "
-                         "cache is HF_HUB_CACHE, else HF_HOME/hub, else "
-                         "~/.cache/huggingface/hub); nothing is downloaded")
+        # exit 3 as for a path that does not exist: it may well be a mistyped local folder
+        raise UnreadableError(f"{repo} is not in the Hugging Face cache (looked for {model}; "
+                              "the cache is HF_HUB_CACHE, else HF_HOME/hub, else "
+                              "~/.cache/huggingface/hub) and is no file or folder here; "
+                              "nothing is downloaded")
     commit = revision if COMMIT.match(revision) else _ref(model, revision)
     folder = os.path.join(model, "snapshots", commit or "")
     if commit is None or not os.path.isdir(folder):
         known = sorted(os.listdir(os.path.join(model, "refs"))) \
             if os.path.isdir(os.path.join(model, "refs")) else []
-        raise UsageError(f"revision {revision!r} of {repo} is not in the Hugging Face cache "
+        raise UnreadableError(f"revision {revision!r} of {repo} is not in the Hugging Face cache "
                          f"(looked in {model}; cached refs: {', '.join(known) or 'none'})")
     return Cached(repo, revision, commit, folder)
 

@@ -197,6 +197,12 @@ def open_each(targets: list, open_one: Callable[[object], ByteSource]) -> Checkp
     return open_all([source for source, _, _ in done], read)
 
 
+def _absent(names: list[str]) -> str:
+    """Tensors an index lists that no shard holds, in words."""
+    return (f"{counted(len(names), 'tensor')} the index lists {'is' if len(names) == 1 else 'are'} "
+            f"in none of the shards, e.g. {names[0]!r}")
+
+
 def is_index(name: str) -> bool:
     return name.lower().endswith(JSON_SUFFIX)
 
@@ -357,8 +363,7 @@ def _merge_shards(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoi
     if index is not None:
         absent = _check_weight_map(index, ordered, set(expected) - set(names), warnings)
         if absent:
-            errors.append(f"{counted(len(absent), 'tensor')} the index lists {'is' if len(absent) == 1 else 'are'} in none of the shards, "
-                          f"e.g. {absent[0]!r}")
+            errors.append(_absent(absent))
     for p in ordered:
         warnings += [f"{p.name}: {w}" for w in p.warnings]
     size = sum(p.size for p in ordered)
@@ -430,8 +435,7 @@ def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
     if weight_map.keys() - found.keys():
         absent = [n for n, shard in weight_map.items() if n not in found and shard not in missing]
         if absent:
-            warnings.append(f"{counted(len(absent), 'tensor')} the index lists {'is' if len(absent) == 1 else 'are'} in none of the shards, e.g. "
-                            f"{absent[0]!r}")
+            warnings.append(_absent(absent))
     total = index["metadata"].get("total_size")
     if not missing and _is_int(total):
         held = sum(map(attrgetter("nbytes"), itertools.chain.from_iterable(p.tensors for p in parts)))
