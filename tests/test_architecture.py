@@ -211,7 +211,7 @@ def test_transformers_checkpoint_matches_its_config_and_parameter_count(capsys, 
     assert got["q_lora_rank"][0] == 48
     assert got["layers"] == (2, "inferred from tensor names (layer numbers 0..1)")
     assert got["vocab_size"] == (100, "inferred from tensor model.embed_tokens.weight shape [100, 64]")
-    assert got["experts"] == (4, "inferred from tensor names (4 experts in 1 layers)")
+    assert got["experts"] == (4, "inferred from tensor names (4 experts in 1 layer)")
     assert got["shared_experts"][0] == "present"
     assert "experts_per_token" not in got
 

@@ -145,7 +145,7 @@ def test_a_tensor_the_index_names_that_no_shard_holds_is_said(sets, tmp_path):
     folder = copy_set(sets, tmp_path)
     edit_index(folder, lambda m: m.update({"model.ghost.weight": "pytorch_model-00002-of-00003.bin"}))
     ckpt = tensorloupe.open(str(folder))
-    assert any("1 tensors the index lists are in none of the shards, e.g. 'model.ghost.weight'"
+    assert any("1 tensor the index lists is in none of the shards, e.g. 'model.ghost.weight'"
                in w for w in ckpt.warnings)
 
 
@@ -257,7 +257,7 @@ def test_a_tensor_the_index_names_that_no_shard_holds_is_an_error(sets, tmp_path
     assert done.returncode == 5
     flag = json.loads(done.stdout)["flags"][0]
     assert (flag["kind"], flag["severity"]) == ("not_in_shards", "error")
-    assert "1 tensors the index lists are in none of the shards, e.g. 'model.ghost.weight'" \
+    assert "1 tensor the index lists is in none of the shards, e.g. 'model.ghost.weight'" \
         in flag["message"]
     assert cli("inspect", "--strict", folder).returncode == 5
 

@@ -201,7 +201,7 @@ def test_index_that_disagrees_with_the_shards(tmp_path):
     ckpt = tensorloupe.open([str(index)] + [str(p) for p in paths])
     assert "tensor 'layer1.a' is in model-00001-of-00003.safetensors but the index says " \
            "model-00002-of-00003.safetensors" in ckpt.warnings
-    assert any("1 tensors the index lists are in none of the shards, e.g. 'ghost'" in w
+    assert any("1 tensor the index lists is in none of the shards, e.g. 'ghost'" in w
                for w in ckpt.warnings)
 
 

@@ -9,10 +9,8 @@
     print(cmp.summary["headline"])
 """
 
-from __future__ import annotations
-
-import importlib
-import os
+import importlib as _importlib
+import os as _os
 
 from .errors import TensorloupeError
 from .model import Checkpoint, Tensor
@@ -43,9 +41,10 @@ def open(target, name: str | None = None, *, follow_redirects: bool = False) -> 
         from .opening import shards
         # URLs: every part's first request (its header bytes) in flight at once, each header
         # read as soon as it arrives.
-        files = targets.resolve(target).files
-        return _dequantised(_say_redirects(shards.open_each(
-            files, lambda t: open_source(t, follow_redirects=follow_redirects))), files)
+        resolved = targets.resolve(target)
+        files = resolved.files
+        return _from_cache(_dequantised(_say_redirects(shards.open_each(
+            files, lambda t: open_source(t, follow_redirects=follow_redirects))), files), resolved.hub)
     source = open_source(target, name, follow_redirects=follow_redirects)
     try:
         return _dequantised(_say_redirects(detect.read(source)), [target])
@@ -61,11 +60,11 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
     """A local checkpoint with a `config.json` beside it that has a `quantization_config`: its
     quantised weights become tensors of real values (quant/logical.py). A URL's config.json is
     not fetched here (one more request per open); the CLI's inspect and the page pass theirs."""
-    local = [f for f in files if isinstance(f, (str, os.PathLike)) and not is_url(f)]
+    local = [f for f in files if isinstance(f, (str, _os.PathLike)) and not is_url(f)]
     if not local or len(local) < len(files):
         return ckpt
     from .opening import beside
-    found = beside.config_for([os.fspath(f) for f in local])
+    found = beside.config_for([_os.fspath(f) for f in local])
     if isinstance(found.data, dict) and "quantization_config" in found.data:
         from .quant.logical import apply
         try:
@@ -73,6 +72,14 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
         except BaseException:
             ckpt.close()
             raise
+    return ckpt
+
+
+def _from_cache(ckpt: Checkpoint, hub) -> Checkpoint:
+    """A model named org/model: the checkpoint says it was read from the Hugging Face cache."""
+    if hub is not None:
+        ckpt.extras["hub_cache"] = hub.to_json()
+        ckpt.warnings.insert(0, f"opened {hub.said()}")
     return ckpt
 
 
@@ -113,7 +120,11 @@ def __getattr__(name: str):
     if name not in _LATER:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module, attribute = _LATER[name]
-    value = getattr(importlib.import_module(f".{module}", __name__), attribute)
+    value = getattr(_importlib.import_module(f".{module}", __name__), attribute)
     globals()[name] = value
     return value
 
+
+def __dir__() -> list[str]:
+    """The public API only (a notebook's completion): not the modules this one imports."""
+    return sorted({*__all__, "__version__", "COMPARE_SAMPLES"})

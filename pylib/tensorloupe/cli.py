@@ -4,7 +4,8 @@ Every command that reads a checkpoint takes it the same way (`add_files` / `open
 opening/targets.py): one file, all shards or split parts of one, a folder, an index json, or URLs.
 Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 
-Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
+Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name, or `tokens` of a checkpoint
+that has no tokenizer), 3 the file cannot be read (a missing path, a URL that cannot be fetched)
 or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
 names a dangerous global (the report is printed first), 5 `health` or `inspect --strict` of a
 shard set with parts missing (or tensors its index names that no part holds; said first).
@@ -24,13 +25,13 @@ from . import open as open_checkpoint
 from .model import Checkpoint
 from .source import is_url
 from .opening.targets import resolve
-from .errors import FetchError, TensorloupeError, UsageError
+from .errors import TensorloupeError, UnreadableError, UsageError
 from .healthscan import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
 from .moe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sampler.repeats import checked_view
 from .sampler.sampling import (DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample,
                                values)
-from .display import TerminalText
+from .display import TerminalText, counted
 from .jsonable import bounded, json_number
 from .architecture.memory import CACHE_TYPES
 from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
@@ -56,7 +57,7 @@ def _run(args) -> int:
         return args.run(args)
     except UsageError as e:
         print(f"tensorloupe: {e}", file=sys.stderr)
-        return EXIT_INVALID if isinstance(e, FetchError) else EXIT_USAGE
+        return EXIT_INVALID if isinstance(e, UnreadableError) else EXIT_USAGE
     except TensorloupeError as e:
         print(f"tensorloupe: {e}", file=sys.stderr)
         return EXIT_INVALID
@@ -75,9 +76,14 @@ class _Intermixed(argparse.ArgumentParser):
             return super().parse_known_args(args, namespace)
         self._inside = True
         try:
-            return self.parse_known_intermixed_args(args, namespace)
+            namespace, extras = self.parse_known_intermixed_args(args, namespace)
         finally:
             self._inside = False
+        # Said by the command's parser, with its usage (`inspect x --jsn`), not the top level's:
+        # nothing after the command name is the top-level parser's.
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
 
 FILES_HELP = ("the checkpoint: a file, all shards or split GGUF parts of one, a folder holding "
@@ -123,8 +129,9 @@ def open_files(items, args) -> Checkpoint:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorloupe",
                                      description="Look inside model checkpoints without executing them.",
-                                     epilog="exit codes: 0 ok, 2 bad arguments, 3 the file cannot be "
-                                            "read or is invalid, 4 (inspect --strict) the pickle "
+                                     epilog="exit codes: 0 ok, 2 bad arguments (an unknown tensor, "
+                                            "no tokenizer for `tokens`), 3 the file cannot be "
+                                            "read (missing, unreachable) or is invalid, 4 (inspect --strict) the pickle "
                                             "names a dangerous global, 5 (health, inspect "
                                             "--strict) parts of a shard set are missing")
     parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
@@ -265,6 +272,8 @@ def run_inspect(args) -> int:
     target = resolve(args.items)
     found = _config(args, target.files)
     with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+        if target.hub is not None:   # org/model: said in the header (report.print_inspect)
+            ckpt.extras["hub_cache"] = target.hub.to_json()
         if found.problem:
             ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
         dequantise(ckpt, found.data, found.where)   # --config or a URL's (a local one is applied)
@@ -365,8 +374,11 @@ def run_values(args) -> int:
         raise UsageError("give the checkpoint file(s), then the tensor name")
     with open_files(files, args) as ckpt:
         t = ckpt.tensor(name)
-        if args.start < 0 or args.count < 0 or (args.start >= t.numel and t.numel):
-            raise UsageError(f"--start {args.start} is outside tensor {t.name!r} of {t.numel} elements")
+        if args.count < 0:
+            raise UsageError(f"--count {args.count} is negative: give how many elements to show")
+        if args.start < 0 or (args.start >= t.numel and t.numel):
+            raise UsageError(f"--start {args.start} is outside tensor {t.name!r} of "
+                             f"{counted(t.numel, 'element')}")
         got = values(t, args.start, args.count)
         if args.json:
             _emit({"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "start": args.start,
@@ -415,7 +427,7 @@ def run_diff(args) -> int:
         raise UsageError("--samples must be at least 1 and --top at least 0")
 
     def progress(done, total):
-        print(f"\rcompared {done}/{total} tensors", end="" if done < total else "\n", file=sys.stderr)
+        print(f"\rcompared {done:,}/{counted(total, 'tensor')}", end="" if done < total else "\n", file=sys.stderr)
 
     with open_files([args.a], args) as a, open_files([args.b], args) as b:
         result = compare(a, b, args.samples, args.exact, args.tensor,

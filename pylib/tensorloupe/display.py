@@ -108,3 +108,20 @@ def some_of(names, at_most: int = 10) -> str:
     names = list(names)
     shown = ", ".join(names[:at_most])
     return shown if len(names) <= at_most else f"{shown} and {len(names) - at_most:,} more"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 tensor`, `2 tensors`, `22,000 tensors`: a count with its noun, grouped, in the number
+    it agrees with (`plural` where adding an s is wrong: counted(n, "matrix", "matrices"))."""
+    return f"{exact_count(n)} {noun if n == 1 else plural or noun + 's'}"
+
+
+def html_table(rows, header: tuple[str, ...] = (), caption: str = "") -> str:
+    """An HTML table for a notebook (`_repr_html_`): every cell and the caption escaped, since
+    a string from a file (a tensor named `<script>`) is data there too."""
+    from html import escape   # a notebook's cost, not the CLI's or the page's
+    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return (f"<table>{f'<caption>{escape(caption)}</caption>' if caption else ''}"
+            f"{f'<thead><tr>{head}</tr></thead>' if head else ''}<tbody>{body}</tbody></table>")

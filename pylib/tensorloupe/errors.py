@@ -113,7 +113,13 @@ class UsageError(TensorloupeError):
     """The caller asked for something that does not exist (unknown tensor, bad region)."""
 
 
-class FetchError(UsageError):
+class UnreadableError(UsageError):
+    """The file named cannot be read at all (it does not exist, is not permitted, is a
+    device): the CLI exits 3, "the file cannot be read", not 2. A UsageError still, for callers
+    that catch what the user named wrongly."""
+
+
+class FetchError(UnreadableError):
     """A URL's bytes could not be fetched (the network, the server, a deadline, a refused
     redirect): the file cannot be read, so the CLI exits 3 as for an unreadable file."""
 

@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from .display import counted, exact_count, html_table, human_bytes, short
 from .dtypes import DType, lookup
-from .errors import TensorloupeError, UsageError
+from .errors import TensorloupeError, UnsupportedError, UsageError
 from .source import ByteSource
 
 
@@ -90,6 +91,40 @@ class Tensor:
     def element_strides(self) -> tuple[int, ...]:
         return self.strides if self.strides is not None else contiguous_strides(self.shape)
 
+    def __repr__(self) -> str:
+        # a name from a file, escaped and cut: a repr is one line in a notebook or a traceback
+        return f"<Tensor {short(self.name, 120)!r} {short(self.dtype, 20)} {list(self.shape)}>"
+
+    def _repr_html_(self) -> str:
+        rows = [("name", self.name), ("dtype", self.dtype), ("shape", list(self.shape)),
+                ("elements", exact_count(self.numel)), ("bytes", exact_count(self.stored_nbytes)),
+                ("file", self.file or "")]
+        if self.problem:
+            rows.append(("problem", self.problem))
+        return html_table(rows, caption="tensor")
+
+    def numpy(self):
+        """Every element as a NumPy array of the tensor's shape (numpy must be installed),
+        reading this tensor's bytes only. The tensor's own dtype where NumPy has it, else the
+        exact values as float32 (dtypes/arrays.py)."""
+        from .dtypes.arrays import numpy_module, to_array
+        numpy_module()   # its absence is said before anything is read
+        if self.problem:
+            raise UnsupportedError(f"tensor {self.name!r}: {self.problem}")
+        info = self.dtype_info
+        if info is None or self.source is None:
+            raise UnsupportedError(f"tensor {self.name!r}: dtype {self.dtype!r} cannot be decoded")
+        if self.numel == 0:
+            return to_array(b"", info, self.shape, self.element_strides(), self.big_endian, True)
+        if self.contiguous:
+            span = self.nbytes
+        else:   # the elements from 0 to the last one the strides reach (a view of plain elements)
+            last = sum((d - 1) * s for d, s in zip(self.shape, self.element_strides()))
+            span = (last + 1) * info.block_bytes // info.block_elems
+        data = self.source.read_data(self.offset, span)
+        return to_array(data, info, self.shape, self.element_strides(), self.big_endian,
+                        self.contiguous)
+
     def to_json(self) -> dict:
         """The descriptor as JSON; never reads ("offset" is null while unknown, see
         Checkpoint.locate_all)."""
@@ -117,6 +152,10 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+MAX_SUGGESTED_NAME = 512        # characters of a mistyped name that close matches are sought for
+MAX_SUGGESTING = 200_000        # tensors among which they are sought
+
+
 @dataclass
 class Checkpoint:
     format: str                       # "safetensors", "pytorch-zip", "pytorch-legacy", "gguf", ...
@@ -131,6 +170,26 @@ class Checkpoint:
     def __post_init__(self) -> None:
         self.by_name: dict[str, Tensor] = {t.name: t for t in self.tensors}
 
+    def __repr__(self) -> str:
+        return (f"<Checkpoint {self.format} {short(self.name, 120)!r}: "
+                f"{counted(len(self.tensors), 'tensor')}, {human_bytes(self.size)}>")
+
+    def _repr_html_(self, at_most: int = 20) -> str:
+        """The summary and the first `at_most` tensors, as tables (every string escaped)."""
+        by_dtype = ", ".join(f"{d} {exact_count(n)}" for d, n in self.parameters_by_dtype().items())
+        summary = html_table([("format", self.format), ("files", ", ".join(self.files) or self.name),
+                              ("size", f"{human_bytes(self.size)} ({exact_count(self.size)} bytes)"),
+                              ("tensors", exact_count(len(self.tensors))),
+                              ("parameters", f"{exact_count(self.parameter_count)} ({by_dtype})")]
+                             + [("warning", w) for w in self.warnings[:at_most]],
+                             caption=self.name)
+        shown = [(t.name, t.dtype, list(t.shape), human_bytes(t.stored_nbytes))
+                 for t in self.tensors[:at_most]]
+        more = len(self.tensors) - len(shown)
+        if more > 0:
+            shown.append((f"… and {counted(more, 'more tensor')}", "", "", ""))
+        return summary + html_table(shown, ("tensor", "dtype", "shape", "size"))
+
     def replace_tensors(self, tensors: list[Tensor]) -> None:
         """Tensors built from the stored ones (quant/logical.py): the lookup finds each, and
         the stored parts of a dequantised weight under their own names where no tensor has it."""
@@ -142,9 +201,19 @@ class Checkpoint:
         try:
             return self.by_name[name]
         except KeyError:
-            why = self._in_missing_part(name)
+            why = self._in_missing_part(name) or self._close_names(name)
             raise UsageError(f"no tensor named {name!r}" + (f": {why}" if why else ""),
                              file=self.name, format=self.format) from None
+
+    def _close_names(self, name: str) -> str | None:
+        """`did you mean …` for a mistyped name: difflib's close matches, bounded (a name of
+        more than MAX_SUGGESTED_NAME characters, or a checkpoint of more than MAX_SUGGESTING
+        tensors, would cost seconds of SequenceMatcher for a message)."""
+        if len(name) > MAX_SUGGESTED_NAME or len(self.by_name) > MAX_SUGGESTING:
+            return None
+        import difflib   # a message's cost, paid only when a name is mistyped
+        close = difflib.get_close_matches(name, list(self.by_name), n=3, cutoff=0.75)
+        return f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
 
     def _in_missing_part(self, name: str) -> str | None:
         """Where a tensor not at hand is, in a shard set with parts missing (opening/shards.py's
@@ -155,7 +224,7 @@ class Checkpoint:
             return f"the index puts it in {home}, which is missing"
         if report.get("missing_count") and "missing_tensors" not in report:
             n = report["missing_count"]
-            return (f"{n} of the {report['count']} parts {'is' if n == 1 else 'are'} missing "
+            return (f"{n:,} of the {counted(report['count'], 'part')} {'is' if n == 1 else 'are'} missing "
                     f"({', '.join(report['missing'])}): it may be in one of them")
         return None
 

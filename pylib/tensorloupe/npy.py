@@ -16,6 +16,7 @@ import math
 import struct
 from typing import NamedTuple
 
+from .dtypes.arrays import FALLBACK, NUMPY_DTYPES
 from .errors import UsageError
 from .model import Tensor
 from .sampler.sampling import grid, values
@@ -24,16 +25,6 @@ MAGIC = b"\x93NUMPY\x01\x00"
 ALIGN = 64
 # Whole-tensor exports are built in memory (the browser hands them to a download link).
 MAX_ELEMENTS = 1 << 25
-
-# our dtype -> (numpy descr, struct code per element; None: bytes of bools)
-NUMPY_DTYPES = {
-    "BOOL": ("|b1", None), "U8": ("|u1", "B"), "I8": ("|i1", "b"), "U16": ("<u2", "H"),
-    "I16": ("<i2", "h"), "U32": ("<u4", "I"), "I32": ("<i4", "i"), "U64": ("<u8", "Q"),
-    "I64": ("<i8", "q"), "F16": ("<f2", "e"), "F32": ("<f4", "f"), "F64": ("<f8", "d"),
-    "C64": ("<c8", "f"), "C128": ("<c16", "d"),
-}
-FALLBACK = ("<f4", "f")     # exact for every type narrower than float32
-
 
 class Export(NamedTuple):
     data: bytes               # the .npy file

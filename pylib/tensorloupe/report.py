@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from .display import csv_cell, escaped, exact_count, human_bytes, human_count, short
+from .display import counted, csv_cell, escaped, exact_count, human_bytes, human_count, short
 from .model import Checkpoint, Tensor
 from .jsonable import FULL, Limits, bounded, json_number
 
@@ -91,11 +91,15 @@ def print_inspect(ckpt: Checkpoint) -> None:
     # a dtype is a name from the file where the reader does not know it (a storage class)
     by_dtype = ", ".join(f"{escaped(d)} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
     files = ckpt.files
-    print(escaped(ckpt.name) + (f"  ({len(files)} files)" if len(files) > 1 else ""))
+    print(escaped(ckpt.name) + (f"  ({counted(len(files), 'file')})" if len(files) > 1 else ""))
+    hub = ckpt.extras.get("hub_cache")
+    if hub:
+        print(f"  from        the Hugging Face cache: {escaped(hub['repo'])}@{escaped(hub['revision'])}, "
+              f"commit {hub['commit'][:12]}, {escaped(hub['folder'])}")
     print(f"  format      {ckpt.format}")
     print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)"
-          + (f" in {len(files)} files" if len(files) > 1 else ""))
-    print(f"  tensors     {len(ckpt.tensors)}")
+          + (f" in {counted(len(files), 'file')}" if len(files) > 1 else ""))
+    print(f"  tensors     {exact_count(len(ckpt.tensors))}")
     print(f"  parameters  {exact_count(ckpt.parameter_count)} ({by_dtype})")
     quantised = ckpt.extras.get("quantisation")
     if quantised and (quantised["dequantised"] or quantised["packed"]):
@@ -187,7 +191,7 @@ def print_safety(safety: dict) -> None:
 def print_training(training: dict) -> None:
     """A training run's state beside the model (opening/training.py's extras["training"])."""
     parts = training["parts"]
-    print(f"\nTraining state: {training['kind']} ({len(parts)} files beside the model; none of "
+    print(f"\nTraining state: {training['kind']} ({counted(len(parts), 'file')} beside the model; none of "
           "their values is counted as a parameter)")
     width = max(len(p["kind"]) for p in parts)
     for p in parts:
@@ -230,13 +234,13 @@ def _training_line(kind: str, summary: dict) -> str:
         return ", ".join(facts)
     state = summary.get("state") or {}
     return ", ".join(f"{k} {short(v)}" for k, v in state.items()) or \
-        f"{summary['stored']['tensors']} tensors, {_values(summary['stored'])}"
+        f"{counted(summary['stored']['tensors'], 'tensor')}, {_values(summary['stored'])}"
 
 
 def _training_details(kind: str, summary: dict) -> list[str]:
     if "groups" in summary:
         return [f"group {i}: {g['params']:,} parameters, step {g['step']}; "
-                + ", ".join(f"{k} {c['tensors']} tensors {_values(c)}" for k, c in g["moments"].items())
+                + ", ".join(f"{k} {counted(c['tensors'], 'tensor')} {_values(c)}" for k, c in g["moments"].items())
                 + "; " + ", ".join(f"{k} {short(v)}" for k, v in g["hyperparameters"].items()
                                    if k in ("lr", "initial_lr", "weight_decay", "betas", "eps"))
                 for i, g in enumerate(summary["groups"])]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .components import training_group, view_key
+from ..display import counted
 from ..model import Checkpoint
 from ..moe import MoE
 from ..roles import role_of
@@ -62,7 +63,7 @@ def infer(ckpt: Checkpoint, found_moe: MoE, hidden=None, model=None) -> dict[str
     if found_moe.detected:
         layers = found_moe.layers
         put("experts", found_moe.expert_count,
-            f"inferred from tensor names ({found_moe.expert_count} experts in {len(layers)} layers)")
+            f"inferred from tensor names ({counted(found_moe.expert_count, 'expert')} in {counted(len(layers), 'layer')})")
         if found_moe.top_k is not None:
             put("experts_per_token", found_moe.top_k, found_moe.top_k_source or "moe.detect")
         routers = [name for layer in layers for name in layer.router]

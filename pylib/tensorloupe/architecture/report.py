@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import architecture
 from . import memory
 from .components import LABELS
+from ..display import counted
 from ..model import Checkpoint
 
 
@@ -23,7 +24,7 @@ def _value(key: str, value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if key == "sliding_layers" and isinstance(value, list):
-        return f"{len(value)} layers: {_ranges(value)}"
+        return f"{counted(len(value), 'layer')}: {_ranges(value)}"
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
         return f"per layer {min(value)}-{max(value)}"
     if value is None:
@@ -64,7 +65,7 @@ def print_block(doc: dict) -> None:
               f"  {c['tensors']:>5} tensors")
     if params["buffers"]["tensors"]:
         b = params["buffers"]
-        print(f"  (buffers, not parameters: {b['parameters']:,} in {b['tensors']} tensors, e.g. {b['example']})")
+        print(f"  (buffers, not parameters: {b['parameters']:,} in {counted(b['tensors'], 'tensor')}, e.g. {b['example']})")
     if params["training_state"]:
         print("Training state (stored in the file, not counted as parameters)")
         for key, c in params["training_state"].items():

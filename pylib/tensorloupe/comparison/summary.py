@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import math
 
+from ..display import counted, exact_count
 from ..roles import role_of
 from .metrics import CATEGORIES, Diff
 
 CHANGED = ("values_differ", "shape_changed")
+# Pairs whose values were compared (and so say how alike the models are).
+COMPARABLE = ("byte_identical", "same_values", "values_differ")
+# Below this share of comparable tensors (among every tensor of either side, paired or not), two
+# checkpoints are not versions of one model (a BERT against a Llama GGUF: 0 of 30), and the
+# comparison says so instead of "no compared value differs".
+DIFFERENT_MODELS_SHARE = 0.1
 
 
 def summarise(comparison) -> dict:
@@ -28,8 +35,11 @@ def summarise(comparison) -> dict:
     ranked = sorted(differ, key=lambda r: -r.diff.rel_error)
     snrs = [r.diff.snr_db for r in differ]
     label = f"{_main_dtype(comparison.b)} vs {_main_dtype(comparison.a)}"
+    comparable = sum(counts[c] for c in COMPARABLE)
     out = {"counts": counts, "label": label, "matched": sum(1 for r in rows if r.pair.a and r.pair.b),
-           "median_snr_db": statistics.median(snrs) if snrs else None,
+           "comparable": comparable,
+           "different_models": bool(rows) and comparable < DIFFERENT_MODELS_SHARE * len(rows),
+           "median_snr_db": statistics.median(snrs) if snrs else None, "median_over": len(snrs),
            "worst": None, "ranked": [r.name for r in ranked],
            "roles": _roles(rows), "layers": _layers(rows)}
     if ranked:
@@ -94,6 +104,7 @@ def _layers(rows) -> list[dict]:
         pooled = entry.pop("pooled")
         entry["rel_error"] = pooled.rel_error if pooled.count else 0.0
         entry["snr_db"] = pooled.snr_db if pooled.count else math.inf
+        entry["values_compared"] = pooled.count > 0   # False: only shapes changed (no SNR to say)
         out.append(entry)
     out.sort(key=lambda e: (-e["changed"] / e["tensors"], -e["rel_error"], e["layer"]))
     return out
@@ -108,11 +119,16 @@ def _headline(out: dict, comparison) -> str:
         mode = "every element"
     else:
         mode = f"{sum(not r.exact for r in differ)} of them sampled, {comparison.samples} elements each"
-    if out["worst"] is not None:
-        text = (f"{out['label']}: median SNR {out['median_snr_db']:.1f} dB, worst {out['worst']['name']} "
-                f"{out['worst']['snr_db']:.1f} dB ({counts['values_differ']} tensors differ, {mode})")
+    if out["different_models"]:
+        text = (f"these look like different models: {counted(out['comparable'], 'comparable tensor')}"
+                f" of {exact_count(len(comparison.rows))}")
+    elif out["worst"] is not None:
+        # the median is of the differing tensors only: said with how many it is over
+        text = (f"{out['label']}: median SNR {out['median_snr_db']:.1f} dB over "
+                f"{counted(out['median_over'], 'differing tensor')}, worst {out['worst']['name']} "
+                f"{out['worst']['snr_db']:.1f} dB ({mode})")
     else:
         text = f"{out['label']}: no compared value differs ({mode})"
-    extras = [f"{counts[c]} {c.replace('_', ' ')}" for c in ("byte_identical", "same_values", "shape_changed",
+    extras = [f"{counts[c]:,} {c.replace('_', ' ')}" for c in ("byte_identical", "same_values", "shape_changed",
                                                             "only_in_a", "only_in_b", "unreadable") if counts[c]]
     return text + ("; " + ", ".join(extras) if extras else "")

@@ -7,7 +7,7 @@ import math
 import os
 from statistics import median
 
-from ..display import escaped, human_bytes
+from ..display import counted, escaped, human_bytes
 from . import Cost, Report
 
 PROFILE_STATISTICS = (("rms", "rms"), ("max_abs", "max|w|"))
@@ -17,19 +17,19 @@ def cost_line(cost: Cost, name: str) -> str:
     per = f"every byte ({cost.elements:,} values decoded)" if cost.budget is None else \
         f"at most {human_bytes(cost.budget)} of each"
     about = "" if cost.exact else "about "
-    skipped = f" ({cost.skipped} without weight values skipped)" if cost.skipped else ""
-    return (f"{escaped(name)}: reading {about}{human_bytes(cost.scan_bytes)}, {per} of {cost.tensors} "
-            f"tensors{skipped}; copies and constant tensors are then confirmed on their bytes")
+    skipped = f" ({cost.skipped:,} without weight values skipped)" if cost.skipped else ""
+    return (f"{escaped(name)}: reading {about}{human_bytes(cost.scan_bytes)}, {per} of "
+            f"{counted(cost.tensors, 'tensor')}{skipped}; copies and constant tensors are then confirmed on their bytes")
 
 
 def render(report: Report) -> str:
     counts = report.counts()
-    said = ", ".join(_plural(counts[s], word) for s, word in (("error", "error"), ("warning", "warning"),
+    said = ", ".join(counted(counts[s], word) for s, word in (("error", "error"), ("warning", "warning"),
                                                               ("info", "note")))
     # Bytes the header reads already brought in (a small file's tensors share its first blocks)
     # are served from memory, so a scan can read less than the cost stated before it.
     cached = " (the rest was in memory from opening the file)" if report.bytes_read < report.cost.scan_bytes else ""
-    lines = [f"{escaped(report.file)}: {len(report.measures)} tensors, {human_bytes(report.bytes_read)} read"
+    lines = [f"{escaped(report.file)}: {counted(len(report.measures), 'tensor')}, {human_bytes(report.bytes_read)} read"
              f"{cached}; {said}", ""]
     if report.flags:
         rows = [(f.severity, f.kind, escaped(f.tensor), _evidence(f), "exact" if f.exact else "sampled")
@@ -45,10 +45,6 @@ def render(report: Report) -> str:
             lines += ["", f"layer profile: {label} by layer (! flagged; experts: their median)"]
             lines += _profile_table(profile, key)
     return "\n".join(lines)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _evidence(flag) -> str:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..model import Checkpoint
+from ..display import counted
 
 PER_EXPERT = re.compile(r"^(?P<prefix>.+)\.experts\.(?P<expert>\d+)\.(?P<leaf>.+)$")
 SHARED = re.compile(r"^(?P<prefix>.+)\.(?:shared_experts?)\.(?P<leaf>.+)$")
@@ -125,7 +126,7 @@ def detect(checkpoint: Checkpoint, config: dict | None = None) -> MoE:
     found.sort(key=lambda entry: (entry.index is None, entry.index or 0, entry.prefix))
     top_k, source = _top_k(checkpoint, config)
     counts = {entry.expert_count for entry in found}
-    return MoE(True, f"{len(found)} layers with experts", max(counts), top_k, source, found)
+    return MoE(True, f"{counted(len(found), 'layer')} with experts", max(counts), top_k, source, found)
 
 
 def _inconsistent(layers: list[MoELayer]) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..display import human_bytes
+from ..display import counted, human_bytes
 
 
 def print_moe(analysis) -> None:
@@ -11,14 +11,14 @@ def print_moe(analysis) -> None:
         print(f"No Mixture-of-Experts structure: {found.reason}.")
         return
     top_k = f"{found.top_k} (from {found.top_k_source})" if found.top_k else "unknown (no metadata says)"
-    print(f"Mixture of Experts: {len(found.layers)} layers, {found.expert_count} experts, top-k {top_k}")
+    print(f"Mixture of Experts: {counted(len(found.layers), 'layer')}, {counted(found.expert_count, 'expert')}, top-k {top_k}")
     print(f"Redundancy from weights alone: {analysis.samples_per_matrix} elements per matrix per expert, "
           f"{human_bytes(analysis.bytes_read)} read; threshold {analysis.threshold}")
     for layer, measured in zip(found.layers, analysis.layers):
         router = ", ".join(layer.router) or "none found"
         kind = "stacked" if layer.stacked else "per-expert tensors"
-        shared = f", shared: {len(layer.shared)} tensors" if layer.shared else ""
-        print(f"\n{layer.prefix}: {layer.expert_count} experts ({kind}), router {router}{shared}")
+        shared = f", shared: {counted(len(layer.shared), 'tensor')}" if layer.shared else ""
+        print(f"\n{layer.prefix}: {counted(layer.expert_count, 'expert')} ({kind}), router {router}{shared}")
         print(f"  signature matrices: {', '.join(measured.matrices)}")
         experts = [p.expert for p in measured.experts]
         print("  cosine " + "".join(f"{e:>6}" for e in experts) + "   score")

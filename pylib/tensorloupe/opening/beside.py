@@ -26,6 +26,10 @@ TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 MAX_CONFIG_BYTES = 10 << 20
 # tokenizer.json files of 256k-token vocabularies are ~20-35 MB.
 MAX_TOKENIZER_BYTES = 64 << 20
+# What each file beside a model is, for a user who opened it instead of the model.
+ROLES = {CONFIG_NAME: "the model's configuration (config.json)",
+         TOKENIZER_NAME: "the tokenizer (tokenizer.json)",
+         TOKENIZER_CONFIG_NAME: "the tokenizer's settings (tokenizer_config.json)"}
 LIMITS = {CONFIG_NAME: MAX_CONFIG_BYTES, TOKENIZER_NAME: MAX_TOKENIZER_BYTES,
           TOKENIZER_CONFIG_NAME: MAX_CONFIG_BYTES}
 
@@ -126,3 +130,8 @@ def load(where: str, name: str | None = None) -> dict:
     if data is None:
         raise UsageError("the file does not exist", file=where)
     return parse_object(data, name)
+
+
+def what_is(name: str) -> str | None:
+    """What a file that goes beside a model is, in words (None for any other name)."""
+    return ROLES.get(os.path.basename(name).lower())

@@ -36,7 +36,7 @@ import re
 from operator import attrgetter
 from typing import Callable, NamedTuple
 
-from . import detect, training
+from . import beside, detect, training
 from ..errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError,
                       UsageError)
 from ..model import Checkpoint, Tensor
@@ -45,6 +45,7 @@ from ..source import ByteSource, is_url
 from ..formats import safetensors
 from ..formats import multifile as dcpnames   # DCP file names
 from ..formats.multifile import merge_reports
+from ..display import counted, exact_count
 
 PART_NAME = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.(?P<ext>gguf|safetensors|bin)$")
 # Any .json among the files given is read as an index (its weight_map names the parts).
@@ -77,6 +78,10 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
                                  "model: open its folder (or the model file with it)",
                                  file=sources[0].name)
         if not files:
+            other = next((s for s in indexes if beside.what_is(s.name)), None)
+            if other is not None:   # config.json, tokenizer.json: what it is, and what to open
+                raise UsageError(f"this is {beside.what_is(other.name)}, not a checkpoint: open "
+                                 "the model file (or its folder) instead", file=other.name)
             raise UsageError("only index files were given; add the checkpoint files",
                              file=indexes[0].name)
         if len(indexes) > 1:
@@ -192,6 +197,12 @@ def open_each(targets: list, open_one: Callable[[object], ByteSource]) -> Checkp
     return open_all([source for source, _, _ in done], read)
 
 
+def _absent(names: list[str]) -> str:
+    """Tensors an index lists that no shard holds, in words."""
+    return (f"{counted(len(names), 'tensor')} the index lists {'is' if len(names) == 1 else 'are'} "
+            f"in none of the shards, e.g. {names[0]!r}")
+
+
 def is_index(name: str) -> bool:
     return name.lower().endswith(JSON_SUFFIX)
 
@@ -271,8 +282,8 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
     head = by_no.get(0, ordered[0])
     expected = head.metadata.get("split.tensors.count")
     if not missing and _is_int(expected) and expected != len(tensors):
-        warnings.append(f"split.tensors.count says {expected} tensors but the parts hold "
-                        f"{len(tensors)}")
+        warnings.append(f"split.tensors.count says {counted(expected, 'tensor')} but the parts "
+                        f"hold {exact_count(len(tensors))}")
     sources = [p.sources[0] for p in ordered]
     head_source = ordered.index(head)
     arrays = {key: dict(record, source=head_source)
@@ -352,8 +363,7 @@ def _merge_shards(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoi
     if index is not None:
         absent = _check_weight_map(index, ordered, set(expected) - set(names), warnings)
         if absent:
-            errors.append(f"{len(absent)} tensors the index lists are in none of the shards, "
-                          f"e.g. {absent[0]!r}")
+            errors.append(_absent(absent))
     for p in ordered:
         warnings += [f"{p.name}: {w}" for w in p.warnings]
     size = sum(p.size for p in ordered)
@@ -425,8 +435,7 @@ def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
     if weight_map.keys() - found.keys():
         absent = [n for n, shard in weight_map.items() if n not in found and shard not in missing]
         if absent:
-            warnings.append(f"{len(absent)} tensors the index lists are in none of the shards, e.g. "
-                            f"{absent[0]!r}")
+            warnings.append(_absent(absent))
     total = index["metadata"].get("total_size")
     if not missing and _is_int(total):
         held = sum(map(attrgetter("nbytes"), itertools.chain.from_iterable(p.tensors for p in parts)))

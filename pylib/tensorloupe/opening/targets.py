@@ -19,11 +19,13 @@ from ..errors import UsageError
 from ..source import is_url, open_source
 from .detect import EXTENSIONS
 from .grouping import METADATA_NAME, group, is_index_name
+from .hubcache import Cached, find as find_cached, is_hub_name
 from .shards import read_index
 
 
 class Target(NamedTuple):
     files: list[str]          # paths or URLs to open together (tensorloupe.open([...]))
+    hub: Cached | None = None  # where an org/model name was found in the Hugging Face cache
 
 
 def resolve(items) -> Target:
@@ -31,6 +33,10 @@ def resolve(items) -> Target:
     if isinstance(items, (str, os.PathLike)):
         items = [items]
     items = [os.fspath(i) if isinstance(i, os.PathLike) else i for i in items]
+    hub = None
+    if len(items) == 1 and is_hub_name(items[0]):   # org/model[@rev]: its cached snapshot
+        hub = find_cached(items[0])
+        items = [hub.folder]
     expanding = [isinstance(i, str) and _expands(i) for i in items]
     # An index given with shards beside it names the set; the shards given are the ones wanted.
     alone = all(expanding) or not any(isinstance(i, str) and is_index_name(i)
@@ -46,12 +52,13 @@ def resolve(items) -> Target:
     files += [f for i, f in enumerate(found) if f not in files and f not in found[:i]]
     if not files:
         raise UsageError("no files were given")
-    return Target(files)
+    return Target(files, hub)
 
 
 def needs_resolving(target) -> bool:
     """Whether a single path must go through resolve(): a folder or an index file."""
-    return isinstance(target, (str, os.PathLike)) and _expands(os.fspath(target))
+    return isinstance(target, (str, os.PathLike)) and (
+        _expands(os.fspath(target)) or is_hub_name(target))
 
 
 def _expands(item: str) -> bool:

@@ -7,7 +7,7 @@ import io
 import os
 from collections import OrderedDict
 
-from ..errors import TruncatedError, UsageError
+from ..errors import TruncatedError, UnreadableError, UsageError
 
 
 class ByteSource:
@@ -158,7 +158,7 @@ class FileSource(ByteSource):
         try:
             handle = open(self.path, "rb")
         except OSError as e:
-            raise UsageError(f"cannot open the file: {e.strerror}", file=self.name) from e
+            raise UnreadableError(f"cannot open the file: {e.strerror}", file=self.name) from e
         if self.size >= 0 and handle.seek(0, io.SEEK_END) != self.size:
             handle.close()
             raise UsageError("the file changed while it was open (its size is not the same)",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..display import counted
+
 
 def print_tokens(doc: dict) -> None:
     print(f"Tokenizer ({doc['source']}: {doc.get('file') or ''})")
@@ -19,7 +21,7 @@ def print_tokens(doc: dict) -> None:
     rows = doc.get("tokens") if "tokens" in doc else doc.get("matches", [])
     if "find" in doc:
         more = " (more not shown)" if doc["truncated"] else f" (all {doc['scanned']:,} tokens searched)"
-        print(f"\n{len(rows)} tokens matching {doc['find']!r}{more}")
+        print(f"\n{counted(len(rows), 'token')} matching {doc['find']!r}{more}")
     else:
         print(f"\nTokens {doc['start']:,}..{doc['start'] + doc['count'] - 1:,} of {doc['size']:,}")
     for e in rows:

@@ -13,16 +13,14 @@ address (the tests use a local server that imitates the Hub's URL layout).
 from __future__ import annotations
 
 import json
-import re
 from typing import NamedTuple
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import FormatError, UsageError
+from ..opening.hubcache import SHORTCUT   # org/model[@revision], as the CLI takes it
 
 HUB = "https://huggingface.co"
 HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
-# org/model[@revision]: Hub names are letters, digits, '-', '_' and '.'.
-SHORTCUT = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev>[^\s@]+))?$")
 FILE_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth", ".bin", ".ckpt", ".json")
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"

@@ -25,6 +25,7 @@ import struct
 from functools import lru_cache
 
 from ...errors import TensorloupeError
+from ...display import counted
 from ...model import Checkpoint
 from ...source import ByteSource
 
@@ -121,7 +122,7 @@ def checked(source: ByteSource, head: bytes, path: str, shown: Checkpoint) -> Ch
     if other.format == "pickle" and not other.extras["safety"]["globals"]:
         return shown        # a pickle of plain data: torch refuses its magic number, runs nothing
     return _conflict(shown, path, other.extras["safety"],
-                     f"that reading is {other.format} with {len(other.tensors)} tensors")
+                     f"that reading is {other.format} with {counted(len(other.tensors), 'tensor')}")
 
 
 def _conflict(shown: Checkpoint, path: str, safety: dict, reading: str) -> Checkpoint:
