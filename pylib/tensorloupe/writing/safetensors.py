@@ -83,7 +83,9 @@ def _swapped(data: bytes, size: int) -> bytes:
 
 
 def _inputs(ckpt: Checkpoint) -> list[str]:
-    return [os.path.realpath(f) for f in ckpt.files if isinstance(f, str)]
+    """The local files the checkpoint is read from (a URL's source has no path)."""
+    paths = (getattr(s.root(), "path", None) for s in ckpt.sources)
+    return [os.path.realpath(p) for p in paths if isinstance(p, str)]
 
 
 def _refuse_inputs(ckpt: Checkpoint, targets: list[str]) -> None:
