@@ -299,23 +299,64 @@ def test_an_input_is_never_overwritten(tmp_path, bin_sets, capsys):
 def test_an_interrupted_write_leaves_no_file_under_the_final_name(tmp_path, llama, monkeypatch):
     _, src = llama
     real = writer.tensor_chunks
-    seen = []
+    seen, temporaries = [], []
 
-    def failing(entry, *args):
+    def failing(entry, chunk_bytes=writer.CHUNK_BYTES):
         seen.append(entry.tensor.name)
-        if len(seen) == 5:            # the fifth tensor's read fails half-way through its bytes
-            raise OSError("the disk went away")
-        yield from real(entry, *args)
+        for i, data in enumerate(real(entry, 1024)):
+            if len(seen) == 5 and i == 3:   # the fifth tensor's read fails part-way through it
+                temporaries.extend(p for p in tmp_path.rglob("*.tmp-*"))
+                raise OSError("the disk went away")
+            yield data
 
     monkeypatch.setattr(writer, "tensor_chunks", failing)
     out = tmp_path / "one.safetensors"
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="the disk went away"):
         tensorloupe.write_safetensors(src, out)
+    assert [p.name.split(".tmp-")[0] for p in temporaries] == ["one.safetensors"]  # it was writing
     assert list(tmp_path.iterdir()) == []
     seen.clear()
-    with pytest.raises(OSError):
+    temporaries.clear()
+    with pytest.raises(OSError, match="the disk went away"):
         tensorloupe.write_safetensors(src, tmp_path / "set", max_shard_size="60KB")
+    assert len(temporaries) >= 2       # shards already complete, not yet renamed, and removed
     assert list((tmp_path / "set").iterdir()) == []
+    # the CLI says it in a sentence and exits 3, nothing written
+    monkeypatch.setattr(writer, "tensor_chunks", lambda entry: (_ for _ in ()).throw(
+        tensorloupe.TensorloupeError("a read failed")))
+    assert convert(src, out) == 3
+    assert list(tmp_path.glob("one.safetensors*")) == []
+
+
+# --- a quantised safetensors with its config: the dequantised values tensorloupe shows ----------
+
+@pytest.mark.parametrize("preset", ["w4a16", "fp8_block", "nvfp4"])
+def test_a_quantised_model_converts_to_its_dequantised_float32_values(tmp_path, preset):
+    import quant_files
+    from compressed_tensors.compressors import BaseCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+    from safetensors.torch import load_file
+    quant_files.write_models(tmp_path / "q")
+    folder = tmp_path / "q" / "quant" / f"model_{preset}"
+    out = tmp_path / "out.safetensors"
+    assert convert(folder / "model.safetensors", out) == EXIT_OK
+    got, meta = loaded(out)
+    # the reference: compressed-tensors' own compressor decompressing each weight
+    stored = load_file(str(folder / "model.safetensors"))
+    qc = QuantizationConfig.model_validate(
+        json.loads((folder / "config.json").read_text())["quantization_config"])
+    compressor = BaseCompressor.load_from_registry(qc.format)
+    scheme = next(iter(qc.config_groups.values()))
+    stems = sorted({k[: -len(".weight_scale")] for k in stored if k.endswith(".weight_scale")})
+    assert len(stems) == 14
+    for stem in stems:
+        local = {k[len(stem) + 1:]: v for k, v in stored.items() if k.startswith(stem + ".")}
+        want = compressor.decompress(local, scheme)["weight"].to(torch.float32)
+        assert_same({stem: got[stem + ".weight"]}, {stem: want})
+        assert not [k for k in got if k.startswith(stem + ".weight_")]   # no packed parts
+    plain = {k: v for k, v in stored.items() if not k.startswith(tuple(s + "." for s in stems))}
+    assert_same({k: got[k] for k in plain}, plain)
+    assert len(json.loads(meta["dequantised"].split(" (")[0])) == 14
 
 
 def test_the_header_is_padded_with_spaces_to_8_bytes(tmp_path):

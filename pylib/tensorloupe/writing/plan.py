@@ -68,12 +68,10 @@ def entry(tensor: Tensor) -> Entry:
 
 
 def select(ckpt: Checkpoint, names: list[str] | None = None, match: str | None = None) -> list[Tensor]:
-    """The tensors to write, in file order: all, or those named, or those `match` finds."""
-    if names is not None:
-        for name in names:
-            ckpt.tensor(name)          # an unknown name is refused (UsageError) before anything
-        wanted = set(names)
-        return [t for t in ckpt.tensors if t.name in wanted]
+    """The tensors to write: all or those `match` finds (in file order), or those named (a
+    dequantised weight's stored parts too: `Checkpoint.tensor` finds them)."""
+    if names is not None:   # in the order given; an unknown name is refused (UsageError)
+        return [ckpt.tensor(name) for name in dict.fromkeys(names)]
     if match is not None:
         try:
             pattern = re.compile(match)

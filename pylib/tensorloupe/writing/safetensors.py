@@ -28,6 +28,9 @@ from . import plan
 from .plan import Entry, Shard
 
 CHUNK_BYTES = 16 << 20       # bytes read (and held) at once for one tensor
+# Elements decoded at once where values are written (ggml blocks): a Python float list costs
+# ~32 bytes an element, so this bounds the decoded floats held to ~8 MB.
+VALUES_CHUNK = 1 << 18
 LENGTH = struct.Struct("<Q")  # the spec: u64 little-endian header length
 # element size -> array typecode for byte swapping (complex: each part swapped on its own)
 SWAP_CODES = {2: "H", 4: "I", 8: "Q"}
@@ -40,7 +43,8 @@ def tensor_chunks(e: Entry, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     info = dtype_of(t)
     if e.how == "values":
         # ggml blocks: decoded by the sampler; float32 holds every value exactly
-        per = max(info.block_elems, (chunk_bytes // 4) // info.block_elems * info.block_elems)
+        elems = min(VALUES_CHUNK, chunk_bytes // 4)
+        per = max(info.block_elems, elems // info.block_elems * info.block_elems)
         windows = ((t, s, min(per, t.numel - s)) for s in range(0, t.numel, per))
         for part in gather_windows(windows, batch_bytes=chunk_bytes):
             yield array("f", part).tobytes() if sys.byteorder == "little" else _swapped(
