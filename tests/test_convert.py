@@ -77,6 +77,17 @@ def test_a_pt_file_converts_bit_for_bit(tmp_path, legacy):
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
+def test_a_pre_0_4_tar_checkpoint_converts(tmp_path):
+    # torch.load refuses the tar format with weights_only=True; this hand-built file is ours,
+    # so weights_only=False is safe here and is the reference
+    src = torch_files.write_legacy_tar(tmp_path / "old.tar", torch_files.tar_tensors())
+    out = tmp_path / "old.safetensors"
+    assert convert(src, out) == EXIT_OK
+    got, meta = loaded(out)
+    assert meta["source_format"] == "pytorch-tar"
+    assert_same(got, torch_files.expected_tensors(torch.load(src, weights_only=False)))
+
+
 def test_views_and_shared_storages_are_written_as_copies(tmp_path):
     src = torch_files.save(torch_files.view_tensors(), tmp_path / "views.pt")
     out = tmp_path / "views.safetensors"
@@ -357,6 +368,16 @@ def test_a_quantised_model_converts_to_its_dequantised_float32_values(tmp_path, 
     plain = {k: v for k, v in stored.items() if not k.startswith(tuple(s + "." for s in stems))}
     assert_same({k: got[k] for k in plain}, plain)
     assert len(json.loads(meta["dequantised"].split(" (")[0])) == 14
+
+
+def test_progress_says_bytes_and_time_left(tmp_path, llama):
+    import io
+    from tensorloupe.writing.text import Progress
+    _, src = llama
+    stream = io.StringIO()
+    tensorloupe.write_safetensors(src, tmp_path / "m.safetensors", progress=Progress(stream))
+    last = stream.getvalue().rsplit("\r", 1)[-1]
+    assert last.startswith("wrote 0.4 of 0.4 MB, about 0 s left") and last.endswith("\n")
 
 
 def test_the_header_is_padded_with_spaces_to_8_bytes(tmp_path):

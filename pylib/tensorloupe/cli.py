@@ -320,7 +320,8 @@ def run_convert(args) -> int:
         files, index, _ = writer.layout(ckpt, out, entries, size, __version__)
         index_at = text.index_path(out, index is not None, plan.INDEX_NAME)
         if not args.dry_run:
-            writer.write(ckpt, out, entries, size, __version__)
+            writer.write(ckpt, out, entries, size, __version__,
+                         text.Progress() if sys.stderr.isatty() else None)
         text.print_plan(files, index_at, entries, args.dry_run)
         text.print_left_out(text.left_out(ckpt), sys.stdout)
     return EXIT_OK
