@@ -125,9 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorloupe",
                                      description="Look inside model checkpoints without executing them.",
                                      epilog="exit codes: 0 ok, 2 bad arguments, 3 the file cannot be "
-                                            "read or is invalid, 4 (inspect --strict; convert, "
-                                            "extract without --allow-dangerous-file) the pickle "
-                                            "names a dangerous global, 5 (health, inspect "
+                                            "read or is invalid, 4 (inspect --strict) the pickle "
+                                            "names a dangerous global (convert, extract: without "
+                                            "--allow-dangerous-file; nothing written), 5 (health, inspect "
                                             "--strict) parts of a shard set are missing")
     parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
