@@ -380,6 +380,24 @@ def test_progress_says_bytes_and_time_left(tmp_path, llama):
     assert last.startswith("wrote 0.4 of 0.4 MB, about 0 s left") and last.endswith("\n")
 
 
+def test_an_output_that_cannot_be_written_is_said_in_a_sentence(tmp_path, capsys):
+    src = torch_files.save({"w": torch.ones(3)}, tmp_path / "m.pt")
+    (tmp_path / "taken").mkdir()
+    assert convert(src, tmp_path / "taken") == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"tensorloupe: cannot write {tmp_path / 'taken'}: ") and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "taken"]
+    assert list((tmp_path / "taken").iterdir()) == []
+
+
+def test_a_dangerous_file_is_refused_before_its_tensors_are_looked_at(tmp_path, capsys):
+    obj = torch_files.hostile_object()
+    obj["z"] = torch.zeros(2, dtype=torch.complex128)   # would be refused too, but later
+    src = torch_files.save(obj, tmp_path / "evil.pt")
+    assert convert(src, tmp_path / "x.safetensors", "--dry-run") == EXIT_DANGEROUS
+    assert "nothing written" in capsys.readouterr().err
+
+
 def test_the_header_is_padded_with_spaces_to_8_bytes(tmp_path):
     src = torch_files.save({"a": torch.ones(3), "bb": torch.zeros(1, dtype=torch.int8)}, tmp_path / "m.pt")
     out = tmp_path / "m.safetensors"

@@ -303,10 +303,8 @@ def run_convert(args) -> int:
         raise UsageError("give the checkpoint file(s), then OUT")
     *items, out = args.items
     size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
+    names = getattr(args, "names", None)
     with open_files(items, args) as ckpt:
-        names = [n for n in getattr(args, "names", None).split(",") if n] if getattr(
-            args, "names", None) else None
-        entries = [plan.entry(t) for t in plan.select(ckpt, names, getattr(args, "match", None))]
         safety = ckpt.extras.get("safety") or {}
         dangerous = safety.get("dangerous") or []
         if (dangerous or safety.get("torch_reading")) and not args.allow_dangerous_file:
@@ -317,12 +315,18 @@ def run_convert(args) -> int:
                   "pickle unrun, with --allow-dangerous-file)", file=sys.stderr)
             text.print_left_out(text.left_out(ckpt), sys.stderr)
             return EXIT_DANGEROUS
-        files, index, _ = writer.layout(ckpt, out, entries, size, __version__)
-        index_at = text.index_path(out, index is not None, plan.INDEX_NAME)
+        chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
+                             getattr(args, "match", None))
+        entries = [plan.entry(t) for t in chosen]
+        where = writer.layout(ckpt, out, entries, size, __version__)
         if not args.dry_run:
-            writer.write(ckpt, out, entries, size, __version__,
-                         text.Progress() if sys.stderr.isatty() else None)
-        text.print_plan(files, index_at, entries, args.dry_run)
+            try:
+                writer.write(ckpt, out, entries, size, __version__,
+                             text.Progress() if sys.stderr.isatty() else None)
+            except OSError as e:   # where OUT cannot be (a folder, no permission, disk full)
+                raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+        text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
+                        entries, args.dry_run)
         text.print_left_out(text.left_out(ckpt), sys.stdout)
     return EXIT_OK
 

@@ -19,7 +19,7 @@ import struct
 import sys
 import tempfile
 from array import array
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from ..errors import TensorloupeError, UsageError
 from ..model import Checkpoint
@@ -57,7 +57,8 @@ def tensor_chunks(e: Entry, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         chunks = (w.data for w in read_windows(windows, batch_bytes=chunk_bytes))
     else:
         chunks = _strided_chunks(t, bb, per)
-    swap = SWAP_PART.get(t.dtype, bb) if t.big_endian else 1
+    # a big-endian file's elements swapped (complex: each part); packed sub-byte types have none
+    swap = SWAP_PART.get(t.dtype, bb) if t.big_endian and be == 1 else 1
     for data in chunks:
         yield _swapped(data, swap) if swap > 1 else data
 
@@ -103,20 +104,25 @@ def _refuse_inputs(ckpt: Checkpoint, targets: list[str]) -> None:
                 raise UsageError(f"refusing to write {target}: it is an input of the conversion")
 
 
+class Layout(NamedTuple):
+    files: list[tuple[str, Shard]]   # (final path, its tensors) of every safetensors file
+    index: dict | None               # model.safetensors.index.json's content (a shard set)
+    metadata: dict[str, str]         # every file's __metadata__
+
+
 def layout(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int | None,
-           version: str) -> tuple[list[tuple[str, Shard]], dict | None, dict[str, str]]:
-    """(final path, shard) of every file, the index (a shard set) and the metadata. With a
-    shard size, `out` is a folder; else it is the file."""
+           version: str) -> Layout:
+    """What is written where. With a shard size, `out` is a folder; else it is the file."""
     meta = plan.metadata(ckpt, entries, version)
     if max_shard_size is None:
-        return [(out, Shard(os.path.basename(out), entries))], None, meta
+        return Layout([(out, Shard(os.path.basename(out), entries))], None, meta)
     parts = plan.shards(entries, max_shard_size)
     files = [(os.path.join(out, s.name), s) for s in parts]
     index = None
     if len(parts) > 1:
         index = {"metadata": {"total_size": plan.total_size(entries), **meta},
                  "weight_map": {e.tensor.name: s.name for s in parts for e in s.entries}}
-    return files, index, meta
+    return Layout(files, index, meta)
 
 
 def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int | None = None,

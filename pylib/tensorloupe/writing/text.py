@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -44,10 +43,6 @@ def print_left_out(lines: list[str], stream) -> None:
         print("left out:", file=stream)
         for line in lines:
             print(f"  - {line}", file=stream)
-
-
-def index_path(out: str, has_index: bool, name: str) -> str | None:
-    return os.path.join(out, name) if has_index else None
 
 
 class Progress:
