@@ -1,4 +1,5 @@
-"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|convert|extract|demo`: the library on the command line.
+"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|convert|extract|demo`: the library
+on the command line.
 
 Every command that reads a checkpoint takes it the same way (`add_files` / `open_files`, see
 opening/targets.py): one file, all shards or split parts of one, a folder, an index json, or URLs.
@@ -7,8 +8,8 @@ Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name), 3 the file cannot be read
 or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
 names a dangerous global (the report is printed first), or `convert`/`extract` of such a file
-without --allow-dangerous-file (nothing is written; what would be left out is said), 5 `health` or `inspect --strict` of a
-shard set with parts missing (or tensors its index names that no part holds; said first).
+without --allow-dangerous-file (nothing is written; what would be left out is said), 5 `health`
+or `inspect --strict` of a shard set with parts missing (or tensors its index names that no part holds; said first).
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="exit codes: 0 ok, 2 bad arguments, 3 the file cannot be "
                                             "read or is invalid, 4 (inspect --strict) the pickle "
                                             "names a dangerous global (convert, extract: without "
-                                            "--allow-dangerous-file; nothing written), 5 (health, inspect "
-                                            "--strict) parts of a shard set are missing")
+                                            "--allow-dangerous-file; nothing written), 5 (health, "
+                                            "inspect --strict) parts of a shard set are missing")
     parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
     json_help = "machine-readable output (JSON on stdout)"
