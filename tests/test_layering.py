@@ -18,7 +18,7 @@ LAYERS = [
     ["formats"],
     ["opening"],
     ["sampler", "colormap"],
-    ["moe", "namemap", "tokens", "report", "npy", "synthetic"],
+    ["moe", "namemap", "tokens", "report", "npy", "synthetic", "writing"],
     ["architecture", "healthscan", "comparison"],
     ["cli", "web", "tensorloupe"],  # "tensorloupe" is the package's own __init__ (the public API)
 ]

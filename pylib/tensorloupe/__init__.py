@@ -30,7 +30,7 @@ __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_polish.py 
 
 __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histogram", "grid",
            "exact_stats", "exact_histogram", "values", "health", "health_cost", "compare",
-           "Comparison", "Sample", "Stats", "Histogram", "Grid", "ByteSource"]
+           "Comparison", "Sample", "Stats", "Histogram", "Grid", "ByteSource", "write_safetensors"]
 
 
 def open(target, name: str | None = None, *, follow_redirects: bool = False) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
@@ -113,6 +113,23 @@ def compare(a, b, samples: int = COMPARE_SAMPLES, exact: bool = False, tensors=N
         for ckpt in opened:
             ckpt.close()
         raise
+
+
+def write_safetensors(checkpoint, out, names=None, max_shard_size=None, progress=None) -> list[str]:
+    """Write a checkpoint (a Checkpoint, or anything `open` takes) as safetensors, tensor by
+    tensor, the pickle never run: `out` is the file, or with `max_shard_size` (bytes or "5GB")
+    the folder of a transformers shard set. `names`: only these tensors. Returns the paths
+    written. A file whose pickle names a dangerous global is written all the same (its tensors
+    are data): check `ckpt.extras["safety"]` first, as the CLI does."""
+    from .writing import plan, safetensors as writer
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else open(checkpoint)
+    try:
+        entries = [plan.entry(t) for t in plan.select(ckpt, None if names is None else list(names))]
+        size = None if max_shard_size is None else plan.parse_size(max_shard_size)
+        return writer.write(ckpt, os.fspath(out), entries, size, __version__, progress)
+    finally:
+        if ckpt is not checkpoint:
+            ckpt.close()
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|demo`: the library on the command line.
+"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|convert|extract|demo`: the library
+on the command line.
 
 Every command that reads a checkpoint takes it the same way (`add_files` / `open_files`, see
 opening/targets.py): one file, all shards or split parts of one, a folder, an index json, or URLs.
@@ -7,8 +8,9 @@ Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name, or `tokens` of a checkpoint
 that has no tokenizer), 3 the file cannot be read (a missing path, a URL that cannot be fetched)
 or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
-names a dangerous global (the report is printed first), 5 `health` or `inspect --strict` of a
-shard set with parts missing (or tensors its index names that no part holds; said first).
+names a dangerous global (the report is printed first), or `convert`/`extract` of such a file
+without --allow-dangerous-file (nothing is written; what would be left out is said), 5 `health`
+or `inspect --strict` of a shard set with parts missing (or tensors its index names that no part holds; said first).
 """
 
 from __future__ import annotations
@@ -132,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="exit codes: 0 ok, 2 bad arguments (an unknown tensor, "
                                             "no tokenizer for `tokens`), 3 the file cannot be "
                                             "read (missing, unreachable) or is invalid, 4 (inspect --strict) the pickle "
-                                            "names a dangerous global, 5 (health, inspect "
-                                            "--strict) parts of a shard set are missing")
+                                            "names a dangerous global (convert, extract: without "
+                                            "--allow-dangerous-file; nothing written), 5 (health, "
+                                            "inspect --strict) parts of a shard set are missing")
     parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
     json_help = "machine-readable output (JSON on stdout)"
@@ -226,6 +229,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_diff)
 
+    for name, what in (("convert", "write the checkpoint as safetensors (the pickle is never run)"),
+                       ("extract", "write some of its tensors as safetensors (--names, --match)")):
+        p = commands.add_parser(name, parents=[reading], help=what)
+        add_files(p, "OUT")
+        if name == "extract":
+            chosen = p.add_mutually_exclusive_group(required=True)
+            chosen.add_argument("--names", help="comma-separated tensor names")
+            chosen.add_argument("--match", metavar="REGEX", help="tensors whose name this finds")
+        p.add_argument("--max-shard-size", metavar="SIZE", help="write a shard set into the folder "
+                       "OUT (model-0000K-of-0000N.safetensors + model.safetensors.index.json), "
+                       "shards of at most SIZE (5GB, 500MB, a byte count)")
+        p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
+        p.add_argument("--allow-dangerous-file", action="store_true",
+                       help="convert a file whose pickle names a dangerous global (it is never run)")
+        p.set_defaults(run=run_convert)
+
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
     p.add_argument("--out", required=True, help="where to write it")
     p.set_defaults(run=run_demo)
@@ -307,6 +326,40 @@ def run_inspect(args) -> int:
             print(f"tensorloupe: {ckpt.name}: --strict: the checkpoint is incomplete: "
                   f"{errors[0]}", file=sys.stderr)
             return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+def run_convert(args) -> int:
+    from .writing import plan, safetensors as writer, text
+    if len(args.items) < 2:
+        raise UsageError("give the checkpoint file(s), then OUT")
+    *items, out = args.items
+    size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
+    names = getattr(args, "names", None)
+    with open_files(items, args) as ckpt:
+        safety = ckpt.extras.get("safety") or {}
+        dangerous = safety.get("dangerous") or []
+        if (dangerous or safety.get("torch_reading")) and not args.allow_dangerous_file:
+            why = (f"the pickle names {len(dangerous)} dangerous global(s): {', '.join(dangerous)}"
+                   if dangerous else f"torch.load reads these bytes as another file: "
+                   f"{safety['torch_reading']['format']}")
+            print(f"tensorloupe: {ckpt.name}: {why}; nothing written (convert it anyway, the "
+                  "pickle unrun, with --allow-dangerous-file)", file=sys.stderr)
+            text.print_left_out(text.left_out(ckpt), sys.stderr)
+            return EXIT_DANGEROUS
+        chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
+                             getattr(args, "match", None))
+        entries = [plan.entry(t) for t in chosen]
+        where = writer.layout(ckpt, out, entries, size, __version__)
+        if not args.dry_run:
+            try:
+                writer.write(ckpt, out, entries, size, __version__,
+                             text.Progress() if sys.stderr.isatty() else None)
+            except OSError as e:   # where OUT cannot be (a folder, no permission, disk full)
+                raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+        text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
+                        entries, args.dry_run)
+        text.print_left_out(text.left_out(ckpt), sys.stdout)
     return EXIT_OK
 
 

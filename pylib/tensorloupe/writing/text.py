@@ -1,0 +1,65 @@
+"""The CLI's words for `convert` and `extract`: what would be written, what was left out."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from ..model import Checkpoint
+from .plan import Entry, Shard
+
+
+def left_out(ckpt: Checkpoint) -> list[str]:
+    """What the source holds that no safetensors file does: its non-tensor entries (top-level
+    keys of the pickle that are not tensors) and the calls the pickle asks for (never made)."""
+    lines = []
+    meta = ckpt.metadata if ckpt.format.startswith("pytorch") else {}
+    for key, value in meta.items():
+        if not (isinstance(value, dict) and "tensor" in value):
+            lines.append(f"entry {key!r}: not a tensor, not written")
+    for call in (ckpt.extras.get("safety") or {}).get("calls") or []:
+        lines.append(f"call of {call.get('global')} (dangerous, never run): not written")
+    return lines
+
+
+def print_plan(files: list[tuple[str, Shard]], index: str | None, entries: list[Entry],
+               dry_run: bool) -> None:
+    verb = "would write" if dry_run else "wrote"
+    total = sum(e.nbytes for e in entries)
+    print(f"{verb} {len(entries)} tensors, {total:,} bytes of tensor data, in "
+          f"{len(files)} file{'s' if len(files) != 1 else ''}:")
+    for path, shard in files:
+        print(f"  {path}: {len(shard.entries)} tensors, {shard.nbytes:,} bytes")
+    if index:
+        print(f"  {index}: the index")
+    if dry_run:
+        for e in entries:
+            how = " (its float32 values)" if e.how == "values" else ""
+            print(f"    {e.tensor.name}  {e.dtype}{list(e.shape)}  {e.nbytes:,} bytes{how}")
+
+
+def print_left_out(lines: list[str], stream) -> None:
+    if lines:
+        print("left out:", file=stream)
+        for line in lines:
+            print(f"  - {line}", file=stream)
+
+
+class Progress:
+    """`progress(done, total)` for a write: bytes written and the time left, on one stderr line
+    (redrawn at most 10 times a second)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self.shown = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self.shown < 0.1:
+            return
+        self.shown = now
+        spent = now - self.start
+        left = spent * (total - done) / done if done else 0.0
+        print(f"\rwrote {done / 1e6:,.1f} of {total / 1e6:,.1f} MB, about {left:.0f} s left ",
+              end="" if done < total else "\n", file=self.stream)
