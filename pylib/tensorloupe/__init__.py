@@ -126,7 +126,7 @@ def write_safetensors(checkpoint, out, names=None, max_shard_size=None, progress
     try:
         entries = [plan.entry(t) for t in plan.select(ckpt, None if names is None else list(names))]
         size = None if max_shard_size is None else plan.parse_size(max_shard_size)
-        return writer.write(ckpt, os.fspath(out), entries, size, __version__, progress)
+        return writer.write(ckpt, _os.fspath(out), entries, size, __version__, progress)
     finally:
         if ckpt is not checkpoint:
             ckpt.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from ..display import counted
 from ..model import Checkpoint
 from .plan import Entry, Shard
 
@@ -26,10 +27,10 @@ def print_plan(files: list[tuple[str, Shard]], index: str | None, entries: list[
                dry_run: bool) -> None:
     verb = "would write" if dry_run else "wrote"
     total = sum(e.nbytes for e in entries)
-    print(f"{verb} {len(entries)} tensors, {total:,} bytes of tensor data, in "
-          f"{len(files)} file{'s' if len(files) != 1 else ''}:")
+    print(f"{verb} {counted(len(entries), 'tensor')}, {total:,} bytes of tensor data, in "
+          f"{counted(len(files), 'file')}:")
     for path, shard in files:
-        print(f"  {path}: {len(shard.entries)} tensors, {shard.nbytes:,} bytes")
+        print(f"  {path}: {counted(len(shard.entries), 'tensor')}, {shard.nbytes:,} bytes")
     if index:
         print(f"  {index}: the index")
     if dry_run:
