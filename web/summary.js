@@ -94,10 +94,21 @@ function safetyReport(safety) {
     ? el("details", {class: "opcodes"}, el("summary", {text: "Pickle opcodes"}),
          el("pre", {text: Object.entries(safety.opcodes).map(([k, v]) => `${k} ${v}`).join("\n")}))
     : null;
-  return el("section", {class: `card safety ${dangerous.length ? "danger" : notes.length ? "caution" : "safe"}`,
+  // what torch.load(weights_only=True) does with the file (the CLI's line, report.py weights_only_line)
+  const loads = safety.weights_only;
+  const refused = loads && !loads.loads;
+  const torchLine = loads
+    ? el("p", {class: `weights-only ${loads.loads ? "loads" : "refuses"}`, dataset: {loads: String(loads.loads)}},
+        el("span", {text: "torch.load(weights_only=True), torch's default since 2.6: " +
+          (loads.loads ? "loads it" : "refuses it" +
+            ((loads.refused || []).length ? ` (globals: ${loads.refused.join(", ")})` : ""))}),
+        refused ? el("span", {class: "why", text: ` ${loads.why}`}) : null)
+    : null;
+  return el("section", {class: `card safety ${dangerous.length ? "danger" : notes.length || refused ? "caution" : "safe"}`,
                         id: "safety", dataset: {dangerous: String(dangerous.length)}},
     el("h3", {text: "Pickle safety report"}),
     el("p", {class: "verdict", text: verdict}),
+    torchLine,
     notes.length ? el("ul", {class: "safety-notes"}, notes.map((n) => el("li", {text: n}))) : null,
     globals.length ? el("table", {class: "globals"},
       el("thead", {}, el("tr", {}, el("th", {text: "global"}), el("th", {text: "verdict"}),
