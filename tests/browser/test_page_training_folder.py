@@ -53,3 +53,11 @@ def test_the_dropped_trainer_folder_has_the_cli_s_model_and_training_parts(app, 
     assert f"exp_avg {moments['exp_avg']['values']:,} values" in rows[0][3]
     assert "global_step 2" in rows[3][3]
     assert app.page.get_attribute("#training", "data-kind") == "transformers Trainer"
+    # what torch.load(weights_only=True) does, as the CLI says it: refused (rng_state.pth, ...)
+    loads = doc["extras"]["safety"]["weights_only"]
+    assert loads["loads"] is False and "rng_state.pth" in loads["files"]
+    assert app.page.get_attribute("#safety .weights-only", "data-loads") == "false"
+    line = app.page.inner_text("#safety .weights-only")
+    assert line.startswith("torch.load(weights_only=True), torch's default since 2.6: refuses it "
+                           f"(globals: {', '.join(loads['refused'])})")
+    assert loads["why"] in line
