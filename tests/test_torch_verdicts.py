@@ -220,3 +220,25 @@ def test_a_clean_file_says_torch_loads_it(tmp_path):
     done = cli("inspect", "--strict", path)
     assert done.returncode == 0, done.stderr
     assert "torch.load(weights_only=True), torch's default since 2.6: loads it" in done.stdout
+
+
+@pytest.mark.skipif(sys.platform == "emscripten", reason="no child processes in Pyodide")
+def test_each_part_of_a_folder_keeps_torch_s_verdict_and_the_set_merges_them(written, torch_says):
+    """A training folder's parts, each with torch's own verdict on that file (CLI text too), and
+    a .bin shard set that torch loads shard by shard: the set loads."""
+    folder = next(p for p in written if p.name == "rng_state.pth").parent
+    parts = tensorloupe.open(str(folder)).extras["training"]["parts"]
+    checked = 0
+    for part in parts:
+        if part.get("safety"):
+            said = torch_says["files"][str(folder / part["file"])]
+            assert part["safety"]["weights_only"]["loads"] == said["loads"], part["file"]
+            checked += 1
+    assert checked == 4
+    text = cli("inspect", folder).stdout
+    assert text.count("torch.load(weights_only=True), torch's default since 2.6: refuses it") >= 3
+    shards = next(p for p in written if p.name == "pytorch_model-00001-of-00003.bin").parent
+    each = [v["loads"] for k, v in torch_says["files"].items() if Path(k).parent == shards]
+    assert each == [True, True, True]
+    merged = tensorloupe.open(str(shards)).extras["safety"]["weights_only"]
+    assert merged["loads"] is True and merged["refused"] == []

@@ -247,7 +247,9 @@ function trainingCard(training) {
     const safety = !p.safety ? "" : dangerous.length
       ? `${dangerous.length} dangerous` : `${(p.safety.globals || []).length} globals, none dangerous`;
     const more = p.summary ? details(p.summary) : [];
-    return el("tr", {dataset: {file: p.file, kind: p.kind, dangerous: String(dangerous.length)},
+    const loads = p.safety && p.safety.weights_only;
+    return el("tr", {dataset: {file: p.file, kind: p.kind, dangerous: String(dangerous.length),
+                               loads: loads ? String(loads.loads) : undefined},
                      class: dangerous.length ? "verdict-dangerous" : ""},
       el("td", {text: p.kind}),
       el("td", {}, el("code", {text: p.file})),
@@ -258,7 +260,9 @@ function trainingCard(training) {
         more.length ? el("ul", {class: "training-details"}, more.map((m) => el("li", {text: m}))) : null),
       el("td", {class: "training-safety"}, p.safety
         ? el("span", {class: `badge ${dangerous.length ? "dangerous" : "allowed"}`, text: safety}) : null,
-        dangerous.length ? el("ul", {class: "training-dangerous"}, dangerous.map((g) => el("li", {}, el("code", {text: g})))) : null));
+        dangerous.length ? el("ul", {class: "training-dangerous"}, dangerous.map((g) => el("li", {}, el("code", {text: g})))) : null,
+        loads ? el("div", {class: "training-weights-only", title: loads.why,
+                           text: `torch.load(weights_only=True): ${loads.loads ? "loads it" : "refuses it"}`}) : null));
   });
   return el("section", {class: "card", id: "training", dataset: {kind: training.kind}},
     el("h3", {text: `Training state · ${training.kind}`}),

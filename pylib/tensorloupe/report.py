@@ -210,6 +210,8 @@ def print_training(training: dict) -> None:
             print(f"    safety: {len(safety.get('globals', []))} globals"
                   + (f", {len(dangerous)} DANGEROUS: {escaped(', '.join(dangerous))}" if dangerous
                      else ", none dangerous"))
+            if safety.get("weights_only") is not None:
+                print(f"    {escaped(weights_only_line(safety['weights_only']))}")
 
 
 def _values(count: dict) -> str:

@@ -61,3 +61,6 @@ def test_the_dropped_trainer_folder_has_the_cli_s_model_and_training_parts(app, 
     assert line.startswith("torch.load(weights_only=True), torch's default since 2.6: refuses it "
                            f"(globals: {', '.join(loads['refused'])})")
     assert loads["why"] in line
+    per_file = app.page.eval_on_selector_all("#training tbody tr", "rows => rows.map(r => r.dataset.loads)")
+    assert per_file == [str(p["safety"]["weights_only"]["loads"]).lower() if p.get("safety") else None
+                        for p in want] == ["true", "false", "true", None, "false"]

@@ -6,7 +6,6 @@ pickles' safety reports (shard sets, training folders, DCP folders)."""
 from __future__ import annotations
 
 from ..errors import FormatError
-from .pytorch import weightsonly
 
 FORMAT = "torch-dcp"
 METADATA_NAME = ".metadata"
@@ -62,6 +61,7 @@ def merge_reports(named: list[tuple[str, dict]], max_files: int = 20) -> dict:
                 if "torch_reading" in safety]
     if readings:
         merged["torch_reading"] = readings[0]
+    from .pytorch import weightsonly   # here: opening safetensors imports no torch reader
     loads = weightsonly.merged(named)
     if loads is not None:
         merged["weights_only"] = loads
