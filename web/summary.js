@@ -249,7 +249,7 @@ function trainingCard(training) {
     const more = p.summary ? details(p.summary) : [];
     const loads = p.safety && p.safety.weights_only;
     return el("tr", {dataset: {file: p.file, kind: p.kind, dangerous: String(dangerous.length),
-                               loads: loads ? String(loads.loads) : undefined},
+                               ...(loads ? {loads: String(loads.loads)} : {})},
                      class: dangerous.length ? "verdict-dangerous" : ""},
       el("td", {text: p.kind}),
       el("td", {}, el("code", {text: p.file})),
