@@ -36,14 +36,26 @@ def test_strict_fails_on_a_dangerous_global(files, tmp_path):
     assert not (tmp_path / tf.CANARY_NAME).exists() and not Path(tf.CANARY_NAME).exists()
 
 
-@pytest.mark.parametrize("name", ["state_dict", "lightning", "module", "legacy"])
+@pytest.mark.parametrize("name", ["state_dict", "lightning", "legacy"])
 def test_strict_passes_clean_checkpoints(files, name):
     proc = cli("inspect", files[name], "--strict")
     assert proc.returncode == 0, proc.stderr
 
 
+def test_strict_fails_on_what_torch_s_default_load_refuses(files):
+    """A pickled nn.Module names nothing dangerous (torch.nn classes are inert), but
+    torch.load(weights_only=True) refuses those classes: --strict exits 6 and says why."""
+    proc = cli("inspect", files["module"], "--strict")
+    assert proc.returncode == 6, proc.stderr
+    assert proc.stderr.startswith("tensorloupe: module.pt: --strict: torch.load(weights_only=True)")
+    assert "torch.nn.modules.linear.Linear" in proc.stderr
+    assert "torch.load(weights_only=True), torch's default since 2.6: refuses it (globals: " \
+        in proc.stdout
+
+
 def test_strict_exit_code_is_documented():
-    assert "4 (inspect --strict)" in " ".join(cli("--help").stdout.split())
+    helptext = " ".join(cli("--help").stdout.split())
+    assert "4 (inspect --strict)" in helptext and "6 (inspect --strict)" in helptext
     assert "exit with code 4" in " ".join(cli("inspect", "--help").stdout.split())
 
 

@@ -110,11 +110,22 @@ function safetyReport(safety) {
     ? el("details", {class: "opcodes"}, el("summary", {text: "Pickle opcodes"}),
          el("pre", {text: Object.entries(safety.opcodes).map(([k, v]) => `${k} ${v}`).join("\n")}))
     : null;
-  return el("section", {class: `card safety ${dangerous.length ? "danger" : notes.length ? "caution" : "safe"}`,
+  // what torch.load(weights_only=True) does with the file (the CLI's line, report.py weights_only_line)
+  const loads = safety.weights_only;
+  const refused = loads && !loads.loads;
+  const torchLine = loads
+    ? el("p", {class: `weights-only ${loads.loads ? "loads" : "refuses"}`, dataset: {loads: String(loads.loads)}},
+        el("span", {text: "torch.load(weights_only=True), torch's default since 2.6: " +
+          (loads.loads ? "loads it" : "refuses it" +
+            ((loads.refused || []).length ? ` (globals: ${loads.refused.join(", ")})` : ""))}),
+        refused ? el("span", {class: "why", text: ` ${loads.why}`}) : null)
+    : null;
+  return el("section", {class: `card safety ${dangerous.length ? "danger" : notes.length || refused ? "caution" : "safe"}`,
                         id: "safety", dataset: {dangerous: String(dangerous.length),
                                                 torchReading: safety.torch_reading ? safety.torch_reading.path : ""}},
     el("h3", {text: "Pickle safety report"}),
     el("p", {class: "verdict", text: verdict}),
+    torchLine,
     notes.length ? el("ul", {class: "safety-notes"}, notes.map((n) => el("li", {text: n}))) : null,
     globals.length ? el("table", {class: "globals"},
       el("thead", {}, el("tr", {}, el("th", {text: "global"}), el("th", {text: "verdict"}),
@@ -257,7 +268,9 @@ function trainingCard(training) {
     const safety = !p.safety ? "" : dangerous.length
       ? `${dangerous.length} dangerous` : `${(p.safety.globals || []).length} globals, none dangerous`;
     const more = p.summary ? details(p.summary) : [];
-    return el("tr", {dataset: {file: p.file, kind: p.kind, dangerous: String(dangerous.length)},
+    const loads = p.safety && p.safety.weights_only;
+    return el("tr", {dataset: {file: p.file, kind: p.kind, dangerous: String(dangerous.length),
+                               ...(loads ? {loads: String(loads.loads)} : {})},
                      class: dangerous.length ? "verdict-dangerous" : ""},
       el("td", {text: p.kind}),
       el("td", {}, el("code", {text: p.file})),
@@ -268,7 +281,9 @@ function trainingCard(training) {
         more.length ? el("ul", {class: "training-details"}, more.map((m) => el("li", {text: m}))) : null),
       el("td", {class: "training-safety"}, p.safety
         ? el("span", {class: `badge ${dangerous.length ? "dangerous" : "allowed"}`, text: safety}) : null,
-        dangerous.length ? el("ul", {class: "training-dangerous"}, dangerous.map((g) => el("li", {}, el("code", {text: g})))) : null));
+        dangerous.length ? el("ul", {class: "training-dangerous"}, dangerous.map((g) => el("li", {}, el("code", {text: g})))) : null,
+        loads ? el("div", {class: "training-weights-only", title: loads.why,
+                           text: `torch.load(weights_only=True): ${loads.loads ? "loads it" : "refuses it"}`}) : null));
   });
   return el("section", {class: "card", id: "training", dataset: {kind: training.kind}},
     el("h3", {text: `Training state · ${training.kind}`}),

@@ -10,7 +10,10 @@ that has no tokenizer), 3 the file cannot be read (a missing path, a URL that ca
 or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
 names a dangerous global (the report is printed first), or `convert`/`extract` of such a file
 without --allow-dangerous-file (nothing is written; what would be left out is said), 5 `health`
-or `inspect --strict` of a shard set with parts missing (or tensors its index names that no part holds; said first).
+or `inspect --strict` of a shard set with parts missing (or tensors its index names that no part holds; said first), 6
+`inspect --strict` and torch.load(weights_only=True), torch's default, would refuse the file (or a
+part of the set) although nothing in it is dangerous (NumPy arrays in an RNG state, a TorchScript
+archive, a class not on torch's allow-list; 4 wins when something is dangerous).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from .architecture.memory import CACHE_TYPES
 from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 from .quant.logical import apply as dequantise
 
-EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS, EXIT_INCOMPLETE = 0, 2, 3, 4, 5
+EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS, EXIT_INCOMPLETE, EXIT_REFUSED = 0, 2, 3, 4, 5, 6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "read (missing, unreachable) or is invalid, 4 (inspect --strict) the pickle "
                                             "names a dangerous global (convert, extract: without "
                                             "--allow-dangerous-file; nothing written), 5 (health, "
-                                            "inspect --strict) parts of a shard set are missing")
+                                            "inspect --strict) parts of a shard set are missing, 6 "
+                                            "(inspect --strict) torch.load(weights_only=True) "
+                                            "would refuse the file")
     parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
     json_help = "machine-readable output (JSON on stdout)"
@@ -151,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_files(p)
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--strict", action="store_true",
-                   help="exit with code 4 if the pickle names a dangerous global (to gate a CI "
+                   help="exit with code 4 if the pickle names a dangerous global, 6 if "
+                        "torch.load(weights_only=True) would refuse the file (to gate a CI "
                         "job or a download script); the report is printed as usual")
     p.add_argument("--config", help="the model's config.json (default: the one beside the "
                    "checkpoint, if any)")
@@ -322,6 +328,10 @@ def run_inspect(args) -> int:
             print(f"tensorloupe: {ckpt.name}: --strict: torch.load reads these bytes as another "
                   f"file: {safety['torch_reading']['format']}", file=sys.stderr)
             return EXIT_DANGEROUS
+        loads = safety.get("weights_only")
+        if args.strict and loads and not loads["loads"]:
+            print(f"tensorloupe: {ckpt.name}: --strict: {loads['why']}", file=sys.stderr)
+            return EXIT_REFUSED
         if args.strict and errors:
             print(f"tensorloupe: {ckpt.name}: --strict: the checkpoint is incomplete: "
                   f"{errors[0]}", file=sys.stderr)

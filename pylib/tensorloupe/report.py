@@ -168,10 +168,25 @@ def _bits(t: Tensor) -> str:
     return "?" if info is None else f"{info.bits:g}"
 
 
+def weights_only_line(loads: dict) -> str:
+    """What torch.load(weights_only=True) does with the file, in one line (the page says the same,
+    web/summary.js)."""
+    head = "torch.load(weights_only=True), torch's default since 2.6: "
+    if loads["loads"]:
+        return head + "loads it"
+    refused = loads.get("refused") or []
+    return head + "refuses it" + (f" (globals: {', '.join(refused)})" if refused else "")
+
+
 def print_safety(safety: dict) -> None:
     print("\nPickle safety report (nothing was executed)")
     for note in safety.get("notes", []):
         print(f"  NOTE: {escaped(note)}")
+    loads = safety.get("weights_only")
+    if loads is not None:
+        print(f"  {escaped(weights_only_line(loads))}")
+        if not loads["loads"]:
+            print(f"    {escaped(loads['why'])}")
     for g in safety.get("globals", []):
         mark = "DANGEROUS" if g["verdict"] == "dangerous" else g["verdict"]
         reason = f"  ({g['reason']})" if g.get("reason") else ""
@@ -210,6 +225,8 @@ def print_training(training: dict) -> None:
             print(f"    safety: {len(safety.get('globals', []))} globals"
                   + (f", {len(dangerous)} DANGEROUS: {escaped(', '.join(dangerous))}" if dangerous
                      else ", none dangerous"))
+            if safety.get("weights_only") is not None:
+                print(f"    {escaped(weights_only_line(safety['weights_only']))}")
 
 
 def _values(count: dict) -> str:

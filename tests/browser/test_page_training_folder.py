@@ -53,3 +53,14 @@ def test_the_dropped_trainer_folder_has_the_cli_s_model_and_training_parts(app, 
     assert f"exp_avg {moments['exp_avg']['values']:,} values" in rows[0][3]
     assert "global_step 2" in rows[3][3]
     assert app.page.get_attribute("#training", "data-kind") == "transformers Trainer"
+    # what torch.load(weights_only=True) does, as the CLI says it: refused (rng_state.pth, ...)
+    loads = doc["extras"]["safety"]["weights_only"]
+    assert loads["loads"] is False and "rng_state.pth" in loads["files"]
+    assert app.page.get_attribute("#safety .weights-only", "data-loads") == "false"
+    line = app.page.inner_text("#safety .weights-only")
+    assert line.startswith("torch.load(weights_only=True), torch's default since 2.6: refuses it "
+                           f"(globals: {', '.join(loads['refused'])})")
+    assert loads["why"] in line
+    per_file = app.page.eval_on_selector_all("#training tbody tr", "rows => rows.map(r => r.dataset.loads)")
+    assert per_file == [str(p["safety"]["weights_only"]["loads"]).lower() if p.get("safety") else None
+                        for p in want] == ["true", "false", "true", None, "false"]

@@ -61,4 +61,8 @@ def merge_reports(named: list[tuple[str, dict]], max_files: int = 20) -> dict:
                 if "torch_reading" in safety]
     if readings:
         merged["torch_reading"] = readings[0]
+    from .pytorch import weightsonly   # here: opening safetensors imports no torch reader
+    loads = weightsonly.merged(named)
+    if loads is not None:
+        merged["weights_only"] = loads
     return merged

@@ -15,6 +15,7 @@ import struct
 
 from ...errors import FormatError
 from ...unpickling.objects import Marker, StandIn, Stateful, safe_keys
+from . import weightsonly
 from .verdicts import MAY_EXECUTE, judge_other  # noqa: F401 (MAY_EXECUTE: the reason tests name)
 
 # torch dtype name -> (tensorloupe dtype table name or None if we cannot decode it, bytes per element)
@@ -369,7 +370,10 @@ def judge(module: str, name: str) -> tuple[str, str]:
     full = f"{module}.{name}"
     if full in _TENSOR_BUILDERS or full in _DATA_BUILDERS or full in _ALLOWED_VALUES or \
             _torch_value(full) is not None:
-        return "allowed", "read as data by tensorloupe (torch's own allow-list has it)"
+        if weightsonly.allowed(full):
+            return "allowed", "read as data by tensorloupe (torch's weights_only allow-list has it)"
+        return "allowed", ("read as data by tensorloupe (torch.load(weights_only=True) refuses it: "
+                           "not on torch's weights_only allow-list)")
     if full in DCP_CLASSES:
         return "allowed", DCP_REASON
     return judge_other(module, name)

@@ -16,7 +16,7 @@ from typing import Callable
 from ...errors import FormatError, LimitError, TensorloupeError
 from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
-from . import allowlist, trainstate
+from . import allowlist, trainstate, weightsonly
 from ...unpickling.objects import LIMITS, Limits, Marker, StandIn, shown
 from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
@@ -241,10 +241,12 @@ def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: b
 
 def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate, *,
                big_endian: bool = False, warnings: list[str] | None = None,
-               extras: dict | None = None, notes: list[str] | None = None) -> Checkpoint:
+               extras: dict | None = None, notes: list[str] | None = None,
+               load_problems: list[str] = ()) -> Checkpoint:
     """The Checkpoint for an unpickled torch object: descriptors, metadata, safety report.
     `notes` are what makes the file's layout deceptive (several data.pkl, bytes before the
-    archive, a failed CRC): they go into the safety report and lead the warnings."""
+    archive, a failed CRC): they go into the safety report and lead the warnings.
+    `load_problems`: what torch.load stops at besides its unpickler (weightsonly.report)."""
     try:
         found = find_tensors(root)
     except TensorloupeError as e:
@@ -271,6 +273,11 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
     rendered = render(root, names, main if prefix else None,
                       sum(t.name.startswith(prefix) for t in tensors), prefix)
     safety = safety_report(pickles, notes or [])
+    # a ZIP's other data.pkl variants are analysed for safety only: torch reads the first
+    kind = weightsonly.OUTRIGHT_BY_FORMAT.get("torchscript" if (extras or {}).get("torchscript")
+                                             else fmt)
+    safety["weights_only"] = weightsonly.report(pickles[:1] if fmt == "pytorch-zip" else pickles,
+                                                kind, list(load_problems))
     warnings = safety_warnings(safety) + list(warnings or [])
     problems = [t for t in tensors if t.problem]
     warnings += [f"tensor {t.name!r}: {t.problem}" for t in problems[:MAX_PROBLEM_WARNINGS]]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ...errors import FormatError, TensorloupeError, UnknownFormatError
 from ...model import Checkpoint
 from ...source import ByteSource
+from .allowlist import TORCH_DTYPES
 from .common import checkpoint, load_pickle, storage_loader
 from ...unpickling.objects import LIMITS
 from .members import ENCRYPTED, LOCAL_HEADER, LOCAL_SIGNATURE, STORED, Archive
@@ -172,7 +173,26 @@ def read(source: ByteSource) -> Checkpoint:
                         "data.pkl are")
     return checkpoint(FORMAT, source, result.value, [result, *others], locate,
                       big_endian=byteorder == "big", warnings=warnings, extras=extras,
-                      notes=notes)
+                      notes=notes, load_problems=_record_problems(archive, loader.storages, members))
+
+
+def _record_problems(archive: Archive, storages: dict, members: dict) -> list[str]:
+    """Where torch.load stops reading the storages (torch/serialization.py load_tensor,
+    get_storage_from_record): a record that is missing, or whose size is not the storage's
+    declared elements times their size."""
+    problems = []
+    for key, ref in storages.items():
+        member = archive.find(members[key])
+        info = archive.members.get(member) if member else None
+        if info is None:
+            problems.append(f"its storage record {members[key]!r} is missing")
+        elif ref.dtype in TORCH_DTYPES and info.file_size != ref.nbytes:
+            problems.append(f"its storage record {members[key]!r} holds {info.file_size} bytes "
+                            f"where the pickle declares {ref.numel} {ref.dtype} elements "
+                            f"({ref.nbytes} bytes): torch stops there (record size does not "
+                            "match expected size)")
+    return problems[:3] + ([f"and {len(problems) - 3} more such storages"] if len(problems) > 3
+                           else [])
 
 
 def _shadowed_pickles(archive: Archive, pickle_name: str, notes: list[str]) -> list:
