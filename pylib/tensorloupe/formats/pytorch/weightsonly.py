@@ -17,6 +17,8 @@ every pickle fixture the repository writes.
 
 from __future__ import annotations
 
+from ...display import counted
+
 TORCH = "torch 2.13"
 LOAD = "torch.load(weights_only=True)"
 
@@ -125,8 +127,8 @@ def merged(named: list[tuple[str, dict]]) -> dict | None:
     refused = list(dict.fromkeys(g for _, w in parts for g in w["refused"]))
     if not refusing:
         return {"loads": True, "refused": [], "why": f"{LOAD} ({TORCH}) loads each of the "
-                f"{len(parts)} files"}
+                f"{counted(len(parts), 'file')}"}
     return {"loads": False, "refused": refused, "files": [name for name, _ in refusing],
             "why": "; ".join(f"{name}: {w['why']}" for name, w in refusing[:5])
-            + (f"; and {len(refusing) - 5} more files" if len(refusing) > 5 else "")}
+            + (f"; and {counted(len(refusing) - 5, 'more file')}" if len(refusing) > 5 else "")}
 
