@@ -107,6 +107,7 @@ def test_tensorloupe_names_what_torch_would_run(polyglots, name, tmp_path):
         assert pf.CANARY in json.dumps(safety["calls"])      # the command, quoted, never run
         if shown in ("safetensors", "gguf"):                  # two readings: both are named
             assert safety["torch_reading"]["path"] == path
+            assert safety["torch_reading"]["format"] == {"pickle": "pickle", "zip": "pytorch-zip"}[path]
             assert f"shown here as {shown}" in safety["notes"][0]
             assert f"SAFETY: these bytes are two files: shown here as {shown}" in text.stdout
             assert doc["warnings"][0].startswith("SAFETY: these bytes are two files")

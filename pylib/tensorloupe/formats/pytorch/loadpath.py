@@ -118,14 +118,16 @@ def checked(source: ByteSource, head: bytes, path: str, shown: Checkpoint) -> Ch
         return _conflict(shown, path, {"dangerous": dangerous, "globals": [
             {"name": n, "verdict": "dangerous", "reason": "named before the pickle broke",
              "count": 1} for n in dangerous], "calls": [], "notes": [], "opcodes": {}},
-            f"its pickle breaks ({e.message}) after naming dangerous globals")
+            e.format or path, f"its pickle breaks ({e.message}) after naming dangerous globals")
     if other.format == "pickle" and not other.extras["safety"]["globals"]:
         return shown        # a pickle of plain data: torch refuses its magic number, runs nothing
-    return _conflict(shown, path, other.extras["safety"],
+    return _conflict(shown, path, other.extras["safety"], other.format,
                      f"that reading is {other.format} with {counted(len(other.tensors), 'tensor')}")
 
 
-def _conflict(shown: Checkpoint, path: str, safety: dict, reading: str) -> Checkpoint:
+def _conflict(shown: Checkpoint, path: str, safety: dict, fmt: str, reading: str) -> Checkpoint:
+    """`shown` with the safety finding: `fmt` is the format torch's reading found, `reading`
+    says what it holds."""
     dangerous = safety["dangerous"]
     runs = (f"it names {len(dangerous)} dangerous global(s) that torch.load(weights_only=False) "
             f"would run: {', '.join(dangerous[:10])}" if dangerous else
@@ -133,7 +135,7 @@ def _conflict(shown: Checkpoint, path: str, safety: dict, reading: str) -> Check
     note = (f"these bytes are two files: shown here as {shown.format}, but torch.load takes them "
             f"for {HOW[path]} since the name does not end in .safetensors; {reading}; {runs}")
     merged = dict(safety, notes=[note, *safety.get("notes", ())],
-                  torch_reading={"path": path, "format": reading})
+                  torch_reading={"path": path, "format": fmt, "reading": reading})
     extras = dict(shown.extras, safety=merged)
     warnings = [f"SAFETY: {note}", *shown.warnings]
     return Checkpoint(shown.format, shown.name, shown.size, shown.tensors, metadata=shown.metadata,
