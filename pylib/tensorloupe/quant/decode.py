@@ -113,6 +113,17 @@ def _bitstream(raw: bytes, n: int, bits: int, first_bit: int = 0) -> list:
     return out[:n]
 
 
+def _group_index(read: Read, part, count: int, scale, groups: int, what: str) -> list[int]:
+    """An act-order group index (`g_idx`: the group of each input column), every entry checked
+    to name one of the `groups` that `scale` holds."""
+    gidx = [int(g) for g in _rows(read, part, 0, count)]
+    bad = next((g for g in gidx if not 0 <= g < groups), None)
+    if bad is not None:
+        raise FormatError(f"tensor {part.name!r} names group {bad}, but {scale.name!r} holds "
+                          f"{groups} {what}", expected=f"0..{groups - 1}", found=bad)
+    return gidx
+
+
 def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
     sch = t.scheme
     bits, cols = sch.bits, t.shape[1]
@@ -124,11 +135,7 @@ def _ct_pack(t: Logical, read: Read, r0: int, r1: int) -> array:
     s = _rows(read, scale, r0, r1)
     ns = scale.shape[1] if len(scale.shape) > 1 else 1
     if "weight_g_idx" in t.parts:
-        gidx = [int(g) for g in _rows(read, t.parts["weight_g_idx"], 0, cols)]
-        bad = next((g for g in gidx if not 0 <= g < ns), None)
-        if bad is not None:
-            raise FormatError(f"tensor {t.parts['weight_g_idx'].name!r} names group {bad}, but "
-                              f"{scale.name!r} holds {ns} groups per row", expected=f"0..{ns - 1}", found=bad)
+        gidx = _group_index(read, t.parts["weight_g_idx"], cols, scale, ns, "groups per row")
     elif sch.strategy == "group":
         gidx = [c // sch.group_size for c in range(cols)]
     else:
@@ -229,11 +236,7 @@ def _gptq_awq(t: Logical, read: Read, o0: int, o1: int) -> array:
     ng = scales.shape[0]
     gs = ins if sch.group_size == -1 else sch.group_size
     if "g_idx" in t.parts:
-        gidx = [int(g) for g in _rows(read, t.parts["g_idx"], 0, ins)]
-        bad = next((g for g in gidx if not 0 <= g < ng), None)
-        if bad is not None:
-            raise FormatError(f"tensor {t.parts['g_idx'].name!r} names group {bad}, but "
-                              f"{scales.name!r} holds {ng} groups", expected=f"0..{ng - 1}", found=bad)
+        gidx = _group_index(read, t.parts["g_idx"], ins, scales, ng, "groups")
     else:
         gidx = [i // gs for i in range(ins)]
     s = _values(scales, read.cols(scales.name, o0, o1))          # [ng, n]
