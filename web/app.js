@@ -209,9 +209,9 @@ async function addEntries(entries, emptyMessage) {
 }
 
 // `given`: File objects, or {file, rel, folder} for files found in a dropped folder. Two
-// checkpoints dropped at once are a comparison: the first opens (A), the Compare tab compares
-// it with the second (B).
-async function openFiles(given, {drop = false} = {}) {
+// loose checkpoints given at once (dropped, or picked together in "Open files…") are a
+// comparison: the first opens (A), the Compare tab compares it with the second (B).
+async function openFiles(given, {loose = false} = {}) {
   const files = [...given].map((item) => item instanceof File
     ? {file: item, rel: item.webkitRelativePath || item.name, folder: Boolean(item.webkitRelativePath)}
     : item);
@@ -219,7 +219,7 @@ async function openFiles(given, {drop = false} = {}) {
   document.body.dataset.selectedAt = String(performance.now());
   try {
     const {result} = await request("mount", {}, {files, label: "Reading the file list…"});
-    const pair = drop && result.entries.length === 2 && result.entries;
+    const pair = loose && result.entries.length === 2 && result.entries;
     if (pair) return await openPair(pair);
     await addEntries(result.entries, "The folder holds no checkpoint files (.safetensors, .gguf, .pt, .pth, .bin, .ckpt).");
   } catch (error) {

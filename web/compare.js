@@ -279,13 +279,26 @@ function renderTable() {
 function select(t) {
   for (const tr of dom.rows.querySelectorAll("tr.selected")) tr.classList.remove("selected");
   dom.rows.querySelector(`tr[data-name="${CSS.escape(t.name)}"]`)?.classList.add("selected");
-  pair.show(t, report.requestedSamples);
+  // The detail is below the table and the charts: bring it to the reader, now and again once
+  // drawn (until then it is too short for its top to reach the top of the panel).
+  const bring = () => { if (pair.dom.box.dataset.name === t.name) pair.dom.box.scrollIntoView({block: "start"}); };
+  pair.show(t, report.requestedSamples).then(bring);
+  bring();
 }
 
 function drawCharts(r) {
   clear(dom.charts);
-  const roles = Object.entries(r.summary.roles);
-  if (!roles.length) dom.charts.append(el("p", {class: "small muted", text: "No tensor with a layer number was compared."}));
+  const all = Object.entries(r.summary.roles);
+  if (!all.length) dom.charts.append(el("p", {class: "small muted", text: "No tensor with a layer number was compared."}));
+  // A role identical in every layer (∞ dB at each point) would be an empty chart: such roles
+  // are named on one line instead, and only roles with something to plot get a chart.
+  const identical = all.filter(([, points]) => points.every((p) => p.snr_db === "inf"));
+  const roles = all.filter(([, points]) => !points.every((p) => p.snr_db === "inf"));
+  if (identical.length) {
+    dom.charts.append(el("p", {class: "small muted identical-roles", id: "compare-identical-roles",
+                               dataset: {roles: JSON.stringify(identical.map(([role]) => role))},
+                               text: `Identical in every layer (∞ dB, not charted): ${identical.map(([role]) => role).join(", ")}`}));
+  }
   for (const [role, points] of roles) {
     const canvas = el("canvas", {class: "profile", "aria-label": `${role}: SNR in dB by layer`});
     dom.charts.append(el("figure", {class: "profile", dataset: {role}}, el("figcaption", {text: role}), canvas));

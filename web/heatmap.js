@@ -12,6 +12,7 @@ import {exact, fmt, grouped} from "./format.js";
 const MAX_SIDE = 640;         // CSS pixels
 const MAX_HEIGHT = 512;
 const MIN_HEIGHT = 64;
+const MIN_WIDTH = 160;
 const MAX_CELL = 24;          // CSS pixels per element at most: tiny tensors stay small
 const ZOOM_STEP = 1.6;
 const IDLE = "Point at the heatmap to read values · scroll to zoom · drag to pan";
@@ -41,10 +42,10 @@ export class Heatmap {
     this.element = el("div", {class: "heatmap-box"},
       el("div", {class: "toolbar"}, el("span", {class: "toolbar-title", text: "Heatmap"}), d.axis,
         el("span", {class: "spacer"}), d.zoomOut, d.zoomIn, d.zoomReset),
-      d.wrap, d.region,
+      // The colour bar above the picture: a tall tensor's heatmap would push it below the fold.
       el("div", {class: "colorbar-row"}, d.cbLo, d.colorbar, d.cbHi, d.scaleMode,
         el("span", {class: "legend"}, nan, "NaN ", posinf, "+Inf ", neginf, "−Inf")),
-      d.readout);
+      d.wrap, d.region, d.readout);
     this.css = null;           // the canvas's size in CSS pixels
     this.tensor = null;
     this.generation = 0;
@@ -76,7 +77,10 @@ export class Heatmap {
     c.addEventListener("wheel", (e) => {
       e.preventDefault();
       const [fx, fy] = this.fraction(e);
-      this.zoomAt(fx, fy, Math.pow(ZOOM_STEP, Math.sign(e.deltaY) * Math.min(3, Math.abs(e.deltaY) / 100 || 1)));
+      // At most one step per wheel event: a mouse notch (deltaY ~100, or several hundred in some
+      // browsers) is one step, a trackpad's small deltas a fraction of one. Scaling by the delta
+      // made six notches go from the whole tensor to 2x2 elements.
+      this.zoomAt(fx, fy, Math.pow(ZOOM_STEP, Math.sign(e.deltaY) * Math.min(1, Math.abs(e.deltaY) / 100)));
     }, {passive: false});
     c.addEventListener("dblclick", (e) => {
       const [fx, fy] = this.fraction(e);
@@ -87,11 +91,17 @@ export class Heatmap {
       c.setPointerCapture(e.pointerId);
       this.drag = {x: e.clientX, y: e.clientY, region: [...this.view.region]};
     });
-    c.addEventListener("pointermove", (e) => (this.drag ? this.pan(e) : this.readout(e)));
+    c.addEventListener("pointermove", (e) => {
+      this.pointer = {clientX: e.clientX, clientY: e.clientY};
+      return this.drag ? this.pan(e) : this.readout(e);
+    });
     const stop = () => { this.drag = null; };
     c.addEventListener("pointerup", stop);
     c.addEventListener("pointercancel", stop);
-    c.addEventListener("pointerleave", () => { if (!this.drag) this.readoutIdle(); });
+    c.addEventListener("pointerleave", () => {
+      this.pointer = null;
+      if (!this.drag) this.readoutIdle();
+    });
     c.addEventListener("keydown", (e) => this.key(e));
   }
 
@@ -160,20 +170,24 @@ export class Heatmap {
     if (request) this.requestHeatmap();
   }
 
-  // Size the canvas for the view: lattice cells are whole pixels at the start (crisp), the
-  // height follows the view's aspect within limits. Returns whether anything changed.
+  // Size the canvas for the view. An element is drawn as wide as tall wherever the panel
+  // allows (the one scale that fits both the width and the height); where every element is a
+  // cell, cells are whole pixels (crisp); a sampled lattice takes the exact size, cells of
+  // fractional pixels. A view too thin for one scale (64 columns of 4,096 rows) is widened to
+  // MIN_WIDTH and said to be stretched (draw). Returns whether anything changed.
   layout() {
     const available = this.dom.wrap.clientWidth;
     if (!this.view || !available) return false;   // hidden tab: done when it is shown
     const [height, width] = this.view.viewShape;
     const side = Math.max(200, Math.min(MAX_SIDE, available));
-    const cols = Math.min(LATTICE, width);
-    const rows = Math.min(LATTICE, height);
-    const cellW = Math.max(1, Math.min(MAX_CELL, Math.floor(side / cols)));
-    const cssW = cols * cellW;
-    const targetH = Math.max(Math.min(MIN_HEIGHT, rows * MAX_CELL), Math.min(MAX_HEIGHT, Math.round((cssW * height) / width)));
-    const cellH = Math.max(1, Math.min(MAX_CELL, Math.floor(targetH / rows)));
-    const cssH = rows * cellH;
+    const perElement = Math.min(side / width, MAX_HEIGHT / height);   // CSS px, both ways
+    const axis = (n, least) => {        // [cells, CSS px] along an axis of n elements
+      const px = Math.max(perElement * n, least);
+      if (n > LATTICE) return [LATTICE, Math.max(LATTICE, Math.round(px))];   // a cell at least a pixel
+      return [n, n * Math.max(Math.ceil(least / n), Math.max(1, Math.min(MAX_CELL, Math.floor(px / n))))];
+    };
+    const [cols, cssW] = axis(width, Math.min(MIN_WIDTH, width * MAX_CELL));
+    const [rows, cssH] = axis(height, Math.min(MIN_HEIGHT, height * MAX_CELL));
     const changed = String(this.css) !== String([cssW, cssH]) || String(this.view.lattice) !== String([rows, cols]);
     hidpi(this.dom.canvas, cssW, cssH);
     this.css = [cssW, cssH];
@@ -224,6 +238,8 @@ export class Heatmap {
       this.heat = {meta: result, args, image, values: new Float64Array(cells.buffer, cells.byteOffset, cells.byteLength / 8)};
       this.refine = Boolean(result.first_look);
       this.draw();
+      // A zoom by wheel leaves the pointer still: read the new tile under it, not the old one.
+      if (this.pointer && !this.drag) this.readout(this.pointer);
     }).catch((error) => {
       if (generation !== this.generation) return;
       this.dom.readout.textContent = error.message;
@@ -264,7 +280,14 @@ export class Heatmap {
     const [height, width] = this.view.viewShape;
     const sampled = m.exact ? "every element" : `1 cell ≈ ${fmt((ir1 - ir0) / m.rows, 3)} × ${fmt((ic1 - ic0) / m.cols, 3)} elements`;
     const look = m.first_look ? " · a first look: the full lattice follows" : "";
-    this.dom.region.textContent = `rows ${grouped(ir0)}–${grouped(ir1 - 1)} of ${grouped(height)} · cols ${grouped(ic0)}–${grouped(ic1 - 1)} of ${grouped(width)} · ${m.rows}×${m.cols} cells, ${sampled}${look}`;
+    // An element is drawn sx wide and sy tall: a long thin tensor fitted to the panel is
+    // stretched, which is said rather than shown as if to scale.
+    const stretch = sy / sx;
+    const scaleNote = stretch > 1.1 || stretch < 1 / 1.1
+      ? ` · not to scale: elements drawn ${fmt(stretch > 1 ? stretch : 1 / stretch, 3)}× ${stretch > 1 ? "taller than wide" : "wider than tall"}`
+      : "";
+    Object.assign(canvas.dataset, {stretch: String(stretch)});
+    this.dom.region.textContent = `rows ${grouped(ir0)}–${grouped(ir1 - 1)} of ${grouped(height)} · cols ${grouped(ic0)}–${grouped(ic1 - 1)} of ${grouped(width)} · ${m.rows}×${m.cols} cells, ${sampled}${scaleNote}${look}`;
   }
 
   // --- zoom, pan, readout --------------------------------------------------------------------
@@ -339,9 +362,20 @@ export class Heatmap {
     if (i < 0 || j < 0 || i >= heat.meta.rows || j >= heat.meta.cols) return this.readoutIdle();
     const row = heat.meta.row_index[i];
     const col = heat.meta.col_index[j];
+    const [vr0, vr1, vc0, vc1] = this.integerRegion();
+    if (String(heat.meta.region) !== String([vr0, vr1, vc0, vc1]) || row < vr0 || row >= vr1 || col < vc0 || col >= vc1) {
+      // The tile drawn is the last view's (the new one is on its way): its cells may lie outside
+      // this view and be sampled where the new tile is exact. Say so instead of reading it.
+      const out = clear(this.dom.readout);
+      delete out.dataset.value;
+      out.dataset.pending = "true";
+      out.append(el("span", {class: "muted", text: "reading this view…"}));
+      return;
+    }
     const value = heat.values[i * heat.meta.cols + j];
     const where = `[${tensorIndex(this.view, row, col).join(", ")}]`;
     const out = clear(this.dom.readout);
+    delete out.dataset.pending;
     Object.assign(out.dataset, {row: String(row), col: String(col), value: String(value), exact: String(heat.meta.exact)});
     if (heat.meta.exact) {
       out.append(`row ${row}, col ${col}  ${where} = `, el("strong", {class: "value", text: exact(value)}),

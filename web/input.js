@@ -1,7 +1,8 @@
 // How files reach the page: the two pickers (files, folder), drag and drop anywhere (a dropped
 // folder is walked for every file under it), and files opened with the installed app from the
 // desktop (manifest file_handlers). Each hands `open(files)` File objects, or {file, rel, folder}
-// for files found in a dropped folder, and {drop: true} when they were dropped.
+// for files found in a dropped folder, and {loose: true} when they are loose files (dropped, or
+// picked with "Open files…"), not a folder's.
 
 import {$} from "./dom.js";
 
@@ -9,7 +10,7 @@ export function listenForFiles({open, failed}) {
   for (const id of ["file-input", "folder-input"]) {
     $(id).addEventListener("change", (event) => {
       const input = event.target;
-      open(input.files);
+      open(input.files, {loose: id === "file-input"});
       input.value = "";
     });
   }
@@ -43,7 +44,7 @@ export function listenForFiles({open, failed}) {
     if (entries.some((entry) => entry.isDirectory)) {
       droppedFiles(entries).then(open, (error) => failed("Could not read the dropped folder.", error.message));
     } else if (transfer.files.length) {
-      open(transfer.files, {drop: true});
+      open(transfer.files, {loose: true});
     }
   });
 

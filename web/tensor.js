@@ -121,7 +121,7 @@ class TensorView {
       tensor.file && this.app.modelFile && tensor.file !== this.app.modelFile()
         ? el("span", {class: "chip file", id: "tensor-file", title: "the file that holds this tensor", text: `in ${tensor.file}`}) : null,
       el("span", {class: "chip offset", title: "absolute byte offset of the first element",
-                  text: offset === null ? "@ …" : `@ ${grouped(offset)}`}),
+                  text: offset === null ? "at byte …" : `at byte ${grouped(offset)}`}),
     ].filter(Boolean));
     d.toolNote.textContent = "";
     delete d.toolNote.dataset.file;
@@ -148,7 +148,7 @@ class TensorView {
       let {result} = await first;
       if (generation !== this.generation) return;
       // torch ZIP storages are positioned when first read: the offset arrives with the values.
-      d.facts.querySelector(".chip.offset").textContent = `@ ${grouped(result.tensor.offset)}`;
+      d.facts.querySelector(".chip.offset").textContent = `at byte ${grouped(result.tensor.offset)}`;
       this.renderStats(result);
       if (!result.sample?.first_look) return;
       ({result} = await this.app.request("tensor", {name}, {label: `Sampling ${name}…`}));

@@ -90,7 +90,14 @@ def check_report(app, cli):
         assert row["exact"] == str(t["exact"]).lower()
     charts = page.eval_on_selector_all("#compare-chart canvas",
                                        "cs => cs.map(c => ({role: c.dataset.role, points: JSON.parse(c.dataset.points)}))")
-    assert [c["role"] for c in charts] == list(cli["summary"]["roles"])
+    # a role identical in every layer is named on one line, not drawn as an empty chart
+    identical = [role for role, points in cli["summary"]["roles"].items()
+                 if all(p["snr_db"] == "inf" for p in points)]
+    assert [c["role"] for c in charts] == [r for r in cli["summary"]["roles"] if r not in identical]
+    if identical:
+        assert json.loads(page.get_attribute("#compare-identical-roles", "data-roles")) == identical
+    else:
+        assert page.query_selector("#compare-identical-roles") is None
     for chart in charts:
         want = cli["summary"]["roles"][chart["role"]]
         assert [(p["layer"], p["value"], p["tensors"], p["identical"]) for p in chart["points"]] == [
@@ -108,9 +115,32 @@ def test_two_files_dropped_together_are_compared(app, cli_q8):
     assert page.inner_text("#compare-a-name") == HF.name
     check_report(app, cli_q8)
     assert cli_q8["summary"]["counts"]["byte_identical"] == 5 and cli_q8["name_map"] == "llama"
+    # the two norms are identical in every layer: named once, the seven others charted
+    assert page.query_selector_all("#compare-chart canvas").__len__() == 7
+    assert "input_layernorm" in page.inner_text("#compare-identical-roles")
     # every row of this model is small enough to be compared whole: "exact", as the CLI says
     reads = page.eval_on_selector_all("#compare-rows tr td:last-child", "tds => tds.map(t => t.textContent)")
     assert sorted(set(reads)) == ["bytes", "exact"]
+
+
+def test_two_files_picked_together_are_compared(page_factory, server, cli_q8):
+    # "Open files…" with two checkpoints chosen: the same comparison as a drop of the two
+    # (a page of its own: the module's page has these files open already)
+    context, app, requests, errors = page_factory(server)
+    try:
+        app.goto()
+        before = app.opened()
+        app.open_with_input(HF, Q8)
+        app.wait_model(HF.name, before)
+        wait_done(app)
+        page = app.page
+        assert page.get_attribute("#tab-compare", "aria-selected") == "true"
+        assert page.get_attribute("#compare", "data-b") == Q8.name
+        check_report(app, cli_q8)
+        assert all(url.startswith(server) for url in requests.urls)
+    finally:
+        context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
 
 
 def test_the_table_sorts(app, cli_q8):
@@ -143,6 +173,9 @@ def test_a_row_shows_a_b_and_their_difference(app, cli_q8):
     page.click(f'#compare-rows tr[data-name="{Q_PROJ}"]')
     page.wait_for_selector("#compare-pair[data-seq][data-loading=false]", state="attached", timeout=STEP_TIMEOUT_MS)
     app.wait_idle()
+    # the detail was brought into view (it is below the table and the charts)
+    box = page.locator("#compare-pair").bounding_box()
+    assert 0 <= box["y"] < page.viewport_size["height"] / 2, box
     with tensorloupe.compare(str(HF), str(Q8)) as cmp:
         pair = cmp.row(Q_PROJ).pair
         tiles = views.tiles(pair, LATTICE, LATTICE)
