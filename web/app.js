@@ -66,8 +66,17 @@ const ctx = {
     // the previous tensor's heatmap, whose lattice the worker would read before the new stats.
     selectTensor(record, {expert, heatmap});
     if (switchTab) showTab("tensor");
+    if (PHONE.matches) foldSidebar(false);    // a phone: the tensor chosen, the tree folds away
   },
 };
+
+// Phones fold the sidebar under a button (style.css); it opens and closes by that button.
+const PHONE = window.matchMedia("(max-width: 600px)");
+function foldSidebar(open) {
+  $("sidebar").dataset.open = String(open);
+  $("sidebar-toggle").setAttribute("aria-expanded", String(open));
+}
+$("sidebar-toggle").addEventListener("click", () => foldSidebar($("sidebar").dataset.open !== "true"));
 
 // --- the address: what is shown (link.js) ----------------------------------------------------
 
