@@ -56,6 +56,7 @@ PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_s
 # Placeholders in web/ files, filled in at build time.
 VERSION_MARK = "__TENSORLOUPE_BUILD__"
 WHEEL_MARK = "__TENSORLOUPE_WHEEL__"
+DEMO_MARK = "__TENSORLOUPE_DEMO__"
 PRECACHE_MARK = '"__TENSORLOUPE_PRECACHE__"'
 TEMPLATED = ("sw.js", "worker.mjs")
 # Fixed timestamp for archive members: the same sources give the same wheel bytes (and version).
@@ -191,6 +192,7 @@ def build(out: Path = DEFAULT_OUT) -> dict:
     for name in PYODIDE_FILES:
         shutil.copyfile(pyodide / name, out / "pyodide" / name)
     wheel = build_wheel(out)
+    demo = write_demo(out)
 
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     # The version names the service worker's cache: any change to any served byte makes a new one.
@@ -202,13 +204,22 @@ def build(out: Path = DEFAULT_OUT) -> dict:
     for name in TEMPLATED:
         path = out / name
         text = path.read_text()
-        text = text.replace(VERSION_MARK, version).replace(WHEEL_MARK, wheel)
+        text = text.replace(VERSION_MARK, version).replace(WHEEL_MARK, wheel).replace(DEMO_MARK, demo)
         text = text.replace(PRECACHE_MARK, json.dumps(precache, indent=2))
         path.write_text(text)
     description = {"version": version, "wheel": wheel, "pyodide": _pyodide_version(pyodide),
                    "files": files + ["build.json"]}
     (out / "build.json").write_text(json.dumps(description, indent=2) + "\n")
     return description
+
+
+def write_demo(out: Path) -> str:
+    """The demo model's bytes (tensorloupe.synthetic) as a file of the site: the page opens it
+    in place instead of building it in the browser on every visit. Returns its name."""
+    sys.path.insert(0, str(PYLIB))
+    from tensorloupe import synthetic
+    (out / synthetic.FILE_NAME).write_bytes(synthetic.demo_bytes())
+    return synthetic.FILE_NAME
 
 
 def _pyodide_version(pyodide: Path) -> str:

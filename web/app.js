@@ -187,7 +187,7 @@ async function openEntry(entry) {
   const startedAt = performance.now();
   try {
     const {result} = entry.demo
-      ? await request("open_demo", {}, {label: "Building the demo model…"})
+      ? await request("open_demo", {}, {label: "Opening the demo model…"})
       : entry.hub
         ? await request("open_hub", {plan: entry.plan}, {label: `Finding ${entry.name}'s files on the Hub…`})
       : entry.remote

@@ -27,6 +27,7 @@ import {heads, isJson, probe, probing} from "./urls.mjs";
 
 const BUILD = "__TENSORLOUPE_BUILD__";
 const WHEEL = "__TENSORLOUPE_WHEEL__";
+const DEMO = "__TENSORLOUPE_DEMO__";        // the demo model's file, shipped beside this one
 
 // JSPI (stack switching): Python entered with callPromising can wait for many reads at once
 // (pyodide.ffi.run_sync): every slice of a File, every Range request of a URL in flight together.
@@ -113,6 +114,7 @@ async function handle(message) {
     if (op === "open_url" || op === "compare_open_url") return await openUrls(id, args, op);
     if (op === "open_hub") return await openHub(id, args);
     if (op === "memory") return reply(id, {ok: true, result: memory()});
+    if (op === "open_demo") return await openDemo(id);
     if (JOBS.has(op)) {
       const {envelope} = await call(`${op}_start`, args);
       if (!envelope.ok) return reply(id, envelope);
@@ -143,6 +145,21 @@ async function step(job) {
   } catch (error) {
     finish(failure("WorkerError", error));
   }
+}
+
+// The demo: the file build.py shipped (fetched from our origin, or the service worker's cache
+// offline), mounted and read in place like a dropped file. Python builds it only if the file
+// cannot be had (a build without it, a failed fetch).
+async function openDemo(id) {
+  let path = null;
+  try {
+    const response = await fetch(new URL(`./${DEMO}`, import.meta.url));
+    if (response.ok) [{path}] = mount([{file: new File([await response.blob()], DEMO), rel: DEMO}]);
+  } catch (error) {
+    console.warn(`the demo file could not be fetched (${messageOf(error)}): building it`);
+  }
+  const {envelope, buffers} = await call("open_demo", path ? {path} : {});
+  reply(id, envelope, buffers);
 }
 
 // Each batch of files gets its own directory, one WORKERFS mount holding every file of the batch

@@ -30,6 +30,22 @@ def test_demo_model_is_open_with_its_summary(app):
     app.screenshot("summary-demo")
 
 
+def test_the_demo_is_the_shipped_file_read_in_place(page_factory, server):
+    # dist/ holds the demo's bytes (build.py): the page fetches that file once (the service
+    # worker's cache offline) and opens it like a dropped file, reading its header, instead of
+    # building the model in Python on every visit
+    context, app, requests, errors = page_factory(server)
+    try:
+        app.goto()
+        assert [u for u in requests.urls if u.endswith("/demo-moe.safetensors")]
+        assert app.fact("tensor_count") == "127"
+        opened = int(app.page.evaluate("document.body.dataset.openBytes"))
+        assert 0 < opened < len(demo_bytes()) // 20
+    finally:
+        context.close()
+    assert not errors
+
+
 def test_outline_tree_groups_names_and_layer_numbers(app):
     page = app.page
     page.fill("#filter", "")

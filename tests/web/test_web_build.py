@@ -63,6 +63,14 @@ def test_templates_are_filled_and_the_precache_lists_every_file(dist):
     assert build["wheel"] in (dist / "worker.mjs").read_text()
 
 
+def test_the_demo_model_is_shipped_and_precached(dist):
+    # the page opens these bytes in place instead of building the demo on every visit
+    from tensorloupe import synthetic
+    assert (dist / synthetic.FILE_NAME).read_bytes() == synthetic.demo_bytes()
+    assert f'const DEMO = "{synthetic.FILE_NAME}"' in (dist / "worker.mjs").read_text()
+    assert f'"./{synthetic.FILE_NAME}"' in (dist / "sw.js").read_text()
+
+
 def test_only_relative_urls_and_no_outside_host(dist):
     """dist/ works from any sub-path, and our own files name no other host."""
     html = (dist / "index.html").read_text()

@@ -103,7 +103,12 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
                              "neginf": colormap.NEGINF_INDEX}}, [colormap.palette_rgba()]
 
     def op_open_demo(self, args):
+        """The demo model: the copy build.py ships in dist/ (`path`: the worker mounted it), read
+        in place like any file; built here only when the page could not fetch it (~1-3 s in the
+        browser, the wait every visit had before it was shipped)."""
         from .. import synthetic
+        if args.get("path"):
+            return self._adopt(open_checkpoint(blobs.open_target(args["path"], synthetic.FILE_NAME)))
         return self._adopt(open_checkpoint(synthetic.demo_bytes(), name=synthetic.FILE_NAME))
 
     def op_group(self, args):
