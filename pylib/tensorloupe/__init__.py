@@ -63,6 +63,7 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
     local = [f for f in files if isinstance(f, (str, _os.PathLike)) and not is_url(f)]
     if not local or len(local) < len(files):
         return ckpt
+    _adapted(ckpt, [_os.fspath(f) for f in local])
     from .opening import beside
     found = beside.config_for([_os.fspath(f) for f in local])
     if isinstance(found.data, dict) and "quantization_config" in found.data:
@@ -73,6 +74,20 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
             ckpt.close()
             raise
     return ckpt
+
+
+def _adapted(ckpt: Checkpoint, files: list[str]) -> None:
+    """A LoRA adapter (adapters/): its pairs become ΔW tensors, with the adapter_config.json
+    beside it. The adapters package is imported only when the names look like an adapter's."""
+    from .adapters.pairs import layout_of
+    if layout_of(t.name for t in ckpt.tensors) is None:
+        return
+    from . import adapters
+    try:
+        adapters.adopt(ckpt, files)
+    except BaseException:
+        ckpt.close()
+        raise
 
 
 def _from_cache(ckpt: Checkpoint, hub) -> Checkpoint:

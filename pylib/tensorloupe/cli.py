@@ -419,8 +419,10 @@ def run_stats(args) -> int:
             entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
                      "samples": stats.count, "numel": t.numel, "exact": exact,
                      "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
-            if t.parts:   # a quantised weight's real values (quant/logical.py)
+            if "dequantised from" in t.info:   # a quantised weight's real values (quant/logical.py)
                 entry["dequantised_from"] = t.info["dequantised from"]
+            if "computed as" in t.info:   # an adapter's ΔW (adapters/)
+                entry["computed_as"] = t.info["computed as"]
             if args.exact:
                 entry["exact_cost"] = cost.to_json()
             out.append(entry)
