@@ -19,6 +19,7 @@ archive, a class not on torch's allow-list; 4 wins when something is dangerous).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -231,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=COMPARE_SAMPLES,
                    help="elements compared per tensor when sampling (default %(default)s)")
     p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (A's or B's name; repeatable)")
+    p.add_argument("--adapter", metavar="ADAPTER", help="a LoRA adapter (PEFT folder or file, kohya "
+                   "file): compare B with A + the adapter's ΔW (a merged model against its base)")
     p.add_argument("--top", type=int, default=15, help="tensors listed in the ranking (default %(default)s)")
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_diff)
@@ -494,14 +497,22 @@ def run_diff(args) -> int:
     def progress(done, total):
         print(f"\rcompared {done:,}/{counted(total, 'tensor')}", end="" if done < total else "\n", file=sys.stderr)
 
-    with open_files([args.a], args) as a, open_files([args.b], args) as b:
+    adapter = open_files([args.adapter], args) if args.adapter else contextlib.nullcontext()
+    with open_files([args.a], args) as a, open_files([args.b], args) as b, adapter:
+        applied = None
+        if args.adapter:   # A + ΔW: the merged model B should equal it (adapters/merge.py)
+            from .adapters.merge import with_adapter
+            a, applied = with_adapter(a, adapter)
         result = compare(a, b, args.samples, args.exact, args.tensor,
                          progress if args.exact and sys.stderr.isatty() else None,
                          max_elements=args.max_elements)
         if args.json:
-            _emit(result.to_json())
+            _emit({**result.to_json(), **({"adapter": applied} if applied else {})})
         else:
             from .comparison import text as comparison_text
+            if applied:
+                from .adapters.text import print_applied
+                print_applied(applied)
             comparison_text.print_diff(result, args.top)
     return EXIT_OK
 

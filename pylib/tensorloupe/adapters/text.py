@@ -43,3 +43,12 @@ def print_adapter(adapter: dict) -> None:
     print("\nAdapter")
     for label, value in lines(adapter):
         print(f"  {label:<14} {escaped(str(value))}")
+
+
+def print_applied(applied: dict) -> None:
+    """What `diff --adapter` added to A (adapters/merge.py)."""
+    print(f"A = the base + ΔW of {escaped(applied['adapter'])}: {counted(len(applied['applied']), 'weight')} "
+          f"changed, {counted(len(applied['replaced']), 'weight')} replaced (modules_to_save)")
+    for problem in applied["problems"]:
+        print(f"  ! not applied: {escaped(problem)}")
+    print()
