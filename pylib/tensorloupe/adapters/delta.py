@@ -12,6 +12,7 @@ the other sign, an overflow on the way) are plain float sums, which give the Inf
 
 from __future__ import annotations
 
+import math
 from array import array
 from itertools import repeat
 from math import fsum
@@ -39,7 +40,7 @@ class DeltaSource(RowsSource):
     """The float32 bytes (row-major) of one pair's ΔW."""
 
     def __init__(self, pair: Pair, scale: float):
-        super().__init__(pair.up, pair.shape)
+        super().__init__(pair.up, pair.shape, math.prod(pair.shape[1:]))   # rows: ΔW's dim 0
         self.pair, self.scale = pair, scale
         self.rank = pair.rank
         self._columns: list[tuple] | None = None

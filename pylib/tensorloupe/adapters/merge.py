@@ -30,9 +30,9 @@ class MergedSource(RowsSource):
     """The float32 rows of base + ΔW (DoRA: rescaled row by row)."""
 
     def __init__(self, base: Tensor, delta: Tensor, magnitude: list | None):
-        super().__init__(base, base.shape)
+        self.cols = math.prod(base.shape[1:])   # rows: dim 0, as ΔW's and DoRA's norms
+        super().__init__(base, base.shape, self.cols)
         self.base, self.delta, self.magnitude = base, delta, magnitude
-        self.cols = math.prod(base.shape[1:]) if len(base.shape) > 1 else 1
         self.item = base.nbytes // max(base.numel, 1)
 
     def _compute(self, r0: int, r1: int) -> array:

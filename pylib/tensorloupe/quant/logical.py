@@ -142,12 +142,12 @@ class RowsSource(ByteSource):
     on the stored tensors' own sources; `codes` is the stored tensor that locates it. A
     dequantised weight (below) and an adapter's ΔW (adapters/delta.py) are two of these."""
 
-    def __init__(self, codes: Tensor, shape: tuple):
+    def __init__(self, codes: Tensor, shape: tuple, row_values: int):
         super().__init__()
         self.codes = codes
         self.name = codes.source.name
         self.size = 4 * math.prod(shape)
-        self.row_bytes = 4 * (shape[-1] if shape else 1)
+        self.row_bytes = 4 * row_values
         self._kept: list[tuple[int, int, bytes]] = []   # (first row, end row, float32 bytes)
 
     def _compute(self, r0: int, r1: int) -> array:
@@ -208,9 +208,8 @@ class DequantisedSource(RowsSource):
     need, read from the parts' own sources."""
 
     def __init__(self, logical: Logical, parts: dict[str, Tensor]):
-        super().__init__(parts[logical.parts["codes"].name], logical.shape)
+        super().__init__(parts[logical.parts["codes"].name], logical.shape, logical.rows_cols[1])
         self.logical, self.parts = logical, parts
-        self.row_bytes = 4 * logical.rows_cols[1]
         self._whole: dict[str, bytes] = {}               # small parts read once, whole
         self._columns: dict[tuple, bytes] = {}           # the last columns read of large parts
         self._reader = _Reader(self._read_part, self._read_cols)
