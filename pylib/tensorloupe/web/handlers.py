@@ -24,6 +24,7 @@ from ..sampler.sampling import EXACT_CHUNK_ELEMS, exact_stats_steps, values
 from ..sampler.staged import StagedGrid, StagedSample
 from ..jsonable import PREVIEW, json_number
 from ..quant.logical import apply as dequantise
+from ..adapters.pairs import layout_of
 from ..sampler.stats import Stats
 from . import blobs, files, remote
 from .jobs import Job, Jobs
@@ -168,6 +169,9 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         if config_warning:
             ckpt.warnings.append(config_warning)
         dequantise(ckpt, config, config_where or "config.json")   # its quantization_config, if any
+        if layout_of(t.name for t in ckpt.tensors):   # a LoRA adapter: ΔW, with the adapter_config.json dropped beside it
+            from .. import adapters
+            adapters.adopt(ckpt, [p for p in paths or [] if isinstance(p, str)])
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.checkpoint, self._moe, self.analysis = ckpt, None, None
