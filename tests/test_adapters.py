@@ -234,3 +234,92 @@ def test_diff_of_base_and_merged_pairs_base_plus_delta(case, capsys):
     assert all(r["category"] == "byte_identical" for n, r in rows.items() if n not in adapter["applied"])
     plain = {r["name"]: r for r in run_json(capsys, "diff", OUT / "base", OUT / f"{case}-merged", "--exact")["tensors"]}
     assert all(plain[name]["max_abs"] > 1e-3 for name in adapter["applied"])
+
+
+# --- hostile and broken adapters: each is said, and its tensors stay readable as stored -------
+
+def kohya_file(path: Path, tensors: dict) -> Path:
+    from safetensors.torch import save_file
+    save_file(tensors, str(path))
+    return path
+
+
+M = "lora_unet_mid_block_attentions_0_proj_out"
+
+
+@pytest.mark.parametrize("tensors, said", [
+    # the pair's ranks disagree: A is [4, 8], B is [8, 3]
+    ({f"{M}.lora_down.weight": torch.ones(4, 8), f"{M}.lora_up.weight": torch.ones(8, 3)},
+     "are not a LoRA pair"),
+    # a 3-D factor is no layout LoRA has
+    ({f"{M}.lora_down.weight": torch.ones(4, 8, 2), f"{M}.lora_up.weight": torch.ones(8, 4)},
+     "are not a LoRA pair"),
+    # a conv up-projection must be 1x1
+    ({f"{M}.lora_down.weight": torch.ones(4, 8, 3, 3), f"{M}.lora_up.weight": torch.ones(8, 4, 3, 3)},
+     "are not a LoRA pair"),
+    # integer factors are no float weights
+    ({f"{M}.lora_down.weight": torch.ones(4, 8, dtype=torch.int32), f"{M}.lora_up.weight": torch.ones(8, 4)},
+     "not a float type"),
+    # alpha must be one value
+    ({f"{M}.lora_down.weight": torch.ones(4, 8), f"{M}.lora_up.weight": torch.ones(8, 4),
+      f"{M}.alpha": torch.ones(2)}, "is not one float"),
+    # a NaN alpha would make every value NaN: refused, not shown
+    ({f"{M}.lora_down.weight": torch.ones(4, 8), f"{M}.lora_up.weight": torch.ones(8, 4),
+      f"{M}.alpha": torch.tensor(float("nan"))}, "its alpha cannot be read: alpha is nan"),
+    # half a pair
+    ({f"{M}.lora_down.weight": torch.ones(4, 8)}, "its B (lora_up) is not in the file"),
+])
+def test_a_broken_kohya_pair_is_said_and_kept_as_stored(tmp_path, capsys, tensors, said):
+    path = kohya_file(tmp_path / "broken.safetensors", tensors)
+    doc = run_json(capsys, "inspect", path)
+    assert doc["extras"]["adapter"]["delta"] == 0
+    assert any(said in w and M in w for w in doc["warnings"]), doc["warnings"]
+    assert sorted(r["name"] for r in doc["tensors"]) == sorted(tensors)
+    assert main(["stats", str(path)]) == 0
+
+
+def test_a_too_large_factor_is_refused_before_anything_is_read(tmp_path, monkeypatch):
+    from tensorloupe.adapters import pairs
+    monkeypatch.setattr(pairs, "MAX_FACTOR_VALUES", 31)
+    path = kohya_file(tmp_path / "wide.safetensors", {f"{M}.lora_down.weight": torch.ones(4, 8),
+                                                      f"{M}.lora_up.weight": torch.ones(8, 4)})
+    with tensorloupe.open(path) as ckpt:
+        assert ckpt.bytes_read() < 1024 and not any(t.parts for t in ckpt.tensors)
+        assert any("holds 32 values, more than the 31" in w for w in ckpt.warnings)
+
+
+def test_inf_meeting_inf_is_nan_as_in_torch(tmp_path):
+    """fsum refuses inf - inf: the plain sum gives torch's NaN; an overflow gives its Inf."""
+    down = torch.tensor([[math.inf, 1.0], [math.inf, 1e38]])
+    up = torch.tensor([[1.0, -1.0], [1e38, 1e38]])
+    path = kohya_file(tmp_path / "inf.safetensors", {f"{M}.lora_down.weight": down,
+                                                     f"{M}.lora_up.weight": up, f"{M}.alpha": torch.tensor(2.0)})
+    with tensorloupe.open(path) as ckpt:
+        got = ours(ckpt.tensor(M + ".weight"))
+    expected = reference(1.0, down, up, False)
+    assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got[~got.isnan()], expected[~expected.isnan()])
+
+
+def test_any_adapter_config_values_give_a_delta_or_a_reason(tmp_path):
+    """Property: whatever JSON the keys hold, opening is our warning or ΔW, never an exception."""
+    from hypothesis import given, settings, strategies as st
+    shutil.copy(OUT / "lora" / "adapter_model.safetensors", tmp_path)
+    base = json.loads((OUT / "lora" / "adapter_config.json").read_text())
+    json_values = st.recursive(st.none() | st.booleans() | st.integers(-10, 10) | st.floats() | st.text(max_size=8),
+                               lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                               max_leaves=6)
+    keys = st.sampled_from(["r", "lora_alpha", "use_rslora", "use_dora", "rank_pattern", "alpha_pattern",
+                            "target_modules", "modules_to_save", "fan_in_fan_out", "peft_type",
+                            "base_model_name_or_path", "lora_bias"])
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.dictionaries(keys, json_values, min_size=1, max_size=3))
+    def check(change):
+        (tmp_path / "adapter_config.json").write_text(json.dumps({**base, **change}))
+        with tensorloupe.open(tmp_path / "adapter_model.safetensors") as ckpt:
+            adapter = ckpt.extras["adapter"]
+            assert adapter["delta"] == 4 or adapter.get("problem") or ckpt.warnings
+            for t in ckpt.tensors:
+                values(t, 0, 3)
+
+    check()

@@ -18,7 +18,7 @@ import math
 
 from ..errors import LOW_LEVEL_ERRORS, TensorloupeError
 from ..model import Checkpoint, Tensor
-from .pairs import KOHYA, PEFT, Pair, layout_of, pairs, scalar
+from .pairs import KOHYA, PEFT, Pair, find_pairs, layout_of, scalar
 
 EXTRAS_KEY = "adapter"
 
@@ -52,7 +52,7 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "adapter_config.js
     if layout is None or EXTRAS_KEY in ckpt.extras:
         return
     from .config import kohya_facts, peft_settings
-    found, others = pairs(ckpt.tensors, layout)
+    found, others = find_pairs(ckpt.tensors, layout)
     summary = {"layout": layout, "source": where if layout == PEFT else "tensor names and ss_* metadata",
                "pairs": len(found), "parameters": ckpt.parameter_count}
     settings = None

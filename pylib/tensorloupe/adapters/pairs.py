@@ -101,7 +101,7 @@ def layout_of(names) -> str | None:
     return None
 
 
-def pairs(tensors: list[Tensor], layout: str) -> tuple[list[Pair], list[Tensor]]:
+def find_pairs(tensors: list[Tensor], layout: str) -> tuple[list[Pair], list[Tensor]]:
     """The pairs of `layout` among `tensors`, in file order, and the tensors in none."""
     found: dict[str, Pair] = {}
     others = []
