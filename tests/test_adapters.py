@@ -312,7 +312,7 @@ def test_any_adapter_config_values_give_a_delta_or_a_reason(tmp_path):
                             "target_modules", "modules_to_save", "fan_in_fan_out", "peft_type",
                             "base_model_name_or_path", "lora_bias"])
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=60, deadline=None)
     @given(st.dictionaries(keys, json_values, min_size=1, max_size=3))
     def check(change):
         (tmp_path / "adapter_config.json").write_text(json.dumps({**base, **change}))
@@ -323,3 +323,46 @@ def test_any_adapter_config_values_give_a_delta_or_a_reason(tmp_path):
                 values(t, 0, 3)
 
     check()
+
+
+def test_fan_in_fan_out_is_the_transposed_product(capsys):
+    """GPT-2's Conv1D weight is [in, out]: peft's get_delta_weight is (B·A)ᵀ · scale, and the
+    merged model matches base + ΔW."""
+    from peft import PeftModel
+    from transformers import GPT2LMHeadModel
+    model = PeftModel.from_pretrained(GPT2LMHeadModel.from_pretrained(OUT / "gpt2-base"), OUT / "gpt2-fifo")
+    with tensorloupe.open(OUT / "gpt2-fifo") as ckpt:
+        for i in range(2):
+            module = model.base_model.model.transformer.h[i].attn.c_attn
+            t = ckpt.tensor(f"transformer.h.{i}.attn.c_attn.weight")
+            assert t.shape == (32, 96) and t.info["lora"]["transposed"]
+            a, b = module.lora_A["default"].weight.detach(), module.lora_B["default"].weight.detach()
+            scaling = module.scaling["default"]
+            assert torch.equal(ours(t), reference(scaling, a, b, True))
+            with torch.no_grad():
+                torch.testing.assert_close(ours(t), module.get_delta_weight("default"), rtol=0, atol=1e-6)
+    doc = run_json(capsys, "diff", OUT / "gpt2-base", OUT / "gpt2-fifo-merged", "--adapter", OUT / "gpt2-fifo", "--exact")
+    rows = {r["name"]: r for r in doc["tensors"]}
+    assert len(doc["adapter"]["applied"]) == 2
+    assert all(rows[n]["max_abs"] <= 1e-6 for n in doc["adapter"]["applied"])
+
+
+def test_a_bin_adapter_and_an_adapter_over_http(tmp_path, serve_directory, capsys):
+    """adapter_model.bin (torch.save of the same state dict) gives the same ΔW; so does the
+    adapter read by URL, its adapter_config.json fetched beside it."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    torch.save(load_file(str(OUT / "lora" / "adapter_model.safetensors")), folder / "adapter_model.bin")
+    shutil.copy(OUT / "lora" / "adapter_config.json", folder)
+    name = "model.layers.1.self_attn.v_proj.weight"
+    with tensorloupe.open(OUT / "lora") as st_ckpt, tensorloupe.open(folder / "adapter_model.bin") as bin_ckpt:
+        assert bin_ckpt.extras["adapter"]["delta"] == 4
+        assert torch.equal(ours(bin_ckpt.tensor(name)), ours(st_ckpt.tensor(name)))
+    server, url = serve_directory(OUT / "lora")
+    try:
+        doc = run_json(capsys, "stats", url + "adapter_model.safetensors", name, "--exact")
+        with tensorloupe.open(OUT / "lora") as ckpt:
+            assert doc[0]["stats"]["mean"] == exact_stats(ckpt.tensor(name)).to_json()["mean"]
+    finally:
+        server.shutdown()
+        server.server_close()

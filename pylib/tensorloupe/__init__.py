@@ -60,10 +60,10 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
     """A local checkpoint with a `config.json` beside it that has a `quantization_config`: its
     quantised weights become tensors of real values (quant/logical.py). A URL's config.json is
     not fetched here (one more request per open); the CLI's inspect and the page pass theirs."""
+    _adapted(ckpt, [_os.fspath(f) for f in files if isinstance(f, (str, _os.PathLike))])
     local = [f for f in files if isinstance(f, (str, _os.PathLike)) and not is_url(f)]
     if not local or len(local) < len(files):
         return ckpt
-    _adapted(ckpt, [_os.fspath(f) for f in local])
     from .opening import beside
     found = beside.config_for([_os.fspath(f) for f in local])
     if isinstance(found.data, dict) and "quantization_config" in found.data:
@@ -78,7 +78,8 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
 
 def _adapted(ckpt: Checkpoint, files: list[str]) -> None:
     """A LoRA adapter (adapters/): its pairs become ΔW tensors, with the adapter_config.json
-    beside it. The adapters package is imported only when the names look like an adapter's."""
+    beside it (beside a URL: one more request, made only for a PEFT adapter's names). The
+    adapters package is imported only when the names look like an adapter's."""
     from .adapters.pairs import layout_of
     if layout_of(t.name for t in ckpt.tensors) is None:
         return
