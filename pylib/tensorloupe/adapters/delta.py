@@ -1,7 +1,9 @@
-"""An adapted weight's ΔW = scale · B · A as float32 rows, computed from A and B and never
-materialised: a row of ΔW needs its r values of B (one short range) and all of A (read once,
+"""An adapted weight's ΔW = scale · B · A as float32 values, computed from A and B and never
+materialised: an element (i, j) needs row i's r values of B and column j of A (A is read once,
 whole, and kept as columns of r values); a transposed ΔW ((B·A)^T: embeddings, fan_in_fan_out)
-needs the row's column of A (r short ranges) and all of B.
+needs row i's column of A (r short ranges) and all of B. Only the elements a read covers are
+computed (a sample's windows, an exact pass's chunks), and a heatmap lattice's cells alone
+(`elements`, which the sampler's gather asks of a source that has it).
 
 Each element is `scale · Σ_k B[i,k]·A[k,j]` with the sum correctly rounded (math.fsum: the
 products of two float32 values are exact in float64), then rounded once to float32: the same
@@ -13,6 +15,7 @@ the other sign, an overflow on the way) are plain float sums, which give the Inf
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from itertools import repeat
 from math import fsum
@@ -23,6 +26,9 @@ from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
 from ..model import Tensor
 from ..quant.logical import RowsSource
 from .pairs import Pair
+
+# Factor rows a read spans at once (one read of the span, not a read per ΔW row it serves).
+SPAN_BYTES = 1 << 20
 
 
 def _decoded(t: Tensor, data: bytes) -> list:
@@ -73,24 +79,63 @@ class DeltaSource(RowsSource):
                 self._columns = list(zip(*(values[k * cols:(k + 1) * cols] for k in range(r))))
         return self._columns
 
-    def left(self, r0: int, r1: int) -> list[list]:
-        """The r values each of ΔW's rows [r0, r1) combines the columns with: B's rows, or (when
-        transposed) A's columns."""
+    def left(self, rows: list[int]) -> dict[int, list]:
+        """The r values each of ΔW's `rows` combines the columns with: B's rows, or (when
+        transposed) A's columns. One read per factor row of the span they lie in when that is
+        at most SPAN_BYTES, else one short read per row."""
         p, r = self.pair, self.rank
+        lo, hi = min(rows), max(rows) + 1
         if not p.transposed:
-            item = p.up.nbytes // max(p.up.numel, 1)
-            values = _decoded(p.up, p.up.source.read_data(p.up.offset + r0 * r * item, (r1 - r0) * r * item))
-            return [values[i * r:(i + 1) * r] for i in range(r1 - r0)]
+            b = p.up
+            item = b.nbytes // max(b.numel, 1)
+            if (hi - lo) * r * item <= SPAN_BYTES:
+                values = _decoded(b, b.source.read_data(b.offset + lo * r * item, (hi - lo) * r * item))
+                return {i: values[(i - lo) * r:(i - lo + 1) * r] for i in rows}
+            pieces = b.source.read_many([(b.offset + i * r * item, r * item) for i in rows])
+            return {i: _decoded(b, piece) for i, piece in zip(rows, pieces)}
         a = p.down
         item, cols = a.nbytes // max(a.numel, 1), a.shape[1]
-        pieces = a.source.read_many([(a.offset + (k * cols + r0) * item, (r1 - r0) * item) for k in range(r)])
-        by_k = [_decoded(a, piece) for piece in pieces]
-        return [[by_k[k][i] for k in range(r)] for i in range(r1 - r0)]
+        if (hi - lo) * item * r <= SPAN_BYTES:
+            pieces = a.source.read_many([(a.offset + (k * cols + lo) * item, (hi - lo) * item) for k in range(r)])
+            by_k = [_decoded(a, piece) for piece in pieces]
+            return {i: [by_k[k][i - lo] for k in range(r)] for i in rows}
+        pieces = a.source.read_many([(a.offset + (k * cols + i) * item, item) for i in rows for k in range(r)])
+        values = [_decoded(a, piece)[0] for piece in pieces]
+        return {i: values[n * r:(n + 1) * r] for n, i in enumerate(rows)}
 
-    def _compute(self, r0: int, r1: int) -> array:
+    def elements(self, positions: list[int]) -> list[float]:
+        """ΔW's values at row-major element `positions`, each computed alone (the sampler's
+        gather asks this of a source that has it: a heatmap lattice's cells, not its rows)."""
+        return self._located(self._elements, positions)
+
+    def _elements(self, positions: list[int]) -> list[float]:
+        width = self.row_bytes // 4
         columns = self.columns()
-        out = array("f")
+        rows = sorted({p // width for p in positions})
+        left = self.left(rows) if rows else {}
         scale = self.scale
-        for left in self.left(r0, r1):
-            out.extend(map(mul, repeat(scale), map(_dot, repeat(left), columns)))
+        out = array("f", [scale * _dot(left[p // width], columns[p % width]) for p in positions])
+        return out.tolist()
+
+    def _ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Each byte range's float32 bytes, computing only the elements it covers."""
+        width = self.row_bytes // 4
+        columns = self.columns()
+        spans = [(o // 4, -(-(o + n) // 4)) for o, n in ranges]
+        rows = sorted({i for e0, e1 in spans for i in range(e0 // width, (e1 - 1) // width + 1) if e1 > e0})
+        left = self.left(rows) if rows else {}
+        scale = self.scale
+        out = []
+        for (o, n), (e0, e1) in zip(ranges, spans):
+            values = array("f")
+            e = e0
+            while e < e1:
+                i, j0 = divmod(e, width)
+                j1 = min(width, j0 + e1 - e)
+                values.extend(map(mul, repeat(scale), map(_dot, repeat(left[i]), columns[j0:j1])))
+                e += j1 - j0
+            if sys.byteorder == "big":
+                values.byteswap()
+            data = values.tobytes()
+            out.append(data[o - e0 * 4:o - e0 * 4 + n])
         return out
