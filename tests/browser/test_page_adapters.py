@@ -70,3 +70,22 @@ def test_a_dropped_kohya_file_shows_its_conv_delta(app):
     assert_stats_equal(app.stats(), expected["stats"])
     with tensorloupe.open(model) as ckpt:
         assert_heatmap_matches(app, ckpt)
+
+
+def test_a_dropped_adapter_folder_opens_with_its_config(app):
+    """The folder as save_pretrained wrote it (README.md, adapter_config.json beside the
+    weights): one entry, the adapter, whose ΔW count is inspect's."""
+    folder = OUT / "rslora"
+    before = app.opened()
+    app.drop_paths(folder)
+    app.wait_model("adapter_model.safetensors", before)
+    app.tab("summary")
+    adapter = cli("inspect", folder)["extras"]["adapter"]
+    assert app.page.get_attribute("#adapter", "data-delta") == str(adapter["delta"]) == "5"
+    assert card_rows(app)["scale"] == "5.65685 (alpha/√r: rsLoRA)"
+    name = "model.embed_tokens.weight"     # an embedding's ΔW is (B·A)ᵀ
+    app.select(name)
+    (expected,) = cli("stats", folder, name)
+    assert_stats_equal(app.stats(), expected["stats"])
+    with tensorloupe.open(folder) as ckpt:
+        assert_heatmap_matches(app, ckpt)

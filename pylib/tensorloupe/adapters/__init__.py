@@ -29,15 +29,18 @@ def looks_like(ckpt: Checkpoint) -> str | None:
 
 
 def adopt(ckpt: Checkpoint, files: list) -> Checkpoint:
-    """A checkpoint opened from local `files`: if it is an adapter, its ΔW (with the
-    adapter_config.json beside it, for PEFT)."""
+    """A checkpoint opened from `files` (paths or URLs): if it is an adapter, its ΔW (with the
+    adapter_config.json beside it, for PEFT). A PEFT adapter opened from no named file (bytes,
+    a ByteSource) is left as it is: its opener may know where its config is (the page's
+    dropped files) and adopt or `apply` it then."""
     layout = looks_like(ckpt)
-    if layout is None or EXTRAS_KEY in ckpt.extras:
+    files = [f for f in files if isinstance(f, str)]
+    if layout is None or EXTRAS_KEY in ckpt.extras or (layout == PEFT and not files):
         return ckpt
     config, where = None, None
     if layout == PEFT:
         from ..opening import beside
-        found = beside.find([f for f in files if isinstance(f, str)], beside.ADAPTER_CONFIG_NAME)
+        found = beside.find(files, beside.ADAPTER_CONFIG_NAME)
         config, where = found.data, found.where.rsplit("/", 1)[-1]
         if found.problem:
             ckpt.warnings.append(f"{found.where} was not used: {found.problem}")

@@ -172,6 +172,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         if layout_of(t.name for t in ckpt.tensors):   # a LoRA adapter: ΔW, with the adapter_config.json dropped beside it
             from .. import adapters
             adapters.adopt(ckpt, [p for p in paths or [] if isinstance(p, str)])
+            adapters.apply(ckpt, None)   # by URL, no config is fetched: said, factors as stored
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.checkpoint, self._moe, self.analysis = ckpt, None, None
