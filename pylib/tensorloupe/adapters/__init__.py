@@ -1,8 +1,8 @@
 """LoRA adapters shown as what they change (issue 26): each adapted weight becomes one float32
 tensor ΔW = scale · B · A under the base model's weight name, with A and B (and DoRA's magnitude,
 kohya's alpha) as its stored parts, like a dequantised weight (quant/logical.py): its values are
-computed row by row from A and B (delta.py), so values, stats, heatmaps, health and diff read it
-like any tensor. The Summary's facts are `ckpt.extras["adapter"]`.
+computed from A and B, only those a read asks for (delta.py), so values, stats, heatmaps, health
+and diff read it like any tensor. The Summary's facts are `ckpt.extras["adapter"]`.
 
 PEFT adapters need their adapter_config.json (r, lora_alpha, patterns, rsLoRA, DoRA) beside the
 file; without it the factors are shown as stored and a warning says why. kohya/A1111 LoRA files

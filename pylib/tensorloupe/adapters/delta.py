@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import sys
 from array import array
+from collections import OrderedDict
 from itertools import repeat
 from math import fsum
 from operator import mul
@@ -29,6 +30,10 @@ from .pairs import Pair
 
 # Factor rows a read spans at once (one read of the span, not a read per ΔW row it serves).
 SPAN_BYTES = 1 << 20
+# Right-hand factors kept as columns of Python floats, over all ΔW tensors (the last viewed
+# first kept): a health scan of a 128-pair adapter must not hold every A at ~40 bytes a value.
+KEPT_VALUES = 1 << 22
+_KEPT: OrderedDict = OrderedDict()     # DeltaSource -> its columns
 
 
 def _decoded(t: Tensor, data: bytes) -> list:
@@ -49,7 +54,6 @@ class DeltaSource(RowsSource):
         super().__init__(pair.up, pair.shape, math.prod(pair.shape[1:]))   # rows: ΔW's dim 0
         self.pair, self.scale = pair, scale
         self.rank = pair.rank
-        self._columns: list[tuple] | None = None
 
     def _read(self, offset: int, n: int) -> bytes:
         return self._located(super()._read, offset, n)
@@ -67,17 +71,23 @@ class DeltaSource(RowsSource):
 
     def columns(self) -> list[tuple]:
         """ΔW's columns as r-value tuples of the right-hand factor: A's columns, or B's rows
-        when transposed. Read whole, once."""
-        if self._columns is None:
-            p, r = self.pair, self.rank
-            whole = p.up if p.transposed else p.down
-            values = _decoded(whole, whole.source.read_data(whole.offset, whole.nbytes))
-            if p.transposed:     # B [out, r]: row j is column j of B^T
-                self._columns = [tuple(values[j * r:(j + 1) * r]) for j in range(len(values) // r)]
-            else:                # A [r, cols]: column j is A[:, j]
-                cols = len(values) // r
-                self._columns = list(zip(*(values[k * cols:(k + 1) * cols] for k in range(r))))
-        return self._columns
+        when transposed. Read whole, and kept (while KEPT_VALUES allow)."""
+        kept = _KEPT.get(self)
+        if kept is not None:
+            _KEPT.move_to_end(self)
+            return kept
+        p, r = self.pair, self.rank
+        whole = p.up if p.transposed else p.down
+        values = _decoded(whole, whole.source.read_data(whole.offset, whole.nbytes))
+        if p.transposed:     # B [out, r]: row j is column j of B^T
+            columns = [tuple(values[j * r:(j + 1) * r]) for j in range(len(values) // r)]
+        else:                # A [r, cols]: column j is A[:, j]
+            cols = len(values) // r
+            columns = list(zip(*(values[k * cols:(k + 1) * cols] for k in range(r))))
+        _KEPT[self] = columns
+        while sum(len(c) * src.rank for src, c in _KEPT.items()) > KEPT_VALUES and len(_KEPT) > 1:
+            _KEPT.popitem(last=False)
+        return columns
 
     def left(self, rows: list[int]) -> dict[int, list]:
         """The r values each of ΔW's `rows` combines the columns with: B's rows, or (when

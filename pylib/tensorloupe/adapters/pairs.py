@@ -29,9 +29,9 @@ SUFFIXES = {
     ".alpha": (KOHYA, "alpha", False),
 }
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
-# The whole right-hand factor (A, or B when transposed) is held as floats to compute rows: up
-# to this many values (r 64 x 65,536 columns).
-MAX_FACTOR_VALUES = 1 << 22
+# The whole right-hand factor (A, or B when transposed) is held as floats to compute ΔW: up
+# to this many values (r 64 x 32,768 columns; ~80 MB of Python floats).
+MAX_FACTOR_VALUES = 1 << 21
 
 
 @dataclass
