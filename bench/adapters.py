@@ -1,6 +1,6 @@
 """Benchmark: a Llama-7B-shaped PEFT LoRA adapter (32 layers, q/k/v/o_proj, r 16, hidden 4096,
 BF16 factors: 33.6 MB) opened, and one 4096 x 4096 ΔW viewed: sampled statistics, a 256 x 256
-heatmap lattice, exact statistics, each timed with its bytes read, against numpy computing the
+heatmap lattice, the health scan of every ΔW, exact statistics, each timed with its bytes read, against numpy computing the
 whole ΔW (`scale * B @ A` in float64) in the same run.
 
     python bench/adapters.py
@@ -57,6 +57,8 @@ def main() -> None:
         t = ckpt.tensor(NAME)
         timed("sampled stats (65,536 values)", ckpt, lambda: sample(t, 65536))
         timed("heatmap lattice 256 x 256", ckpt, lambda: grid(t, 256, 256))
+        report = timed("health scan (every ΔW, 32 KiB each)", ckpt, lambda: tensorloupe.health(ckpt))
+        print(f"  health flags: {report.counts()}")
         stats = timed("exact stats (16.8M values)", ckpt, lambda: exact_stats(t))
         a, b = (p.numpy().astype(np.float64) for p in t.parts)
         start = time.perf_counter()
