@@ -59,7 +59,8 @@ def open(target, name: str | None = None, *, follow_redirects: bool = False) -> 
 def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
     """A local checkpoint with a `config.json` beside it that has a `quantization_config`: its
     quantised weights become tensors of real values (quant/logical.py). A URL's config.json is
-    not fetched here (one more request per open); the CLI's inspect and the page pass theirs."""
+    not fetched here (one more request per open); the CLI's inspect and the page pass theirs.
+    A LoRA adapter's pairs become their ΔW first (_adapted)."""
     _adapted(ckpt, [_os.fspath(f) for f in files if isinstance(f, (str, _os.PathLike))])
     local = [f for f in files if isinstance(f, (str, _os.PathLike)) and not is_url(f)]
     if not local or len(local) < len(files):

@@ -497,12 +497,12 @@ def run_diff(args) -> int:
     def progress(done, total):
         print(f"\rcompared {done:,}/{counted(total, 'tensor')}", end="" if done < total else "\n", file=sys.stderr)
 
-    adapter = open_files([args.adapter], args) if args.adapter else contextlib.nullcontext()
-    with open_files([args.a], args) as a, open_files([args.b], args) as b, adapter:
+    with contextlib.ExitStack() as opened:
+        a, b = (opened.enter_context(open_files([x], args)) for x in (args.a, args.b))
         applied = None
         if args.adapter:   # A + ΔW: the merged model B should equal it (adapters/merge.py)
             from .adapters.merge import with_adapter
-            a, applied = with_adapter(a, adapter)
+            a, applied = with_adapter(a, opened.enter_context(open_files([args.adapter], args)))
         result = compare(a, b, args.samples, args.exact, args.tensor,
                          progress if args.exact and sys.stderr.isatty() else None,
                          max_elements=args.max_elements)

@@ -13,6 +13,7 @@ lora_te_, lora_te1_, lora_te2_ (the module path's dots are underscores, which ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 
 from ..dtypes import lookup
 from ..model import Tensor
@@ -92,12 +93,18 @@ class Pair:
         return None
 
 
+FACTOR_SUFFIXES = tuple(s for s, (_, role, _) in SUFFIXES.items() if role in ("down", "up"))
+# An adapter is made of its pairs: one is among its first tensors whatever the order (a
+# modules_to_save copy or two may come first). Looking no further keeps every other open,
+# a million-tensor header included, at one C-level check of a few names.
+FIRST_NAMES = 256
+
+
 def layout_of(names) -> str | None:
-    """PEFT, KOHYA or None (not an adapter), from the tensor names alone."""
-    for name in names:
-        for suffix, (layout, role, _) in SUFFIXES.items():
-            if role in ("down", "up") and name.endswith(suffix):
-                return layout
+    """PEFT, KOHYA or None (not an adapter), from the first FIRST_NAMES tensor names."""
+    for name in islice(names, FIRST_NAMES):
+        if name.endswith(FACTOR_SUFFIXES):
+            return next(SUFFIXES[s][0] for s in FACTOR_SUFFIXES if name.endswith(s))
     return None
 
 

@@ -169,8 +169,8 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         if config_warning:
             ckpt.warnings.append(config_warning)
         dequantise(ckpt, config, config_where or "config.json")   # its quantization_config, if any
-        if layout_of(t.name for t in ckpt.tensors):   # a LoRA adapter: ΔW, with the adapter_config.json dropped beside it
-            from .. import adapters
+        if layout_of(t.name for t in ckpt.tensors):   # a LoRA adapter: ΔW (adapters/), with
+            from .. import adapters                     # the adapter_config.json dropped beside it
             adapters.adopt(ckpt, [p for p in paths or [] if isinstance(p, str)])
             adapters.apply(ckpt, None)   # by URL, no config is fetched: said, factors as stored
         if self.checkpoint is not None:
