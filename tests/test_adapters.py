@@ -366,3 +366,24 @@ def test_a_bin_adapter_and_an_adapter_over_http(tmp_path, serve_directory, capsy
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("case", ["pattern", "kohya"])
+def test_convert_writes_the_adapter_as_stored(case, tmp_path, capsys):
+    """`convert` of an adapter (a .bin one, here) writes its factors under their stored names,
+    so it stays an adapter; a ΔW named with --names is written as its values."""
+    source = OUT / "kohya.safetensors" if case == "kohya" else OUT / case / "adapter_model.safetensors"
+    stored = load_file(str(source))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    torch.save(stored, folder / "adapter_model.bin")
+    if case != "kohya":
+        shutil.copy(OUT / case / "adapter_config.json", folder)
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", str(folder / "adapter_model.bin"), str(out)]) == 0
+    written = load_file(str(out))
+    assert sorted(written) == sorted(stored) and all(torch.equal(written[k], stored[k]) for k in stored)
+    with tensorloupe.open(source) as ckpt:
+        delta = next(t for t in ckpt.tensors if "computed as" in t.info)
+        assert main(["extract", str(source), str(tmp_path / "delta.safetensors"), "--names", delta.name]) == 0
+        assert torch.equal(load_file(str(tmp_path / "delta.safetensors"))[delta.name], ours(delta))

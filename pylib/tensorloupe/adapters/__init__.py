@@ -161,6 +161,6 @@ def _modules_to_save(others: list[Tensor], settings) -> dict[str, Tensor]:
         name = t.name[len(PEFT_PREFIX):] if t.name.startswith(PEFT_PREFIX) else t.name
         module = name.rsplit(".", 1)[0]
         if any(module == m or module.endswith("." + m) for m in settings.modules_to_save):
-            out[t.name] = replace(t, name=name, info={**t.info, "adapter": "replaces the base "
-                                                      "model's weight (modules_to_save)"})
+            out[t.name] = replace(t, name=name, info={**t.info, "stored as": t.name, "adapter":
+                                                      "replaces the base model's weight (modules_to_save)"})
     return out
