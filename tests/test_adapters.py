@@ -208,7 +208,7 @@ def test_health_untrained_is_info_faults_are_named(capsys):
     faults = flags_of(run_json(capsys, "health", OUT / "faults"))
     nan = faults[("model.layers.0.self_attn.v_proj.weight", "nonfinite")]
     assert nan["severity"] == "error" and nan["related"] == [adapter_files.FAULTS["nan"]]
-    assert "holds 1 nan" in nan["message"]
+    assert "holds 1 NaN" in nan["message"]
     boom = faults[("model.layers.1.self_attn.q_proj.weight", "exploding")]
     assert boom["severity"] == "error" and boom["evidence"]["ratio"] > 100
     # the norm is exact: ‖ΔW‖_F of the torch reference
@@ -387,3 +387,17 @@ def test_convert_writes_the_adapter_as_stored(case, tmp_path, capsys):
         delta = next(t for t in ckpt.tensors if "computed as" in t.info)
         assert main(["extract", str(source), str(tmp_path / "delta.safetensors"), "--names", delta.name]) == 0
         assert torch.equal(load_file(str(tmp_path / "delta.safetensors"))[delta.name], ours(delta))
+
+
+def test_health_names_a_dead_pair_and_inf_in_a(tmp_path, capsys):
+    """A all zero while B is not: a dead pair (warning); an Inf in A: named by its factor."""
+    down_inf = torch.ones(2, 8)
+    down_inf[1, 3] = math.inf
+    path = kohya_file(tmp_path / "faults.safetensors", {
+        f"{M}_a.lora_down.weight": torch.zeros(2, 8), f"{M}_a.lora_up.weight": torch.ones(8, 2),
+        f"{M}_b.lora_down.weight": down_inf, f"{M}_b.lora_up.weight": torch.ones(8, 2)})
+    flags = flags_of(run_json(capsys, "health", path))
+    assert set(flags) == {(f"{M}_a.weight", "dead_pair"), (f"{M}_b.weight", "nonfinite")}
+    assert flags[(f"{M}_a.weight", "dead_pair")]["severity"] == "warning"
+    inf = flags[(f"{M}_b.weight", "nonfinite")]
+    assert inf["related"] == [f"{M}_b.lora_down.weight"] and "holds 1 +Inf" in inf["message"]

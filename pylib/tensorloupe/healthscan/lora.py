@@ -23,6 +23,7 @@ from .rules import SEVERITIES, Flag, median
 EXPLODE_WARN, EXPLODE_ERROR = 10.0, 100.0
 MIN_PAIRS = 3          # a median of fewer pairs says nothing
 REPLACED = ("dead", "nonfinite")
+LABELS = {"nan": "NaN", "posinf": "+Inf", "neginf": "-Inf"}
 
 
 def _values(t: Tensor) -> list:
@@ -69,7 +70,7 @@ def adapter_flags(ckpt: Checkpoint) -> tuple[list[Flag], set[str]]:
                if sum(counts.values())}
         replaced.add(t.name)
         if bad:
-            said = "; ".join(f"{n!r} holds " + ", ".join(f"{c:,} {k}" for k, c in counts.items() if c)
+            said = "; ".join(f"{n!r} holds " + ", ".join(f"{c:,} {LABELS[k]}" for k, c in counts.items() if c)
                              for n, counts in bad.items())
             flags.append(Flag("nonfinite", "error", t.name, f"{said}: every value of this ΔW "
                               "that meets them is NaN or Inf.",
