@@ -16,7 +16,7 @@ LAYERS = [
     ["source", "dtypes", "unpickling"],
     ["model", "roles", "quant"],  # quant: dequantising decoders over dtypes, used by the sampler
     ["formats"],
-    ["opening"],
+    ["opening", "adapters"],  # adapters: ΔW of LoRA pairs over quant's RowsSource, config found beside
     ["sampler", "colormap"],
     ["moe", "namemap", "tokens", "report", "npy", "synthetic", "writing"],
     ["architecture", "healthscan", "comparison"],

@@ -83,6 +83,31 @@ function quantisationCard(q) {
     packed ? el("p", {class: "note", text: `${grouped(packed)} left as stored (packed, not dequantised).`}) : null);
 }
 
+// A LoRA adapter (adapters/): what it is and what it changes, as `inspect` says it
+// (adapters/text.py): each adapted weight is listed as its ΔW = scale · B · A.
+function adapterCard(a) {
+  const kind = a.layout === "peft-lora" ? "PEFT LoRA" : "kohya/A1111 LoRA";
+  const card = el("section", {class: "card", id: "adapter", dataset: {delta: String(a.delta), layout: a.layout}},
+    el("h3", {text: "Adapter"}));
+  if (a.problem) {
+    card.append(el("p", {text: `${kind} (from ${a.source}).`}), el("p", {class: "note", text: a.problem}));
+    return card;
+  }
+  const list = (values) => (values || []).map((v) => (Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(6))))).join(", ");
+  const pattern = (p) => Object.entries(p || {}).map(([k, v]) => `${k}: ${v}`).join(", ");
+  const targets = Array.isArray(a.targets) ? a.targets.join(", ") : a.targets;
+  const rows = [["adapter", `${kind} (from ${a.source})`], ["base model", a.base_model],
+    ["rank", list(a.ranks)], ["alpha", list(a.alphas)],
+    ["scale", `${list(a.scales)} (${a.rslora ? "alpha/√r: rsLoRA" : "alpha/r"})`], ["targets", targets],
+    ["rank pattern", pattern(a.rank_pattern)], ["alpha pattern", pattern(a.alpha_pattern)],
+    ["modules saved", (a.modules_to_save || []).join(", ")],
+    ["DoRA", a.dora ? "yes: ΔW shown is the LoRA part only; the merged weight is also rescaled per output row by the magnitude vector" : ""],
+    ["parameters", `${grouped(a.parameters)} stored in the adapter; ${grouped(a.delta)} weight${a.delta === 1 ? "" : "s"} shown as ΔW (${grouped(a.delta_values)} values)`]];
+  card.append(el("table", {class: "kv"}, el("tbody", {}, rows.filter(([, v]) => v).map(([k, v]) =>
+    el("tr", {dataset: {key: k}}, el("th", {class: "key", scope: "row", text: k}), el("td", {text: String(v)}))))));
+  return card;
+}
+
 function safetyReport(safety) {
   // verdicts: allowed (rebuilt as data), inert (known not to run code), dangerous (runs code, or
   // not allow-listed and so may run code); each row says why
@@ -200,6 +225,10 @@ function render(container, summary, io) {
   if (extras.quantisation) {
     container.append(quantisationCard(extras.quantisation));
     delete extras.quantisation;
+  }
+  if (extras.adapter) {
+    container.append(adapterCard(extras.adapter));
+    delete extras.adapter;
   }
   container.append(...architectureCards(summary, ctx.request));
   container.append(section("Parameters by dtype", el("table", {class: "dtypes"},

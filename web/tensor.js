@@ -176,8 +176,9 @@ class TensorView {
     this.hist.element.querySelector(".toolbar-title").textContent =
       sample.exhaustive ? "Histogram" : look ? "Histogram (sampled, a first look)" : "Histogram (sampled)";
     const from = result.tensor?.info?.["dequantised from"];
-    d.dequantised.hidden = !from;
-    d.dequantised.textContent = from ? `dequantised from ${from}` : "";
+    const computed = result.tensor?.info?.["computed as"];   // an adapter's ΔW (adapters/)
+    d.dequantised.hidden = !from && !computed;
+    d.dequantised.textContent = from ? `dequantised from ${from}` : computed || "";
     d.statsSub.textContent = sample.exhaustive
       ? `all ${grouped(sample.numel)} elements`
       : look ? `a first look at ${grouped(sample.samples)} of ${grouped(sample.numel)} elements, spread over the whole tensor: the full sample follows`

@@ -59,7 +59,9 @@ def open(target, name: str | None = None, *, follow_redirects: bool = False) -> 
 def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
     """A local checkpoint with a `config.json` beside it that has a `quantization_config`: its
     quantised weights become tensors of real values (quant/logical.py). A URL's config.json is
-    not fetched here (one more request per open); the CLI's inspect and the page pass theirs."""
+    not fetched here (one more request per open); the CLI's inspect and the page pass theirs.
+    A LoRA adapter's pairs become their ΔW first (_adapted)."""
+    _adapted(ckpt, [_os.fspath(f) for f in files if isinstance(f, (str, _os.PathLike))])
     local = [f for f in files if isinstance(f, (str, _os.PathLike)) and not is_url(f)]
     if not local or len(local) < len(files):
         return ckpt
@@ -73,6 +75,21 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
             ckpt.close()
             raise
     return ckpt
+
+
+def _adapted(ckpt: Checkpoint, files: list[str]) -> None:
+    """A LoRA adapter (adapters/): its pairs become ΔW tensors, with the adapter_config.json
+    beside it (beside a URL: one more request, made only for a PEFT adapter's names). The
+    adapters package is imported only when the names look like an adapter's."""
+    from .adapters.pairs import layout_of
+    if layout_of(t.name for t in ckpt.tensors) is None:
+        return
+    from . import adapters
+    try:
+        adapters.adopt(ckpt, files)
+    except BaseException:
+        ckpt.close()
+        raise
 
 
 def _from_cache(ckpt: Checkpoint, hub) -> Checkpoint:

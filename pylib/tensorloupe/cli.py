@@ -19,6 +19,7 @@ archive, a class not on torch's allow-list; 4 wins when something is dangerous).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -231,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=COMPARE_SAMPLES,
                    help="elements compared per tensor when sampling (default %(default)s)")
     p.add_argument("--tensor", action="append", metavar="NAME", help="only this tensor (A's or B's name; repeatable)")
+    p.add_argument("--adapter", metavar="ADAPTER", help="a LoRA adapter (PEFT folder or file, kohya "
+                   "file): compare B with A + the adapter's ΔW (a merged model against its base)")
     p.add_argument("--top", type=int, default=15, help="tensors listed in the ranking (default %(default)s)")
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_diff)
@@ -419,8 +422,10 @@ def run_stats(args) -> int:
             entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
                      "samples": stats.count, "numel": t.numel, "exact": exact,
                      "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
-            if t.parts:   # a quantised weight's real values (quant/logical.py)
+            if "dequantised from" in t.info:   # a quantised weight's real values (quant/logical.py)
                 entry["dequantised_from"] = t.info["dequantised from"]
+            if "computed as" in t.info:   # an adapter's ΔW (adapters/)
+                entry["computed_as"] = t.info["computed as"]
             if args.exact:
                 entry["exact_cost"] = cost.to_json()
             out.append(entry)
@@ -492,14 +497,22 @@ def run_diff(args) -> int:
     def progress(done, total):
         print(f"\rcompared {done:,}/{counted(total, 'tensor')}", end="" if done < total else "\n", file=sys.stderr)
 
-    with open_files([args.a], args) as a, open_files([args.b], args) as b:
+    with contextlib.ExitStack() as opened:
+        a, b = (opened.enter_context(open_files([x], args)) for x in (args.a, args.b))
+        applied = None
+        if args.adapter:   # A + ΔW: the merged model B should equal it (adapters/merge.py)
+            from .adapters.merge import with_adapter
+            a, applied = with_adapter(a, opened.enter_context(open_files([args.adapter], args)))
         result = compare(a, b, args.samples, args.exact, args.tensor,
                          progress if args.exact and sys.stderr.isatty() else None,
                          max_elements=args.max_elements)
         if args.json:
-            _emit(result.to_json())
+            _emit({**result.to_json(), **({"adapter": applied} if applied else {})})
         else:
             from .comparison import text as comparison_text
+            if applied:
+                from .adapters.text import print_applied
+                print_applied(applied)
             comparison_text.print_diff(result, args.top)
     return EXIT_OK
 

@@ -107,6 +107,9 @@ def print_inspect(ckpt: Checkpoint) -> None:
               f"(from {escaped(quantised['source'])}): {quantised['dequantised']} weights shown "
               f"dequantised to float32, sizes as stored"
               + (f"; {quantised['packed']} left packed" if quantised["packed"] else ""))
+    if ckpt.extras.get("adapter"):   # a LoRA adapter (adapters/): what it changes
+        from .adapters.text import print_adapter
+        print_adapter(ckpt.extras["adapter"])
     card = ckpt.extras.get("model_card")
     if card:
         print("\nModel card")
@@ -133,8 +136,8 @@ def print_inspect(ckpt: Checkpoint) -> None:
         for w in ckpt.warnings:
             print(f"  ! {escaped(w)}")
     print("\nTensors")
-    # A dequantised weight's stored parts are listed under it, indented.
-    quantised = "quantisation" in ckpt.extras
+    # A dequantised weight's (or an adapter's ΔW's) stored parts are listed under it, indented.
+    quantised = "quantisation" in ckpt.extras or "adapter" in ckpt.extras
 
     def listed():
         for t in ckpt.tensors:
@@ -146,7 +149,7 @@ def print_inspect(ckpt: Checkpoint) -> None:
 
     def rows():   # made twice (widths, then lines) rather than held: a header may list 1M tensors
         for t, indent in listed():
-            row = (indent + escaped(t.name), escaped(t.dtype) + (" (dequantised)" if t.parts else ""),
+            row = (indent + escaped(t.name), escaped(t.dtype) + _computed(t),
                    "×".join(map(str, t.shape)) or "scalar", human_bytes(t.stored_nbytes),
                    _bits(t), str(t.known_file_offset))
             yield row + (escaped(t.file or "?"),) if several else row
@@ -161,6 +164,13 @@ def print_inspect(ckpt: Checkpoint) -> None:
     if safety and safety.get("dangerous"):   # the verdict again, after every name it concerns
         print(f"\nSafety: this file names {len(safety['dangerous'])} dangerous global(s); see the "
               "pickle safety report above. Do not torch.load it with weights_only=False.")
+
+
+def _computed(t: Tensor) -> str:
+    """What a tensor computed from its parts is: a dequantised weight, or an adapter's ΔW."""
+    if not t.parts:
+        return ""
+    return " (ΔW)" if "computed as" in t.info else " (dequantised)"
 
 
 def _bits(t: Tensor) -> str:
@@ -297,6 +307,8 @@ def print_stats(entry: dict) -> None:
     print(f"{escaped(entry['name'])}  {escaped(entry['dtype'])}  {shape}  ({how})")
     if entry.get("dequantised_from"):
         print(f"  dequantised from {escaped(entry['dequantised_from'])}")
+    if entry.get("computed_as"):
+        print(f"  {escaped(entry['computed_as'])}")
     print(f"  {label}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}"
           f"  std {_fmt(s['std'])}  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}"
           f"  +inf {s['posinf']}  -inf {s['neginf']}")
@@ -314,7 +326,8 @@ def print_stats(entry: dict) -> None:
 
 def print_values(t: Tensor, start: int, got: list) -> None:
     print(f"{escaped(t.name)}  {t.dtype}  {'×'.join(map(str, t.shape)) or 'scalar'}"
-          + (f"  dequantised from {escaped(t.info['dequantised from'])}" if t.parts else ""))
+          + (f"  dequantised from {escaped(t.info['dequantised from'])}" if "dequantised from" in t.info
+             else f"  {escaped(t.info['computed as'])}" if "computed as" in t.info else ""))
     for i, v in enumerate(got, start):
         # repr, not a rounded format: these are the exact stored values.
         print(f"  [{', '.join(map(str, unravel(i, t.shape)))}]  {v!r}")

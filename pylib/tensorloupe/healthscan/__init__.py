@@ -143,6 +143,9 @@ def _steps(checkpoint, cost, budget, confirm_bytes, max_elements=None):
     for group in confirm.candidates(report.measures):
         copies += (yield from _confirm_copies(checkpoint, group, confirm_bytes, report, start, total))
     report.flags = _incomplete(checkpoint) + _judge(report.measures, lone, copies)
+    if "adapter" in checkpoint.extras:   # a LoRA adapter: judged on its factors too (lora.py)
+        from .lora import adjusted
+        report.flags = adjusted(checkpoint, report.flags, report.measures)
     report.bytes_read = checkpoint.bytes_read() - start
     report.complete, report.phase = True, "done"
     yield total, total, report

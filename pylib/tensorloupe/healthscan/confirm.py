@@ -43,7 +43,8 @@ def candidates(measures: list[Measure]) -> list[list[Measure]]:
 
 
 def confirmable(tensor: Tensor, limit: int | None) -> bool:
-    return limit is None or tensor.nbytes <= limit
+    # An adapter's ΔW is judged exactly on its factors (lora.py), never computed whole here.
+    return "lora" not in tensor.info and (limit is None or tensor.nbytes <= limit)
 
 
 def full_digest_steps(tensor: Tensor) -> Iterator[str | None]:

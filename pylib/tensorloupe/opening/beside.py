@@ -1,5 +1,5 @@
 """Small files that travel beside a checkpoint: `config.json`, `tokenizer.json`,
-`tokenizer_config.json`.
+`tokenizer_config.json`, a PEFT adapter's `adapter_config.json`.
 
 Hugging Face model folders keep the architecture and the tokenizer next to the weights, not in
 them. These are found by name in the checkpoint's own folder (a local path) or URL directory (the
@@ -22,6 +22,7 @@ from ..source import is_url
 CONFIG_NAME = "config.json"
 TOKENIZER_NAME = "tokenizer.json"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
+ADAPTER_CONFIG_NAME = "adapter_config.json"   # a PEFT adapter's settings (adapters/config.py)
 # A config.json is a few KB; refuse to parse anything absurd.
 MAX_CONFIG_BYTES = 10 << 20
 # tokenizer.json files of 256k-token vocabularies are ~20-35 MB.
@@ -29,9 +30,10 @@ MAX_TOKENIZER_BYTES = 64 << 20
 # What each file beside a model is, for a user who opened it instead of the model.
 ROLES = {CONFIG_NAME: "the model's configuration (config.json)",
          TOKENIZER_NAME: "the tokenizer (tokenizer.json)",
-         TOKENIZER_CONFIG_NAME: "the tokenizer's settings (tokenizer_config.json)"}
+         TOKENIZER_CONFIG_NAME: "the tokenizer's settings (tokenizer_config.json)",
+         ADAPTER_CONFIG_NAME: "a PEFT adapter's settings (adapter_config.json)"}
 LIMITS = {CONFIG_NAME: MAX_CONFIG_BYTES, TOKENIZER_NAME: MAX_TOKENIZER_BYTES,
-          TOKENIZER_CONFIG_NAME: MAX_CONFIG_BYTES}
+          TOKENIZER_CONFIG_NAME: MAX_CONFIG_BYTES, ADAPTER_CONFIG_NAME: MAX_CONFIG_BYTES}
 
 
 class Found(NamedTuple):

@@ -4,7 +4,8 @@ A file's name puts it in one of four kinds:
   - a part of a set: `<stem>-00001-of-00003.safetensors|gguf|bin`, or the set's index
     `<stem>.safetensors.index.json` / `<stem>.bin.index.json` (transformers 4.x's
     `pytorch_model.bin.index.json`); the set is keyed by folder, stem and extension;
-  - a file beside a model (`config.json`, `tokenizer.json`, `tokenizer_config.json`), which goes
+  - a file beside a model (`config.json`, `tokenizer.json`, `tokenizer_config.json`,
+    `adapter_config.json`), which goes
     with the checkpoint of its folder and is not one itself;
   - a training run's state beside its model (training.py's FILES: optimizer.pt, scheduler.pt,
     rng_state.pth, training_args.bin, trainer_state.json; accelerate's optimizer.bin, ...): it
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Callable, Generic, NamedTuple, TypeVar
 
-from .beside import CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
+from .beside import ADAPTER_CONFIG_NAME, CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from .detect import EXTENSIONS
 from .shards import PART_NAME
 from .training import is_part as is_training_part
@@ -32,7 +33,7 @@ from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_d
 # A shard set's index, by the extension of the shards it names: transformers writes
 # model.safetensors.index.json, and (4.x, safe_serialization=False) pytorch_model.bin.index.json.
 INDEX_SUFFIXES = {".safetensors.index.json": "safetensors", ".bin.index.json": "bin"}
-BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
+BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, ADAPTER_CONFIG_NAME)
 
 PART, INDEX, ALONGSIDE, TRAINING, DCP, MODEL, OTHER = (
     "part", "index", "beside", "training", "dcp", "model", "other")

@@ -135,22 +135,23 @@ class _Reader:
         return self.rows(name, row_start, row_count)
 
 
-class DequantisedSource(ByteSource):
-    """The float32 bytes (little-endian, row-major) of one dequantised weight. A read of any
-    range decodes the whole logical rows it touches (along dim 0) from only the stored rows
-    those need, read from the parts' own sources."""
+class RowsSource(ByteSource):
+    """The float32 bytes (little-endian, row-major) of a tensor computed from stored ones, row
+    by row: a read of any range computes the whole rows it touches (`_compute(r0, r1)`, a
+    subclass's), rows shared by neighbouring ranges once, the last ones kept. Reads are counted
+    on the stored tensors' own sources; `codes` is the stored tensor that locates it. A
+    dequantised weight (below) and an adapter's ΔW (adapters/delta.py) are two of these."""
 
-    def __init__(self, logical: Logical, parts: dict[str, Tensor]):
+    def __init__(self, codes: Tensor, shape: tuple, row_values: int):
         super().__init__()
-        self.logical, self.parts = logical, parts
-        self.codes = parts[logical.parts["codes"].name]
-        self.name = self.codes.source.name
-        self.size = 4 * math.prod(logical.shape)
-        self.row_bytes = 4 * logical.rows_cols[1]
+        self.codes = codes
+        self.name = codes.source.name
+        self.size = 4 * math.prod(shape)
+        self.row_bytes = 4 * row_values
         self._kept: list[tuple[int, int, bytes]] = []   # (first row, end row, float32 bytes)
-        self._whole: dict[str, bytes] = {}               # small parts read once, whole
-        self._columns: dict[tuple, bytes] = {}           # the last columns read of large parts
-        self._reader = _Reader(self._read_part, self._read_cols)
+
+    def _compute(self, r0: int, r1: int) -> array:
+        raise NotImplementedError
 
     @property
     def waits(self) -> bool:
@@ -192,7 +193,7 @@ class DequantisedSource(ByteSource):
         for k0, k1, data in self._kept:
             if k0 <= r0 and r1 <= k1:
                 return data[(r0 - k0) * self.row_bytes:(r1 - k0) * self.row_bytes]
-        values = self._dequantise(r0, r1)
+        values = self._compute(r0, r1)
         if sys.byteorder == "big":
             values.byteswap()
         data = values.tobytes()
@@ -201,7 +202,19 @@ class DequantisedSource(ByteSource):
             self._kept.pop(0)
         return data
 
-    def _dequantise(self, r0: int, r1: int) -> array:
+
+class DequantisedSource(RowsSource):
+    """The float32 bytes of one dequantised weight: rows decoded from only the stored rows they
+    need, read from the parts' own sources."""
+
+    def __init__(self, logical: Logical, parts: dict[str, Tensor]):
+        super().__init__(parts[logical.parts["codes"].name], logical.shape, logical.rows_cols[1])
+        self.logical, self.parts = logical, parts
+        self._whole: dict[str, bytes] = {}               # small parts read once, whole
+        self._columns: dict[tuple, bytes] = {}           # the last columns read of large parts
+        self._reader = _Reader(self._read_part, self._read_cols)
+
+    def _compute(self, r0: int, r1: int) -> array:
         t = self.logical
         try:
             return dequantise(t, self._reader, r0, r1)

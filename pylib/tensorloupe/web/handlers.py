@@ -24,6 +24,7 @@ from ..sampler.sampling import EXACT_CHUNK_ELEMS, exact_stats_steps, values
 from ..sampler.staged import StagedGrid, StagedSample
 from ..jsonable import PREVIEW, json_number
 from ..quant.logical import apply as dequantise
+from ..adapters.pairs import layout_of
 from ..sampler.stats import Stats
 from . import blobs, files, remote
 from .jobs import Job, Jobs
@@ -173,6 +174,10 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
         if config_warning:
             ckpt.warnings.append(config_warning)
         dequantise(ckpt, config, config_where or "config.json")   # its quantization_config, if any
+        if layout_of(t.name for t in ckpt.tensors):   # a LoRA adapter: ΔW (adapters/), with
+            from .. import adapters                     # the adapter_config.json dropped beside it
+            adapters.adopt(ckpt, [p for p in paths or [] if isinstance(p, str)])
+            adapters.apply(ckpt, None)   # by URL, no config is fetched: said, factors as stored
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.checkpoint, self._moe, self.analysis = ckpt, None, None

@@ -12,6 +12,7 @@ two names of one torch storage (`Tensor.info["same_as"]`) are written as two cop
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -80,8 +81,19 @@ def select(ckpt: Checkpoint, names: list[str] | None = None, match: str | None =
         found = [t for t in ckpt.tensors if pattern.search(t.name)]
         if not found:
             raise UsageError(f"no tensor name matches {match!r}")
-        return found
-    return list(ckpt.tensors)
+        return [s for t in found for s in _as_stored(t)]
+    return [s for t in ckpt.tensors for s in _as_stored(t)]
+
+
+def _as_stored(t: Tensor) -> list[Tensor]:
+    """An adapter (adapters/) is written as the file holds it, so that it stays an adapter: a
+    ΔW as its factors, a modules_to_save copy under its stored name. A ΔW named explicitly is
+    written as its values."""
+    if "computed as" in t.info:
+        return list(t.parts)
+    if "stored as" in t.info:
+        return [dataclasses.replace(t, name=t.info["stored as"])]
+    return [t]
 
 
 def parse_size(text: str | int) -> int:
@@ -127,9 +139,13 @@ def metadata(ckpt: Checkpoint, entries: list[Entry], version: str) -> dict[str, 
     if shared:
         out["shared"] = json.dumps(shared) + " (names of one torch tensor in the source, " \
                         "written as copies: safetensors has no aliasing)"
-    dequantised = [e.tensor.name for e in entries if e.how == "values" or e.tensor.parts]
+    deltas = [e.tensor.name for e in entries if "computed as" in e.tensor.info]
+    dequantised = [e.tensor.name for e in entries
+                   if (e.how == "values" or e.tensor.parts) and e.tensor.name not in deltas]
     if dequantised:
         out["dequantised"] = json.dumps(dequantised) + " (written as their float32 values)"
+    if deltas:
+        out["adapter_delta"] = json.dumps(deltas) + " (an adapter's ΔW = scale·B·A, written as its float32 values)"
     return out
 
 
