@@ -167,6 +167,18 @@ def _nibble_decoder(table: tuple) -> Decoder:
     return decode
 
 
+def _two_bit_decoder(table: tuple) -> Decoder:
+    # Four 2-bit codes per byte, element 0 in the low bits (ONNX INT2/UINT2, numpy_helper._unpack_2bit).
+    quads = [tuple(table[(b >> shift) & 3] for shift in (0, 2, 4, 6)) for b in range(256)]
+
+    def decode(buf, big_endian=False):
+        out = []
+        for b in buf:
+            out.extend(quads[b])
+        return out
+    return decode
+
+
 def _six_bit_decoder(table: tuple) -> Decoder:
     # Four 6-bit codes in 3 bytes, read as a little-endian 24-bit word, element 0 in the low bits.
     # The safetensors spec gives F6 a bit width but no packing order; this is the order of the
@@ -193,6 +205,9 @@ F8_E8M0_TABLE = _e8m0_table()
 F6_E2M3_TABLE = minifloat_table(2, 3, 1, "none")
 F6_E3M2_TABLE = minifloat_table(3, 2, 3, "none")
 F4_E2M1_TABLE = minifloat_table(2, 1, 1, "none")
+# Packed integers (ONNX INT4/UINT4, INT2/UINT2): two's complement in 4 or 2 bits.
+U4_TABLE, I4_TABLE = tuple(range(16)), tuple(v - 16 if v > 7 else v for v in range(16))
+U2_TABLE, I2_TABLE = tuple(range(4)), (0, 1, -2, -1)
 
 DTYPES: dict[str, DType] = {d.name: d for d in (
     _plain("BOOL", 1, "bool", _decode_bool),
@@ -219,11 +234,16 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("F6_E2M3", 4, 3, "float", _six_bit_decoder(F6_E2M3_TABLE)),
     DType("F6_E3M2", 4, 3, "float", _six_bit_decoder(F6_E3M2_TABLE)),
     DType("F4", 2, 1, "float", _nibble_decoder(F4_E2M1_TABLE)),
+    DType("U4", 2, 1, "uint", _nibble_decoder(U4_TABLE)),
+    DType("I4", 2, 1, "int", _nibble_decoder(I4_TABLE)),
+    DType("U2", 4, 1, "uint", _two_bit_decoder(U2_TABLE)),
+    DType("I2", 4, 1, "int", _two_bit_decoder(I2_TABLE)),
 )}
 
 # The dtypes the safetensors format defines (its Rust `Dtype` enum, safetensors 0.8). C32 and
-# C128 are ours, for torch complex32 and complex128, and are not accepted in a safetensors header.
-SAFETENSORS_DTYPES = frozenset(DTYPES) - {"C32", "C128"}
+# C128 are ours, for torch complex32 and complex128, and the packed integers are ONNX's: none of
+# them is accepted in a safetensors header.
+SAFETENSORS_DTYPES = frozenset(DTYPES) - {"C32", "C128", "U4", "I4", "U2", "I2"}
 
 
 def to_float(value) -> float:
