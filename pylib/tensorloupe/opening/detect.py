@@ -47,12 +47,12 @@ def _npz():
 
 
 def _dduf():
-    from ..formats.zipped import dduf
+    from ..formats.archives import dduf
     return dduf
 
 
 def _llamafile():
-    from ..formats.zipped import llamafile
+    from ..formats.archives import llamafile
     return llamafile
 
 
