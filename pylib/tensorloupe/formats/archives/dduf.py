@@ -83,7 +83,7 @@ def _check_entry(archive: Archive, name: str, error) -> None:
         raise error(FormatError, f"member {name!r} is compressed or encrypted; DDUF members are "
                     "stored", found=f"compression method {info.compress_type}")
     if "\\" in name or not name.endswith(ALLOWED) or name.strip("/").count("/") > 1 \
-            or posixpath.normpath(name) != name or name.startswith("/"):
+            or posixpath.normpath(name) != name or name.startswith("/") or ".." in name.split("/"):
         raise error(FormatError, f"member {name!r} is not a DDUF entry name (a .json, .model, "
                     ".safetensors or .txt file, at most one folder deep, '/' separators)")
     if info.file_size != info.compress_size:
