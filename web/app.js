@@ -221,7 +221,7 @@ async function openFiles(given, {drop = false} = {}) {
     const {result} = await request("mount", {}, {files, label: "Reading the file list…"});
     const pair = drop && result.entries.length === 2 && result.entries;
     if (pair) return await openPair(pair);
-    await addEntries(result.entries, "The folder holds no checkpoint files (.safetensors, .gguf, .pt, .pth, .bin, .ckpt).");
+    await addEntries(result.entries, "The folder holds no checkpoint files (.safetensors, .gguf, .pt, .pth, .bin, .ckpt, .onnx, .npy, .npz, .dduf, .llamafile).");
   } catch (error) {
     showError("Could not read the dropped files.", error.message);
   }

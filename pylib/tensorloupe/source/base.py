@@ -197,8 +197,7 @@ class FileSource(ByteSource):
         OPEN_FILES.close(self)
 
     def _beside(self, name: str) -> ByteSource:
-        from .cache import CachedSource   # cache.py imports this module
-        return CachedSource(type(self)(os.path.join(os.path.dirname(self.path), *name.split("/"))))
+        return type(self)(os.path.join(os.path.dirname(self.path), *name.split("/")))
 
     def __del__(self):
         try:

@@ -45,9 +45,8 @@ class HttpSource(ByteSource):
 
     def _beside(self, name: str) -> ByteSource:
         """The URL with its last segment replaced by `name`: only a URL the user gave's folder."""
-        from .cache import CachedSource
-        return CachedSource(HttpSource(sibling_url(self.url, name), timeout=self.timeout,
-                                       follow_redirects=self.follow_redirects))
+        return HttpSource(sibling_url(self.url, name), timeout=self.timeout,
+                          follow_redirects=self.follow_redirects)
 
     def _range(self, offset: int, n: int, probing: bool = False,
                exchange=None) -> tuple[bytes, int]:

@@ -20,6 +20,7 @@ from ...errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, 
                        LOW_LEVEL_ERRORS)
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
+from ...source.cache import CachedSource
 from . import tensors
 from .graph import graph_inputs, opsets
 from .tensors import IN_PLACE, TYPES, TypedSource, stored_bytes
@@ -215,7 +216,9 @@ class _Placer:
     def _open(self, location: str) -> ByteSource | None:
         if location not in self.opened:
             try:
-                self.opened[location] = self.source.beside(location)
+                found = self.source.beside(location)
+                # a file beside the model is read like the model: through a block cache
+                self.opened[location] = found if isinstance(found, CachedSource) else CachedSource(found)
             except TensorloupeError as e:
                 self.opened[location] = None
                 self.warnings.append(f"the external data file {location!r} cannot be opened: "
