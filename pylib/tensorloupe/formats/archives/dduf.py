@@ -15,13 +15,12 @@ import dataclasses
 import json
 import posixpath
 
-from ...errors import ErrorFactory, FormatError, TensorloupeError, UnknownFormatError
+from ...errors import ErrorFactory, FormatError, LimitError, TensorloupeError, UnknownFormatError
 from ...model import Checkpoint
 from ...source import ByteSource
-from ...source.base import SliceSource
 from .. import safetensors
 from ..pytorch.members import ENCRYPTED, STORED, Archive
-from .members import first_member
+from .members import MemberSlice, first_member
 
 FORMAT = "dduf"
 INDEX = "model_index.json"
@@ -46,7 +45,7 @@ def read(source: ByteSource) -> Checkpoint:
         raise error(UnknownFormatError, f"this ZIP is not a DDUF file: it has no {INDEX}",
                     found=", ".join(sorted(names)[:4]) or "no members")
     offsets = archive.data_offsets(names)            # every local header, in coalesced reads
-    index = _json(archive, INDEX, error)
+    index = _json(archive, INDEX, offsets[INDEX], error)
     folders = sorted({n.split("/", 1)[0] for n in names if "/" in n})
     for folder in folders:
         if folder not in index:
@@ -60,7 +59,7 @@ def read(source: ByteSource) -> Checkpoint:
         folder, base = name.rsplit("/", 1) if "/" in name else ("", name)
         entry = components.setdefault(folder, {}) if folder else None
         if base in CONFIGS and entry is not None:
-            entry["config"] = _json(archive, name, error)
+            entry["config"] = _json(archive, name, offsets[name], error)
         elif name.endswith(".safetensors"):
             part = _safetensors(source, archive, name, offsets[name])
             prefix = f"{folder}." if folder else ""
@@ -91,8 +90,13 @@ def _check_entry(archive: Archive, name: str, error) -> None:
                     f"holds {info.compress_size}")
 
 
-def _json(archive: Archive, name: str, error) -> dict:
-    raw = archive.read(name, MAX_JSON)
+def _json(archive: Archive, name: str, offset: int, error) -> dict:
+    """A small JSON member, read in place (its own bytes, not the cache block around them)."""
+    size = archive.members[name].file_size
+    if size > MAX_JSON:
+        raise error(LimitError, f"{name} is larger than the limit", expected=f"at most {MAX_JSON}",
+                    found=size)
+    raw = archive.source.read_data(offset, size)
     try:
         value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
@@ -105,7 +109,7 @@ def _json(archive: Archive, name: str, error) -> dict:
 
 
 def _safetensors(source: ByteSource, archive: Archive, name: str, offset: int) -> Checkpoint:
-    part = SliceSource(source, offset, archive.members[name].file_size, name=name)
+    part = MemberSlice(source, offset, archive.members[name].file_size, name=name)
     try:
         return safetensors.read(part)
     except TensorloupeError as e:

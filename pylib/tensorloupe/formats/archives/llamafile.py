@@ -3,7 +3,7 @@ model as a stored .gguf member, its data aligned by llamafile's `zipalign` so it
 
 The ZIP is found as zipfile finds any ZIP, by its end-of-central-directory record at the end of the
 file; the .gguf member's data offset comes from its local header (formats/pytorch/members.py), and
-the GGUF is read in place through a SliceSource over that member: the executable is never read.
+the GGUF is read in place through a MemberSlice over that member: the executable is never read.
 The result is the GGUF's checkpoint (format "gguf", so its tokenizer and architecture views work),
 with extras["container"] saying where it was found.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from ...errors import ErrorFactory, FormatError, TensorloupeError, UnknownFormatError
 from ...model import Checkpoint
 from ...source import ByteSource
-from ...source.base import SliceSource
 from ..pytorch.members import ENCRYPTED, STORED, Archive
+from .members import MemberSlice
 
 FORMAT = "llamafile"
 APE_MAGIC = b"MZqFpD"        # Actually Portable Executable: a DOS header that is also a shell script
@@ -43,7 +43,7 @@ def read(source: ByteSource) -> Checkpoint:
                     "cannot be read in place (llamafile's zipalign stores it)",
                     found=f"compression method {info.compress_type}")
     offset = archive.data_offsets([name])[name]
-    member = SliceSource(source, offset, info.file_size, name=name)
+    member = MemberSlice(source, offset, info.file_size, name=name)
     try:
         inner = gguf.read(member)
     except TensorloupeError as e:

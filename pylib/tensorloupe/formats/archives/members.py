@@ -13,6 +13,7 @@ import zlib
 
 from ...errors import FormatError, LimitError, TruncatedError
 from ...source import ByteSource
+from ...source.base import SliceSource
 from ..pytorch.members import LOCAL_HEADER, LOCAL_SIGNATURE, Archive
 
 MAX_INFLATED = 256 << 20     # bytes one deflated member is inflated to, at most
@@ -28,6 +29,15 @@ def first_member(head: bytes) -> str | None:
     name_length = fields[9]
     name = head[LOCAL_HEADER.size:LOCAL_HEADER.size + name_length]
     return name.decode("utf-8", "replace") if len(name) == name_length else None
+
+
+class MemberSlice(SliceSource):
+    """A stored member in place, whose reads pass through the block cache unrounded: a member's
+    header (a safetensors or GGUF header deep in the archive) costs its own bytes, not a 64 KiB
+    block around them."""
+
+    def _read(self, offset: int, n: int) -> bytes:
+        return self._count(self.inner.read_data(self.base + offset, n))
 
 
 class InflatedSource(ByteSource):

@@ -34,9 +34,12 @@ class Array:
         self.tensor, self.metadata, self.warnings, self.extras = tensor, metadata, warnings, extras
 
 
-def read_array(source: ByteSource, base: int, length: int, name: str, error) -> Array:
-    """The .npy at [base, base + length) of `source`, as the tensor `name`."""
-    prefix = source.read(base, min(length, PEEK))
+def read_array(source: ByteSource, base: int, length: int, name: str, error,
+               prefix: bytes | None = None) -> Array:
+    """The .npy at [base, base + length) of `source`, as the tensor `name`; `prefix`: its first
+    min(length, PEEK) bytes if the caller has read them already."""
+    if prefix is None:
+        prefix = source.read(base, min(length, PEEK))
     version, n = npy_header.header_length(prefix, error)
     start = npy_header.PREFIX + npy_header.LENGTHS[version].size
     if start + n > length:

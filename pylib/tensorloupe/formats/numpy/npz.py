@@ -16,7 +16,7 @@ from ...source import ByteSource
 from ..archives.members import InflatedSource, first_member
 from ..multifile import merge_reports
 from ..pytorch.members import DEFLATED, ENCRYPTED, STORED, Archive
-from .npy import read_array
+from .npy import PEEK, read_array
 
 FORMAT = "npz"
 SUFFIX = ".npy"
@@ -37,6 +37,10 @@ def read(source: ByteSource) -> Checkpoint:
                                  file=source.name, format=FORMAT,
                                  found=", ".join(sorted(archive.members)[:4]) or "no members")
     offsets = archive.data_offsets(names)     # the local headers, in coalesced reads
+    stored = [n for n in names if archive.members[n].compress_type == STORED]
+    # every stored member's .npy header in one vectored read (in place: no block rounding)
+    peeks = dict(zip(stored, source.read_many(
+        [(offsets[n], min(archive.members[n].file_size, PEEK)) for n in stored])))
     tensors, warnings, safety, deflated = [], [], [], []
     for name in names:
         info = archive.members[name]
@@ -45,7 +49,7 @@ def read(source: ByteSource) -> Checkpoint:
             raise error(UnknownFormatError, f"member {name!r} is encrypted or compressed with "
                         f"method {info.compress_type}; numpy writes stored or deflated members")
         if info.compress_type == STORED:
-            array = read_array(source, offsets[name], info.file_size, key, error)
+            array = read_array(source, offsets[name], info.file_size, key, error, peeks[name])
         else:
             deflated.append(info)
             array = read_array(InflatedSource(archive, name, offsets[name]), 0, info.file_size,

@@ -22,7 +22,8 @@ from ...errors import FormatError, LimitError, TruncatedError
 
 VARINT, FIXED64, LENGTH, GROUP_START, GROUP_END, FIXED32 = 0, 1, 2, 3, 4, 5
 MAX_VARINT_BYTES = 10
-WINDOW = 4096                  # bytes read where a walk resumes after a skipped value
+WINDOW = 512                   # bytes read where a walk resumes after a skipped value (an
+                               # initializer's dims, type and name; a longer one reads again)
 MAX_FIELDS = 20_000_000        # fields walked in one file (a 2 GB graph has a few million)
 FIXED = {FIXED64: struct.Struct("<Q"), FIXED32: struct.Struct("<I")}
 
