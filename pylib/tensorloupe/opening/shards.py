@@ -75,7 +75,12 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
         for source in sources:
             source.neighbours = data
         sources = [s for s in sources if not detect.is_external_data(s.name)]
-        ckpt = open_all(sources, read)
+        try:
+            ckpt = open_all(sources, read)
+        except BaseException:
+            for source in data.values():
+                source.close()
+            raise
         for unused in set(map(id, data.values())) - set(map(id, ckpt.sources)):
             next(s for s in data.values() if id(s) == unused).close()
         return ckpt

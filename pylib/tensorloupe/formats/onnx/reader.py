@@ -47,7 +47,7 @@ def sniff(head: bytes, size: int, name: str) -> bool:
 
 def read(source: ByteSource) -> Checkpoint:
     error = ErrorFactory(source.name, FORMAT)
-    wire = Wire(source, error, FORMAT)
+    wire = Wire(source, error)
     try:
         return _read(source, wire, error)
     except TensorloupeError as e:
@@ -73,7 +73,7 @@ def _read(source: ByteSource, wire: Wire, error) -> Checkpoint:
         elif f.number == OPSET and f.wire == LENGTH:
             meta["opset_import"].update(opsets(wire, f.value))
         elif f.number == PROPS and f.wire == LENGTH:
-            key, value = tensors._entry(wire, f.value)
+            key, value = tensors.entry(wire, f.value)
             props[key] = value
         elif f.number == GRAPH and f.wire == LENGTH:
             graphs.append(f.value)
@@ -169,14 +169,14 @@ class _Placer:
         if s.raw is not None:
             return self._sized(bare, self.source, s.raw.offset, s.raw.length, nbytes, "raw_data")
         values = s.typed.get(kind.field, [])
-        if kind.field in IN_PLACE and len(values) == 1 and hasattr(values[0], "length"):
+        if kind.field in IN_PLACE and len(values) == 1 and isinstance(values[0], Span):
             span = values[0]
             return self._sized(bare, self.source, span.offset, span.length, nbytes, "its typed field")
         if not values and numel:
             bare.problem = f"it has no values (no raw_data, external data or {label} field)"
             return bare
         typed = TypedSource(self.wire, kind, values, nbytes, numel, s.name,
-                            values[0].offset if values and hasattr(values[0], "offset") else s.at)
+                            values[0].offset if values and isinstance(values[0], Span) else s.at)
         return Tensor(s.name, kind.dtype, s.dims, 0, nbytes, typed, info=info)
 
     def _sized(self, bare: Tensor, source, offset: int, length: int, nbytes: int, where: str):

@@ -111,7 +111,7 @@ def parse(wire: Wire, span: Span) -> Stored:
         elif f.number == DATA_LOCATION and f.wire == VARINT:
             location = f.value
         elif f.number == EXTERNAL_DATA and f.wire == LENGTH:
-            key, value = _entry(wire, f.value)
+            key, value = entry(wire, f.value)
             external[key] = value
         elif f.number in TYPED_FIELDS:
             values = typed.setdefault(f.number, [])
@@ -127,7 +127,8 @@ def parse(wire: Wire, span: Span) -> Stored:
                   segment, span.offset)
 
 
-def _entry(wire: Wire, span: Span) -> tuple[str, str]:
+def entry(wire: Wire, span: Span) -> tuple[str, str]:
+    """A StringStringEntryProto's (key, value)."""
     key = value = ""
     for f in wire.fields(span):
         if f.wire == LENGTH and f.number in (ENTRY_KEY, ENTRY_VALUE):
@@ -216,11 +217,6 @@ def _pack_six(codes: list[int]) -> bytes:
         word = group[0] | group[1] << 6 | group[2] << 12 | group[3] << 18
         out += word.to_bytes(3, "little")
     return bytes(out[:-(-len(codes) * 6 // 8)])
-
-
-def typed_count(values: list) -> int | None:
-    """The entries of a fixed-width field known without decoding (packed bytes / size)."""
-    return None if any(not isinstance(v, Span) for v in values) else sum(v.length for v in values)
 
 
 def numel_of(stored: Stored) -> int:

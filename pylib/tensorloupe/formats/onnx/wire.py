@@ -48,8 +48,8 @@ class Field(NamedTuple):
 class Wire:
     """Sequential reads of a message tree out of one source, through a moving window."""
 
-    def __init__(self, source, error, fmt: str):
-        self.source, self.error, self.fmt = source, error, fmt
+    def __init__(self, source, error):
+        self.source, self.error = source, error
         self.start, self.data = 0, b""
         self.walked = 0
 
