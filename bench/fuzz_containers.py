@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 from fuzz_mutators import INTERESTING, bytes_edit, mutate_safetensors_json
+from inline_bytes import varint
 
 CONTAINER_FORMATS = ("onnx", "numpy", "dduf", "llamafile")
 SEEDS = {
@@ -84,16 +85,6 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _encode_varint(n: int) -> bytes:
-    n &= (1 << 70) - 1
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
 def parse_fields(data: bytes, depth: int = 0) -> list:
     """[(number, wire, value)], LENGTH values of MESSAGES fields parsed into lists (best effort:
     a payload that is no message stays bytes)."""
@@ -124,12 +115,12 @@ def parse_fields(data: bytes, depth: int = 0) -> list:
 def encode_fields(fields: list) -> bytes:
     out = bytearray()
     for number, wire, value in fields:
-        out += _encode_varint(number << 3 | wire)
+        out += varint(number << 3 | wire)
         if wire == 0:
-            out += _encode_varint(value)
+            out += varint(value)
         elif wire == 2:
             payload = encode_fields(value) if isinstance(value, list) else value
-            out += _encode_varint(len(payload)) + payload
+            out += varint(len(payload)) + payload
         else:
             out += value
     return bytes(out)
@@ -178,7 +169,7 @@ def mutate_onnx(rng: random.Random, data: bytes) -> bytes:
     elif op == 5:                                 # a length that lies: re-encode, then patch it
         out = encode_fields(tree)
         at = rng.randrange(len(out))
-        return out[:at] + _encode_varint(rng.choice(INTERESTING + (1 << 31, 1 << 40))) + out[at + 1:]
+        return out[:at] + varint(rng.choice(INTERESTING + (1 << 31, 1 << 40))) + out[at + 1:]
     else:                                         # external data pointing elsewhere
         tensors = [f for _, f in every if f[0] == 5 and isinstance(f[2], list)]
         if tensors:

@@ -15,6 +15,7 @@ from huggingface_hub import read_dduf_file
 from safetensors.numpy import load as load_safetensors
 
 import container_files as fx  # noqa: E402
+from inline_bytes import zipped  # noqa: E402
 
 import tensorloupe  # noqa: E402
 from tensorloupe import cli  # noqa: E402
@@ -105,15 +106,6 @@ def test_llamafile_open_never_reads_the_executable(files, tmp_path):
 
 
 # --- hostile ---------------------------------------------------------------------------------
-
-def zipped(entries: dict, method=zipfile.ZIP_STORED, prefix: bytes = b"") -> bytes:
-    buffer = io.BytesIO()
-    buffer.write(prefix)
-    with zipfile.ZipFile(buffer, "w", compression=method) as z:
-        for name, data in entries.items():
-            z.writestr(name, data)
-    return buffer.getvalue()
-
 
 def test_dduf_without_model_index():
     with pytest.raises(UnknownFormatError, match="no model_index.json"):

@@ -2,12 +2,13 @@
 struct and zipfile (standard library only, so tests/pyodide runs them in Pyodide too): every
 value read back exactly, and the packed dtypes ONNX adds (I4, U4, I2, U2)."""
 
-import io
 import json
 import struct
 import zipfile
 
 import pytest
+
+from inline_bytes import field, npy_file, varint, zipped
 
 import tensorloupe
 from tensorloupe.dtypes.plain import DTYPES
@@ -17,19 +18,6 @@ from tensorloupe.formats.numpy import header, npy, npz
 from tensorloupe.formats.onnx import reader as onnx
 from tensorloupe.opening import detect
 from tensorloupe.source.base import MemorySource
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def onnx_model(*initializers: bytes) -> bytes:
@@ -73,12 +61,6 @@ def test_onnx_is_sniffed_and_refuses_a_group():
         onnx.read(MemorySource(b"\x08\x09\x3b", "m.onnx"))
 
 
-def npy_file(descr: str, shape: str, body: bytes, fortran: bool = False) -> bytes:
-    text = f"{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}"
-    text += " " * (-(11 + len(text)) % 64) + "\n"
-    return header.MAGIC + b"\x01\x00" + struct.pack("<H", len(text)) + text.encode() + body
-
-
 def test_npy_byte_orders_and_fortran_order():
     big = npy.read(MemorySource(npy_file(">i2", "(3,)", struct.pack(">3h", 1, -2, 300)), "b.npy"))
     assert tensorloupe.values(big.tensors[0], 0, 3) == [1, -2, 300]
@@ -90,15 +72,6 @@ def test_npy_byte_orders_and_fortran_order():
 def test_header_literal_parser():
     assert header.literal("{'a': (1, 2), 'b': [True, None], \"c\": 'x\\'y'}", None, 0) == \
         {"a": (1, 2), "b": [True, None], "c": "x'y"}
-
-
-def zipped(entries, method=zipfile.ZIP_STORED, prefix=b"") -> bytes:
-    buffer = io.BytesIO()
-    buffer.write(prefix)
-    with zipfile.ZipFile(buffer, "w", compression=method) as z:
-        for name, data in entries.items():
-            z.writestr(name, data)
-    return buffer.getvalue()
 
 
 @pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])

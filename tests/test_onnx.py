@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from onnx import numpy_helper
 
 import onnx_files as fx  # noqa: E402
+from inline_bytes import field, varint  # noqa: E402
 
 import tensorloupe  # noqa: E402
 from tensorloupe import cli  # noqa: E402
@@ -148,19 +149,6 @@ def test_bytes_given_with_their_data_file_by_name(files):
 
 
 # --- hostile inputs: one attack per test -----------------------------------------------------
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
 
 def model(graph: bytes) -> bytes:
     return b"\x08\x09" + field(7, graph)

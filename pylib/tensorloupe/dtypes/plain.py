@@ -155,26 +155,16 @@ def _byte_table_decoder(table: tuple) -> Decoder:
     return decode
 
 
-def _nibble_decoder(table: tuple) -> Decoder:
-    # Two 4-bit codes per byte, element 0 in the low nibble (torch float4_e2m1fn_x2 layout).
-    pairs = [(table[b & 0xF], table[b >> 4]) for b in range(256)]
+def _packed_decoder(table: tuple, bits: int) -> Decoder:
+    # 8 // bits codes per byte, element 0 in the low bits: 4-bit (torch float4_e2m1fn_x2, ONNX
+    # INT4/UINT4/FLOAT4E2M1) and 2-bit (ONNX INT2/UINT2, numpy_helper._unpack_2bit).
+    mask = (1 << bits) - 1
+    groups = [tuple(table[(b >> shift) & mask] for shift in range(0, 8, bits)) for b in range(256)]
 
     def decode(buf, big_endian=False):
         out = []
         for b in buf:
-            out.extend(pairs[b])
-        return out
-    return decode
-
-
-def _two_bit_decoder(table: tuple) -> Decoder:
-    # Four 2-bit codes per byte, element 0 in the low bits (ONNX INT2/UINT2, numpy_helper._unpack_2bit).
-    quads = [tuple(table[(b >> shift) & 3] for shift in (0, 2, 4, 6)) for b in range(256)]
-
-    def decode(buf, big_endian=False):
-        out = []
-        for b in buf:
-            out.extend(quads[b])
+            out.extend(groups[b])
         return out
     return decode
 
@@ -233,11 +223,11 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     _plain("F8_E8M0", 1, "float", _byte_table_decoder(F8_E8M0_TABLE)),
     DType("F6_E2M3", 4, 3, "float", _six_bit_decoder(F6_E2M3_TABLE)),
     DType("F6_E3M2", 4, 3, "float", _six_bit_decoder(F6_E3M2_TABLE)),
-    DType("F4", 2, 1, "float", _nibble_decoder(F4_E2M1_TABLE)),
-    DType("U4", 2, 1, "uint", _nibble_decoder(U4_TABLE)),
-    DType("I4", 2, 1, "int", _nibble_decoder(I4_TABLE)),
-    DType("U2", 4, 1, "uint", _two_bit_decoder(U2_TABLE)),
-    DType("I2", 4, 1, "int", _two_bit_decoder(I2_TABLE)),
+    DType("F4", 2, 1, "float", _packed_decoder(F4_E2M1_TABLE, 4)),
+    DType("U4", 2, 1, "uint", _packed_decoder(U4_TABLE, 4)),
+    DType("I4", 2, 1, "int", _packed_decoder(I4_TABLE, 4)),
+    DType("U2", 4, 1, "uint", _packed_decoder(U2_TABLE, 2)),
+    DType("I2", 4, 1, "int", _packed_decoder(I2_TABLE, 2)),
 )}
 
 # The dtypes the safetensors format defines (its Rust `Dtype` enum, safetensors 0.8). C32 and
