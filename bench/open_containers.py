@@ -7,13 +7,13 @@ after a skipped raw_data (wire.WINDOW), the blocks of a ZIP's central directory 
 go through the 64 KiB block cache), 4 KiB per deflated .npz member (its first inflate), and for a
 llamafile what the GGUF reader reads of the bare .gguf (it reads ahead in its metadata).
 
-    python bench/open_containers.py [--keep DIR]      (also printed by bench/open_and_sample.py)
+    python bench/open_containers.py [DIR]      (also printed by bench/open_and_sample.py)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import tempfile
 import time
 import zipfile
@@ -144,11 +144,8 @@ def report(folder: Path) -> list[tuple]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", help="write the files here instead of a temp dir")
-    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(args.keep or tmp)
+        folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tmp)   # [DIR]: keep the files
         folder.mkdir(parents=True, exist_ok=True)
         report(folder)
 
