@@ -5,7 +5,7 @@ Layout (huggingface_hub serialization/_dduf.py, read_dduf_file): `model_index.js
 folder per component, each with its config (config.json, scheduler_config.json, ...) and its
 weights as .safetensors; entries are .json, .model, .safetensors or .txt, never compressed.
 Members are found through the central directory; each safetensors member is read in place (a
-SliceSource over its data), its tensors named `<component>.<tensor>`. The JSON members are small
+MemberSlice over its data), its tensors named `<component>.<tensor>`. The JSON members are small
 and read whole (bounded), shown as the components' metadata.
 """
 

@@ -18,7 +18,6 @@ from .members import MemberSlice
 
 FORMAT = "llamafile"
 APE_MAGIC = b"MZqFpD"        # Actually Portable Executable: a DOS header that is also a shell script
-ELF_MAGIC = b"\x7fELF"
 SUFFIX = ".gguf"
 
 

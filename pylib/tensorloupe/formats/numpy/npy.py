@@ -97,4 +97,3 @@ def _object_array(source, name, head, offset, rest, meta, error) -> Array:
         return Array(t, meta, warnings, {"safety": safety})
     safety = safety_report([result])
     return Array(t, meta, warnings + safety_warnings(safety), {"safety": safety})
-

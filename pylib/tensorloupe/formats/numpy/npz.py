@@ -23,9 +23,9 @@ SUFFIX = ".npy"
 
 
 def sniff(head: bytes, size: int, name: str) -> bool:
-    """A ZIP whose first member is a .npy (numpy.savez writes nothing else)."""
+    """A ZIP whose first member is a .npy (numpy.savez writes nothing else), or named .npz."""
     first = first_member(head)
-    return first is not None and first.endswith(SUFFIX)
+    return first is not None and (first.endswith(SUFFIX) or name.lower().endswith(".npz"))
 
 
 def read(source: ByteSource) -> Checkpoint:
