@@ -5,11 +5,10 @@ files typed as URLs) opens as one entry whose tensors are read from the external
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +19,7 @@ import onnx_files
 import build
 from conftest import STEP_TIMEOUT_MS
 from page_checks import assert_stats_equal
-
-ROOT = Path(__file__).resolve().parents[2]
+from tensorloupe import cli
 
 
 @pytest.fixture(scope="module")
@@ -35,18 +33,18 @@ def made(tmp_path_factory):
 
 
 def cli_json(*argv) -> dict | list:
-    """`tensorloupe ARGV --json` of this checkout, run as a separate process."""
-    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", *map(str, argv), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, check=True,
-                          env={"PYTHONPATH": str(ROOT / "pylib"), "PATH": "/usr/bin:/bin"})
-    return json.loads(done.stdout)
+    """`tensorloupe ARGV --json`, run in this process (this checkout's package)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main([*map(str, argv), "--json"]) == 0
+    return json.loads(out.getvalue())
 
 
 def inspect_json(path) -> dict:
     return cli_json("inspect", path)
 
 
-def assert_same_as_cli(app, path: Path, doc: dict) -> None:
+def assert_same_as_cli(app, path, doc: dict) -> None:
     app.tab("summary")
     assert app.fact("tensor_count") == str(len(doc["tensors"]))
     detail = app.page.inner_text("#panel-summary .fact[data-key=parameters] .fact-detail")
