@@ -17,6 +17,7 @@ from pathlib import Path
 from fuzz_mutators import (HUGE_TEXT, ST_DTYPES, _emit, _members, _raw_json, bytes_edit,
                            mutate_gguf_fields, mutate_polyglot, mutate_safetensors_json, mutate_tar,
                            mutate_zip, pickle_spans, splice_pickle)
+from fuzz_containers import CONTAINER_FORMATS, load_seeds, mutate as mutate_containers
 
 
 
@@ -172,6 +173,8 @@ class Corpus:
                 if not path.exists():
                     raise SystemExit(f"{path} is missing: run `python fixtures/make.py` first")
                 self.seeds.append((name, path.read_bytes()))
+        elif fmt in CONTAINER_FORMATS:
+            self.seeds = load_seeds(fmt, seeds_dir)
         elif fmt == "polyglot":
             import polyglot_files as pf
             # not gguf_pickle.gguf: its 22,016 forced tensors make every input a 2 s open (the
@@ -211,11 +214,15 @@ class Corpus:
             import polyglot_files as pf
             self.donors = [pf.PAYLOAD, hostile_files.evil_pickle(), hostile_files.benign(),
                            pf.evil_main(), pf.clean_main()]
+        elif self.fmt in CONTAINER_FORMATS:
+            self.donors = [data for files in self.seeds for _, data in files]
         else:
             self.donors = [data for files, _ in self.seeds for _, data in files]
 
     def input(self, run_seed: int, index: int) -> list[tuple[str, bytes]]:
         rng = random.Random(f"{self.fmt}:{run_seed}:{index}")
+        if self.fmt in CONTAINER_FORMATS:
+            return mutate_containers(self.fmt, rng, self.seeds, self.donors)
         return getattr(self, "_" + self.fmt.replace("-", "_"))(rng)
 
     def _safetensors(self, rng):
@@ -289,4 +296,4 @@ class Corpus:
         return [mutate_polyglot(rng, self.seeds, self.donors)]
 
 
-FORMATS = ("safetensors", "gguf", "split", "pytorch-zip", "pytorch-legacy", "polyglot")
+FORMATS = ("safetensors", "gguf", "split", "pytorch-zip", "pytorch-legacy", "polyglot") + CONTAINER_FORMATS

@@ -131,6 +131,8 @@ def main() -> None:
         print(f"best of {REPEAT} runs; ratio = tensorloupe / reference (below 1 is faster)")
         report("sparse", sparse, "huge")
         report("dense", dense, "layers.0.mlp.weight")
+        import open_containers   # ONNX, NumPy, DDUF, llamafile: bytes read at open (issue 26)
+        open_containers.report(folder)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""A short pass of the fuzz harness (bench/fuzz.py) over every format: 2,000 mutated inputs each,
+"""A short pass of the fuzz harness (bench/fuzz.py) over every format: 2,000 mutated inputs each
+(500 for ONNX, NumPy, DDUF and llamafile),
 in one worker under an address-space limit, with no exception but the library's own, no input
 over its time limit and none over 200 MB of RSS. README.md says how to run the long pass."""
 
@@ -10,7 +11,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+import container_files  # noqa: E402
 import fuzz  # noqa: E402
+import fuzz_containers  # noqa: E402
+import numpy_files  # noqa: E402
+import onnx_files  # noqa: E402
 import torch_files  # noqa: E402
 
 
@@ -18,14 +23,18 @@ import torch_files  # noqa: E402
 def seeds(tmp_path_factory):
     out = tmp_path_factory.mktemp("fuzz-seeds")
     torch_files.write_all(out)
+    for more in (onnx_files, numpy_files, container_files):   # fuzz_containers.py's seeds
+        more.write_all(out)
     return out
 
 
 @pytest.mark.parametrize("fmt", fuzz.FORMATS)
 def test_short_fuzz_pass(fmt, seeds):
-    result = fuzz.run(fmt, seconds=600, inputs=2000, run_seed=1, timeout=20, rss_mb=200,
+    # the container formats (ONNX, NumPy, DDUF, llamafile) are 4 more: a shorter pass each
+    inputs = 500 if fmt in fuzz_containers.CONTAINER_FORMATS else 2000
+    result = fuzz.run(fmt, seconds=600, inputs=inputs, run_seed=1, timeout=20, rss_mb=200,
                       as_mb=1024, seeds_dir=seeds, save=None, log=lambda line: None)
-    assert result["inputs"] == 2000
+    assert result["inputs"] == inputs
     assert result["findings"] == {} and result["hangs"] == 0, result
     assert result["opened"] > 100  # the mutators keep enough inputs valid to reach the sampler
 

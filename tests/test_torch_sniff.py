@@ -9,7 +9,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -44,15 +43,13 @@ def test_torchscript_archive_opens_by_content(script):
         assert json.loads(proc.stdout)["values"] == expected
 
 
-@pytest.mark.parametrize("name", ["archive.zip", "model.pt", "weights.npz"])
+# (a .npz is a ZIP of something else too, but one tensorloupe reads: tests/test_numpy_files.py)
+@pytest.mark.parametrize("name", ["archive.zip", "model.pt"])
 def test_a_zip_of_something_else_says_so(tmp_path, name):
     path = tmp_path / name
-    if name.endswith(".npz"):
-        np.savez(path, a=np.arange(3))
-    else:
-        with zipfile.ZipFile(path, "w") as archive:
-            archive.writestr("readme.txt", "hello")
-            archive.writestr("data.pkl", b"\x80\x02}q\x00.")   # a pickle, but no storages or records
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("readme.txt", "hello")
+        archive.writestr("data.pkl", b"\x80\x02}q\x00.")   # a pickle, but no storages or records
     proc = cli("inspect", path)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     [line] = proc.stderr.splitlines()

@@ -230,7 +230,7 @@ async function openFiles(given, {loose = false} = {}) {
     const {result} = await request("mount", {}, {files, label: "Reading the file list…"});
     const pair = loose && result.entries.length === 2 && result.entries;
     if (pair) return await openPair(pair);
-    await addEntries(result.entries, "The folder holds no checkpoint files (.safetensors, .gguf, .pt, .pth, .bin, .ckpt).");
+    await addEntries(result.entries, "The folder holds no checkpoint files (.safetensors, .gguf, .pt, .pth, .bin, .ckpt, .onnx, .npy, .npz, .dduf, .llamafile).");
   } catch (error) {
     showError("Could not read the dropped files.", error.message);
   }

@@ -96,7 +96,10 @@ def print_inspect(ckpt: Checkpoint) -> None:
     if hub:
         print(f"  from        the Hugging Face cache: {escaped(hub['repo'])}@{escaped(hub['revision'])}, "
               f"commit {hub['commit'][:12]}, {escaped(hub['folder'])}")
-    print(f"  format      {ckpt.format}")
+    container = ckpt.extras.get("container")   # a format inside another (a llamafile's GGUF)
+    print(f"  format      {ckpt.format}" + (f" (in a {container['format']}: member "
+                                            f"{escaped(container['member'])} at byte "
+                                            f"{container['offset']:,})" if container else ""))
     print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)"
           + (f" in {counted(len(files), 'file')}" if len(files) > 1 else ""))
     print(f"  tensors     {exact_count(len(ckpt.tensors))}")

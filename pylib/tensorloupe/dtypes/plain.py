@@ -155,14 +155,16 @@ def _byte_table_decoder(table: tuple) -> Decoder:
     return decode
 
 
-def _nibble_decoder(table: tuple) -> Decoder:
-    # Two 4-bit codes per byte, element 0 in the low nibble (torch float4_e2m1fn_x2 layout).
-    pairs = [(table[b & 0xF], table[b >> 4]) for b in range(256)]
+def _packed_decoder(table: tuple, bits: int) -> Decoder:
+    # 8 // bits codes per byte, element 0 in the low bits: 4-bit (torch float4_e2m1fn_x2, ONNX
+    # INT4/UINT4/FLOAT4E2M1) and 2-bit (ONNX INT2/UINT2, numpy_helper._unpack_2bit).
+    mask = (1 << bits) - 1
+    groups = [tuple(table[(b >> shift) & mask] for shift in range(0, 8, bits)) for b in range(256)]
 
     def decode(buf, big_endian=False):
         out = []
         for b in buf:
-            out.extend(pairs[b])
+            out.extend(groups[b])
         return out
     return decode
 
@@ -193,6 +195,9 @@ F8_E8M0_TABLE = _e8m0_table()
 F6_E2M3_TABLE = minifloat_table(2, 3, 1, "none")
 F6_E3M2_TABLE = minifloat_table(3, 2, 3, "none")
 F4_E2M1_TABLE = minifloat_table(2, 1, 1, "none")
+# Packed integers (ONNX INT4/UINT4, INT2/UINT2): two's complement in 4 or 2 bits.
+U4_TABLE, I4_TABLE = tuple(range(16)), tuple(v - 16 if v > 7 else v for v in range(16))
+U2_TABLE, I2_TABLE = tuple(range(4)), (0, 1, -2, -1)
 
 DTYPES: dict[str, DType] = {d.name: d for d in (
     _plain("BOOL", 1, "bool", _decode_bool),
@@ -218,12 +223,17 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     _plain("F8_E8M0", 1, "float", _byte_table_decoder(F8_E8M0_TABLE)),
     DType("F6_E2M3", 4, 3, "float", _six_bit_decoder(F6_E2M3_TABLE)),
     DType("F6_E3M2", 4, 3, "float", _six_bit_decoder(F6_E3M2_TABLE)),
-    DType("F4", 2, 1, "float", _nibble_decoder(F4_E2M1_TABLE)),
+    DType("F4", 2, 1, "float", _packed_decoder(F4_E2M1_TABLE, 4)),
+    DType("U4", 2, 1, "uint", _packed_decoder(U4_TABLE, 4)),
+    DType("I4", 2, 1, "int", _packed_decoder(I4_TABLE, 4)),
+    DType("U2", 4, 1, "uint", _packed_decoder(U2_TABLE, 2)),
+    DType("I2", 4, 1, "int", _packed_decoder(I2_TABLE, 2)),
 )}
 
 # The dtypes the safetensors format defines (its Rust `Dtype` enum, safetensors 0.8). C32 and
-# C128 are ours, for torch complex32 and complex128, and are not accepted in a safetensors header.
-SAFETENSORS_DTYPES = frozenset(DTYPES) - {"C32", "C128"}
+# C128 are ours, for torch complex32 and complex128, and the packed integers are ONNX's: none of
+# them is accepted in a safetensors header.
+SAFETENSORS_DTYPES = frozenset(DTYPES) - {"C32", "C128", "U4", "I4", "U2", "I2"}
 
 
 def to_float(value) -> float:

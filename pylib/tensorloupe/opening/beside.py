@@ -16,7 +16,7 @@ import os
 from typing import NamedTuple
 
 from ..errors import FormatError, LimitError, TensorloupeError, UsageError
-from ..source.remote import HttpSource
+from ..source.remote import HttpSource, sibling_url
 from ..source import is_url
 
 CONFIG_NAME = "config.json"
@@ -47,10 +47,7 @@ class Found(NamedTuple):
 def sibling(target: str, name: str) -> str:
     """The path or URL of file `name` in the same folder as `target`."""
     if is_url(target):
-        from urllib.parse import urlsplit, urlunsplit
-        parts = urlsplit(target)
-        folder = parts.path.rsplit("/", 1)[0]
-        return urlunsplit((parts.scheme, parts.netloc, f"{folder}/{name}", "", ""))
+        return sibling_url(target, name)
     return os.path.join(os.path.dirname(os.path.abspath(target)), name)
 
 

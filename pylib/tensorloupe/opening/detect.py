@@ -31,6 +31,31 @@ def _gguf():
     return reader
 
 
+def _onnx():
+    from ..formats.onnx import reader
+    return reader
+
+
+def _npy():
+    from ..formats.numpy import npy
+    return npy
+
+
+def _npz():
+    from ..formats.numpy import npz
+    return npz
+
+
+def _dduf():
+    from ..formats.archives import dduf
+    return dduf
+
+
+def _llamafile():
+    from ..formats.archives import llamafile
+    return llamafile
+
+
 def _torch_dcp():
     from ..formats.pytorch import distcp
     return distcp
@@ -62,6 +87,12 @@ class Reader(NamedTuple):
 READERS = (
     Reader(_safetensors, (".safetensors",)),
     Reader(_gguf, (".gguf",)),
+    Reader(_onnx, (".onnx",)),
+    Reader(_npy, (".npy",)),
+    # ZIPs that are not torch's: known by their first member, so before the torch ZIP reader
+    Reader(_npz, (".npz",)),
+    Reader(_dduf, (".dduf",)),
+    Reader(_llamafile, (".llamafile",)),   # an executable: found by the ZIP at its end
     # torch.distributed.checkpoint: known by name (a .distcp starts like a torch ZIP), so first
     Reader(_torch_dcp, (".distcp",)),
     Reader(_torch_zip, (".pt", ".pth", ".bin", ".ckpt", ".jit")),   # .jit: TorchScript archives
@@ -69,6 +100,13 @@ READERS = (
     Reader(_torch_tar, ()),          # shares .pt/.pth/... with the ZIP format: found by content only
 )
 EXTENSIONS = tuple(ext for reader in READERS for ext in reader.extensions)
+# An ONNX model's external data files, by the names exporters give them (torch.onnx and
+# onnx.save_model: model.onnx.data; optimum: model.onnx_data): read through the model, never alone.
+BESIDE_DATA = (".onnx.data", ".onnx_data")
+
+
+def is_external_data(name: str) -> bool:
+    return name.lower().endswith(BESIDE_DATA)
 
 LFS_POINTER = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\s*\n"
                          rb"(?:.*\n)*?size (\d+)", re.MULTILINE)

@@ -14,6 +14,8 @@ A file's name puts it in one of four kinds:
     (a model file by its extension, or nothing);
   - a torch.distributed.checkpoint folder's files (`.metadata` and `__R_S.distcp`): one set
     per folder, which opens as one checkpoint (the .metadata says what the data files hold);
+  - an ONNX model's external data (`model.onnx.data`, `model.onnx_data`: detect.BESIDE_DATA):
+    it goes with the one .onnx model of its folder, whose entry opens both;
   - a model file: any extension a reader takes (detect.EXTENSIONS);
   - anything else (README.md, .gitattributes): not a checkpoint.
 The CLI's folder targets (targets.py) and the page's file list (web/files.py) both group with
@@ -25,7 +27,7 @@ from __future__ import annotations
 from typing import Callable, Generic, NamedTuple, TypeVar
 
 from .beside import ADAPTER_CONFIG_NAME, CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
-from .detect import EXTENSIONS
+from .detect import EXTENSIONS, is_external_data
 from .shards import PART_NAME
 from .training import is_part as is_training_part
 from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_dcp_file
@@ -34,9 +36,10 @@ from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_d
 # model.safetensors.index.json, and (4.x, safe_serialization=False) pytorch_model.bin.index.json.
 INDEX_SUFFIXES = {".safetensors.index.json": "safetensors", ".bin.index.json": "bin"}
 BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, ADAPTER_CONFIG_NAME)
+ONNX_EXTENSION = ".onnx"
 
-PART, INDEX, ALONGSIDE, TRAINING, DCP, MODEL, OTHER = (
-    "part", "index", "beside", "training", "dcp", "model", "other")
+PART, INDEX, ALONGSIDE, TRAINING, DCP, MODEL, OTHER, DATA = (
+    "part", "index", "beside", "training", "dcp", "model", "other", "data")
 DCP_SET = (METADATA_NAME, DATA_EXTENSION.lstrip("."))     # a DCP folder's set key (stem, ext)
 
 Item = TypeVar("Item")
@@ -69,6 +72,8 @@ def kind_of(name: str) -> str:
         return TRAINING
     if lower.endswith(EXTENSIONS):
         return MODEL
+    if is_external_data(name):
+        return DATA
     return OTHER
 
 
@@ -92,8 +97,12 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
     singles: list = []
     position = {id(item): i for i, item in enumerate(items)}
     state: dict[str, list] = {}
+    data: dict[str, list] = {}
     for item in items:
         item_name, kind = name(item), kind_of(name(item))
+        if kind == DATA:
+            data.setdefault(directory(item), []).append(item)
+            continue
         if kind == TRAINING:
             state.setdefault(directory(item), []).append(item)
             continue
@@ -134,4 +143,13 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
         else:   # no one model to go with: each file is what its name says without the rule
             groups += [Group(folder, name(f), [f], False, position[id(f)]) for f in files
                        if name(f).lower().endswith(EXTENSIONS) or listed(f)]
+    for folder, files in data.items():
+        models = [i for i, g in enumerate(groups) if g.directory == folder
+                  and name(g.members[0]).lower().endswith(ONNX_EXTENSION)]
+        if len(models) == 1:    # the external data of the folder's one ONNX model
+            g = groups[models[0]]
+            groups[models[0]] = g._replace(members=g.members + sorted(files, key=name))
+        else:
+            groups += [Group(folder, name(f), [f], False, position[id(f)]) for f in files
+                       if listed(f)]
     return sorted(groups, key=lambda g: g.first)

@@ -66,6 +66,24 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
         raise UsageError("no files were given")
     if any(dcpnames.is_member(s.name) for s in sources):
         return _open_dcp(sources)
+    # An ONNX model's external data files go with it: it finds them by name (ByteSource.beside).
+    data = {_basename(s.name): s for s in sources if detect.is_external_data(s.name)}
+    if data:
+        if len(data) == len(sources):
+            raise UsageError("this is an ONNX model's external data, not a model: open the "
+                             ".onnx file (or its folder) instead", file=sources[0].name)
+        for source in sources:
+            source.neighbours = data
+        sources = [s for s in sources if not detect.is_external_data(s.name)]
+        try:
+            ckpt = open_all(sources, read)
+        except BaseException:
+            for source in data.values():
+                source.close()
+            raise
+        for unused in set(map(id, data.values())) - set(map(id, ckpt.sources)):
+            next(s for s in data.values() if id(s) == unused).close()
+        return ckpt
     # A training run's files beside the model (opening/training.py) are its training state.
     state = [s for s in sources if training.is_part(s.name)]
     files = [s for s in sources if not is_index(s.name) and s not in state]
@@ -211,6 +229,8 @@ def read_one(source: ByteSource):
     """A part's Checkpoint, or for an index a ReadIndex (its contents or the error reading it),
     or for trainer_state.json its training.Part."""
     if dcpnames.is_member(source.name):   # read together by _open_dcp, never one by one
+        return None
+    if detect.is_external_data(source.name):   # read through its ONNX model
         return None
     if training.is_json_part(source.name):
         return training.read_json(source)

@@ -81,6 +81,21 @@ class ByteSource:
         """The source that really does I/O (what bytes-read counters should be taken from)."""
         return self
 
+    # Files given with this one (opening/shards.py sets them: an ONNX model's external data
+    # picked beside it), by name; `beside` answers from them first.
+    neighbours: dict = {}
+
+    def beside(self, name: str) -> "ByteSource":
+        """The file `name` in this file's folder (a relative name the caller has checked stays
+        in it: no '..', not absolute): an ONNX model's external data. Files given with this
+        one first, then the folder on disk or the URL's directory."""
+        given = self.neighbours.get(name)
+        return given if given is not None else self._beside(name)
+
+    def _beside(self, name: str) -> "ByteSource":
+        raise UnreadableError(f"{self.name} has no folder to find {name!r} in (open it from a "
+                              "file or URL, or give both files)", file=name)
+
     def file_offset(self, offset: int) -> int:
         """Where byte `offset` of this source lies in the file (sources inside archives may have
         to read a header to know)."""
@@ -181,6 +196,9 @@ class FileSource(ByteSource):
     def close(self) -> None:
         OPEN_FILES.close(self)
 
+    def _beside(self, name: str) -> ByteSource:
+        return type(self)(os.path.join(os.path.dirname(self.path), *name.split("/")))
+
     def __del__(self):
         try:
             OPEN_FILES.close(self)
@@ -205,6 +223,9 @@ class SliceSource(ByteSource):
 
     def root(self) -> ByteSource:
         return self.inner.root()
+
+    def _beside(self, name: str) -> ByteSource:
+        return self.inner.beside(name)
 
     def file_offset(self, offset: int) -> int:
         return self.inner.file_offset(self.base + offset)

@@ -31,6 +31,9 @@ class CachedSource(ByteSource):
     def root(self) -> ByteSource:
         return self.inner.root()
 
+    def _beside(self, name: str) -> ByteSource:
+        return self.inner.beside(name)
+
     def file_offset(self, offset: int) -> int:
         return self.inner.file_offset(offset)
 

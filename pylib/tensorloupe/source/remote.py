@@ -43,6 +43,11 @@ class HttpSource(ByteSource):
         self._first = first
         self._head = self._count(first[:HEAD_BYTES]) if first else b""
 
+    def _beside(self, name: str) -> ByteSource:
+        """The URL with its last segment replaced by `name`: only a URL the user gave's folder."""
+        return HttpSource(sibling_url(self.url, name), timeout=self.timeout,
+                          follow_redirects=self.follow_redirects)
+
     def _range(self, offset: int, n: int, probing: bool = False,
                exchange=None) -> tuple[bytes, int]:
         """Range request(s) for bytes offset..offset+n-1 under one deadline, redirects followed
@@ -113,6 +118,14 @@ class HttpSource(ByteSource):
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+
+
+def sibling_url(url: str, name: str) -> str:
+    """The URL of file `name` in the same directory as `url` (its query and fragment dropped)."""
+    from urllib.parse import quote, urlsplit, urlunsplit   # urllib.parse: slow to import in Pyodide
+    parts = urlsplit(url)
+    folder = parts.path.rsplit("/", 1)[0]
+    return urlunsplit((parts.scheme, parts.netloc, f"{folder}/{quote(name, safe='/')}", "", ""))
 
 
 def url_name(url: str) -> str:

@@ -27,7 +27,7 @@ from ..errors import FormatError, LimitError, UsageError
 from ..source import ByteSource
 from ..source.cache import CachedSource
 from ..source.http_reply import CONTENT_RANGE, check_reply, http_failed, range_refused, wrong_range
-from ..source.remote import url_name
+from ..source.remote import sibling_url, url_name
 from .files import MAX_CONFIG_BYTES, parse_config
 
 # The probe brings the first 64 KiB (web/worker.mjs), and block 0 is exactly those bytes: a
@@ -100,6 +100,12 @@ class XhrSource(ByteSource):
             head = self._checked(Reply(status, "", claimed if isinstance(claimed, str) else None,
                                        bytes(head)), 0, len(head))
             self._head = bytes(head[:self.size])
+
+    def _beside(self, name: str) -> ByteSource:
+        """A file at the same URL's folder, if the worker probed it (only URLs the user gave
+        are requested: a model's external data URL must be given with it)."""
+        url = sibling_url(self.url, name)
+        return open_url(url, probe_of(None, url), self._transport, self._many)
 
     def _read(self, offset: int, n: int) -> bytes:
         known = self._head[offset:offset + n]
