@@ -24,7 +24,7 @@ def shown_metadata(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
     """The metadata a person reads: for a torch checkpoint, its non-tensor entries only (the
     tensors are in the table). JSON output keeps the whole rendered object."""
     shown = bounded(ckpt.metadata, limits)
-    if ckpt.format.startswith("pytorch"):
+    if ckpt.format.startswith("pytorch") or ckpt.format == "nemo":   # nemo: a torch checkpoint inside
         shown = _without_tensors(shown)
         shown = {} if shown is _GONE else shown
     return shown
