@@ -36,7 +36,7 @@ import re
 from operator import attrgetter
 from typing import Callable, NamedTuple
 
-from . import beside, detect, training
+from . import beside, detect, pipeline, training
 from ..errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError,
                       UsageError)
 from ..model import Checkpoint, Tensor
@@ -66,6 +66,13 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
         raise UsageError("no files were given")
     if any(dcpnames.is_member(s.name) for s in sources):
         return _open_dcp(sources)
+    if any(pipeline.is_index(s.name) for s in sources):   # a diffusers folder: its components
+        try:
+            return pipeline.open_sources(sources, lambda parts: open_all(parts, read))
+        except BaseException:
+            for source in sources:
+                source.close()
+            raise
     # A training run's files beside the model (opening/training.py) are its training state.
     state = [s for s in sources if training.is_part(s.name)]
     files = [s for s in sources if not is_index(s.name) and s not in state]
