@@ -7,6 +7,8 @@ Spec: the HDF5 File Format Specification, version 3.0 (section numbers below are
                  layout, filter pipeline, fill value, attribute, link, link info, symbol table
     groups.py    the group graph: symbol tables (v1 B-tree + local heap, III.A.1, III.C) and
                  link messages, walked with a depth, a count and a cycle check
+    dense.py     links in dense storage: a fractal heap (III.G) indexed by a v2 B-tree (III.A.2)
+    attributes.py  attribute values (numbers, fixed and variable-length strings: global heap)
     chunks.py    chunked datasets: the chunk index (v1 B-tree, single chunk, implicit, fixed
                  array), the deflate, shuffle and fletcher32 filters, and ChunkedSource
     reader.py    FORMAT, sniff, read: datasets become Tensor descriptors, attributes metadata

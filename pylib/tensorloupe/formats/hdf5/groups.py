@@ -5,8 +5,7 @@ Two ways a group lists its members (spec IV.A.2.g, IV.A.2.r; III.A.1, III.B, III
     whose leaves point at symbol table nodes ("SNOD"), whose entries name objects by an offset
     into the group's local heap ("HEAP") of names;
   - new style (libver="latest"): link messages in the group's own header ("compact" storage,
-    up to 8 links by default). More links move to a fractal heap ("dense" storage), which is
-    not read here: such a group is named in a warning.
+    up to 8 links by default). More links move to a fractal heap ("dense" storage, dense.py).
 The walk is depth-first in name order, bounded in depth and objects; a link back to a group on
 the current path (a cycle) is refused.
 """
@@ -84,11 +83,15 @@ def _members(h5: H5File, obj: Obj, warnings: list[str]) -> list[tuple[str, int]]
             warnings.append(f"group {where}: the {link.kind} link {link.name!r} is not followed")
     info = obj.first(messages.LINK_INFO)
     if info is not None:
-        heap, _index = messages.link_info(h5, info.data, info.at)
+        heap, index = messages.link_info(h5, info.data, info.at)
         if h5.defined(heap):
-            warnings.append(f"group {where} stores its links in a fractal heap (dense storage, "
-                            "more than 8 links in a libver='latest' file), which tensorloupe does "
-                            "not read: its members are not shown")
+            from .dense import links
+            for link in links(h5, heap, index, where):
+                if link.kind == "hard":
+                    found.append((link.name, link.address))
+                else:
+                    warnings.append(f"group {where}: the {link.kind} link {link.name!r} is not "
+                                    "followed")
     if len(found) > MAX_ENTRIES * 64:
         raise h5.fail(f"group {where} has more than {MAX_ENTRIES * 64:,} members", None, LimitError)
     return found
