@@ -15,7 +15,7 @@ from ...model import Checkpoint, Tensor
 from ...source import ByteSource, MemorySource
 from . import messages
 from .attributes import Attributes
-from .chunks import ChunkedSource, problem_of
+from .chunks import FILTER_NAMES, ChunkedSource, problem_of
 from .file import FORMAT, SIGNATURE, H5File, open_file
 from .groups import Obj, walk
 
@@ -116,7 +116,7 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
             return _problem(obj, shape, kind.dtype, f"its chunk shape {list(lay.chunk)} does not "
                             f"fit its shape {list(shape)}")
         info.update(chunk=list(lay.chunk), index=lay.index,
-                    filters=[f.name or str(f.id) for f in pipeline] if pipeline else [])
+                    filters=[FILTER_NAMES.get(f.id, f.name or str(f.id)) for f in pipeline])
         why = problem_of(lay, pipeline, kind.size)
         if why:
             return _problem(obj, shape, kind.dtype, why, info)
