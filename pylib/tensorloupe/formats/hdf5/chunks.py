@@ -34,7 +34,7 @@ KEPT_BYTES = 64 << 20            # decoded chunks kept for the next read
 FIXED_ARRAY_HEADER, FIXED_ARRAY_BLOCK = b"FAHD", b"FADB"
 
 
-def problem_of(layout: Layout, pipeline: list[Filter], element: int) -> str | None:
+def problem_of(layout: Layout, pipeline: list[Filter], shape, element: int) -> str | None:
     """Why this chunked dataset cannot be read, or None."""
     if layout.index in ("extensible-array", "btree2"):
         return (f"its chunks are indexed by a{'n' if layout.index[0] == 'e' else ''} "
@@ -44,6 +44,9 @@ def problem_of(layout: Layout, pipeline: list[Filter], element: int) -> str | No
         if f.id not in READ_FILTERS:
             name = FILTER_NAMES.get(f.id, f.name or f"filter {f.id}")
             return f"its chunks are compressed with {name} (HDF5 filter {f.id}), which tensorloupe does not decode"
+    grid = math.prod(-(-d // c) for d, c in zip(shape, layout.chunk))
+    if grid > MAX_CHUNKS:
+        return f"it is stored in {grid:,} chunks, more than the {MAX_CHUNKS:,} tensorloupe indexes"
     if math.prod(layout.chunk) * element > MAX_CHUNK_BYTES:
         return (f"a chunk holds {math.prod(layout.chunk) * element:,} bytes, more than the "
                 f"{MAX_CHUNK_BYTES:,} tensorloupe decodes at once")

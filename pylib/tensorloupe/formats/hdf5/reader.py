@@ -117,7 +117,7 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
                             f"fit its shape {list(shape)}")
         info.update(chunk=list(lay.chunk), index=lay.index,
                     filters=[FILTER_NAMES.get(f.id, f.name or str(f.id)) for f in pipeline])
-        why = problem_of(lay, pipeline, kind.size)
+        why = problem_of(lay, pipeline, shape, kind.size)
         if why:
             return _problem(obj, shape, kind.dtype, why, info)
         source = ChunkedSource(h5, lay, pipeline, shape, kind.size, _fill(h5, obj, kind.size),
