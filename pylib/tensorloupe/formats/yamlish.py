@@ -31,10 +31,16 @@ def _fail(line: int, message: str) -> YamlError:
 
 
 def _strip_comment(text: str) -> str:
-    quote = None
+    quote, skip = None, False
     for i, ch in enumerate(text):
-        if quote:
-            if ch == quote and not (quote == '"' and text[i - 1] == "\\"):
+        if skip:
+            skip = False
+        elif quote:
+            if quote == '"' and ch == "\\":
+                skip = True                      # an escaped character, a quote included
+            elif quote == "'" and ch == "'" and text[i + 1:i + 2] == "'":
+                skip = True                      # '' is a quote inside a single-quoted string
+            elif ch == quote:
                 quote = None
         elif ch in "'\"" and (i == 0 or text[i - 1] in " \t[{,:-"):
             quote = ch
