@@ -131,6 +131,9 @@ def main() -> None:
         print(f"best of {REPEAT} runs; ratio = tensorloupe / reference (below 1 is faster)")
         report("sparse", sparse, "huge")
         report("dense", dense, "layers.0.mlp.weight")
+    import open_containers   # bench/open_containers.py: the container formats of issue 26
+    print()
+    open_containers.main()
 
 
 if __name__ == "__main__":
