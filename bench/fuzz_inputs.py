@@ -14,6 +14,7 @@ import random
 import struct
 from pathlib import Path
 
+import fuzz_containers
 from fuzz_mutators import (HUGE_TEXT, ST_DTYPES, _emit, _members, _raw_json, bytes_edit,
                            mutate_gguf_fields, mutate_polyglot, mutate_safetensors_json, mutate_tar,
                            mutate_zip, pickle_spans, splice_pickle)
@@ -180,6 +181,9 @@ class Corpus:
                 ("safetensors_pickle.bin", pf.safetensors_pickle),
                 ("tar_pickle_name.pt", pf.tar_pickle_name), ("tar_no_magic.pt", pf.tar_no_magic),
                 ("tar_count_call.pt", pf.tar_count_call), ("legacy_bad_keys.pt", pf.legacy_bad_keys))]
+        elif fmt in fuzz_containers.FORMATS:     # hdf5, keras, nemo: bench/fuzz_containers.py
+            self.containers = fuzz_containers.Seeds(fmt, seeds_dir)
+            return
         else:
             raise SystemExit(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
         self._prepare()
@@ -216,6 +220,8 @@ class Corpus:
 
     def input(self, run_seed: int, index: int) -> list[tuple[str, bytes]]:
         rng = random.Random(f"{self.fmt}:{run_seed}:{index}")
+        if self.fmt in fuzz_containers.FORMATS:
+            return self.containers.input(rng)
         return getattr(self, "_" + self.fmt.replace("-", "_"))(rng)
 
     def _safetensors(self, rng):
@@ -289,4 +295,5 @@ class Corpus:
         return [mutate_polyglot(rng, self.seeds, self.donors)]
 
 
-FORMATS = ("safetensors", "gguf", "split", "pytorch-zip", "pytorch-legacy", "polyglot")
+FORMATS = ("safetensors", "gguf", "split", "pytorch-zip", "pytorch-legacy", "polyglot",
+           *fuzz_containers.FORMATS)
