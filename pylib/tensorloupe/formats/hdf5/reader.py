@@ -97,10 +97,9 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
     if lay.kind == "contiguous":
         if not h5.defined(lay.address):
             info["unwritten"] = True  # never written: h5py reads it as the fill value
-            fill = _fill(h5, obj, kind.size)
+            fill = _fill(h5, obj, kind.size) or bytes(kind.size)
             return Tensor(obj.path, kind.dtype, shape, 0, nbytes,
-                          MemorySource((fill or bytes(kind.size)) * math.prod(shape),
-                                       h5.source.name), info=info, **common)
+                          FillSource(fill, nbytes, h5.source), info=info, **common)
         if lay.size < nbytes:
             return _problem(obj, shape, kind.dtype, f"its layout stores {lay.size} bytes, not "
                             f"the {nbytes} its shape needs")
@@ -125,6 +124,29 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
         return Tensor(obj.path, kind.dtype, shape, 0, nbytes, source, info=info, **common)
     return _problem(obj, shape, kind.dtype, f"its layout is {lay.kind}, which tensorloupe does "
                     "not read")
+
+
+class FillSource(ByteSource):
+    """A dataset never written: its fill value repeated, made for the bytes a read asks (a
+    declared shape of 2**60 elements costs nothing until read, and a read is what it asks)."""
+
+    def __init__(self, element: bytes, size: int, file: ByteSource):
+        super().__init__()
+        self.element, self.size, self.file, self.name = element, size, file, file.name
+
+    def root(self) -> ByteSource:
+        return self.file.root()
+
+    def known_file_offset(self, offset: int) -> int | None:
+        return None
+
+    def file_offset(self, offset: int) -> int:
+        return 0
+
+    def _read(self, offset: int, n: int) -> bytes:
+        e = len(self.element)
+        start = offset % e
+        return self._count((self.element * (-(-(start + n) // e)))[start:start + n])
 
 
 def _fill(h5: H5File, obj: Obj, element: int) -> bytes | None:
