@@ -23,6 +23,7 @@ from pathlib import Path
 from fuzz_mutators import INTERESTING, _members, bytes_edit, mutate_zip, pickle_spans, rezip
 
 FORMATS = ("hdf5", "keras", "nemo")
+FIXTURES_OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out"
 SIGNATURES = (b"OHDR", b"OCHK", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"FRHP", b"FHDB", b"FHIB",
               b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"\x89HDF")
 FIELDS = (struct.Struct("<Q"), struct.Struct("<I"), struct.Struct("<H"), struct.Struct("<B"))
@@ -91,7 +92,8 @@ def _tar(members: list[tuple[str, bytes, bytes]], gz: bool) -> bytes:
 class Seeds:
     def __init__(self, fmt: str, seeds_dir: Path):
         self.fmt = fmt
-        out = Path(seeds_dir)
+        # fixtures/make.py writes them to fixtures/out; a --seeds-dir without them falls back there
+        out = Path(seeds_dir) if (Path(seeds_dir) / "hdf5").is_dir() else FIXTURES_OUT
         names = {"hdf5": ("hdf5/h5py-earliest.h5", "hdf5/h5py-latest.h5", "hdf5/h5py-dense.h5",
                           "hdf5/keras-mlp.weights.h5"),
                  "keras": ("hdf5/keras-mlp.keras",),
