@@ -55,11 +55,14 @@ def test_a_group_linking_to_its_parent_is_a_cycle(tmp_path):
         opened(tmp_path, data)
 
 
+def root_btree(tmp_path) -> tuple[bytearray, int]:
+    """An h5py file of one dataset, and where its root group's B-tree node is."""
+    data = written(tmp_path / "a.h5", x=(np.ones(2, "f4"), {}))
+    return data, data.index(b"TREE")
+
+
 def test_a_btree_node_pointing_at_itself_is_refused(tmp_path):
-    with h5py.File(tmp_path / "a.h5", "w") as f:
-        f["x"] = np.ones(2, "f4")
-    data = bytearray((tmp_path / "a.h5").read_bytes())
-    tree = data.index(b"TREE")
+    data, tree = root_btree(tmp_path)
     data[tree + 5] = 1                                     # level 1: its children are nodes
     struct.pack_into("<Q", data, tree + 8 + 16 + 8, tree)  # first child: itself
     with pytest.raises(FormatError, match="points at one of its nodes twice"):
@@ -111,10 +114,7 @@ def test_a_v2_object_header_that_fails_its_checksum(tmp_path):
 
 
 def test_lying_btree_entry_count(tmp_path):
-    with h5py.File(tmp_path / "a.h5", "w") as f:
-        f["x"] = np.ones(2, "f4")
-    data = bytearray((tmp_path / "a.h5").read_bytes())
-    tree = data.index(b"TREE")
+    data, tree = root_btree(tmp_path)
     struct.pack_into("<H", data, tree + 6, 60000)
     with pytest.raises(TruncatedError, match="a B-tree node of group '/' lies outside the file"):
         opened(tmp_path, data)

@@ -17,6 +17,8 @@ from .file import Cursor, H5File
 DATASPACE, LINK_INFO, DATATYPE, FILL_OLD, FILL, LINK, LAYOUT = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08
 FILTERS, ATTRIBUTE, SYMBOL_TABLE, ATTRIBUTE_INFO = 0x0B, 0x0C, 0x11, 0x15
 MAX_RANK = 32                       # H5S_MAX_RANK
+# Chunk index types of a version 4 layout message (IV.A.2.i)
+CHUNK_INDEXES = {1: "single", 2: "implicit", 3: "fixed-array", 4: "extensible-array", 5: "btree2"}
 
 # Datatype classes (IV.A.2.d)
 FIXED, FLOAT, TIME, STRING, BITFIELD, OPAQUE, COMPOUND, REFERENCE, ENUM, VLEN, ARRAY = range(11)
@@ -142,48 +144,40 @@ def layout(h5: H5File, data: bytes, at: int) -> Layout:
             return Layout("contiguous", address, math.prod(dims), b"")
         c.skip(4)
         return Layout("chunked", address, 0, b"", dims[:-1])
-    if version == 3:
-        kind = c.u8()
-        if kind == 0:
-            n = c.u16()
-            return Layout("compact", None, n, c.take(n))
-        if kind == 1:
-            return Layout("contiguous", c.address(), c.length(), b"")
-        if kind == 2:
-            rank = c.u8()
-            address = c.address()
-            dims = tuple(c.u32() for _ in range(rank))
-            return Layout("chunked", address, 0, b"", dims[:-1])
-        raise h5.fail(f"a version 3 layout message has class {kind}", at, UnsupportedError)
-    if version in (4, 5):    # 5 (HDF5 2.0, for filtered chunks) has version 4's fields
-        kind = c.u8()
-        if kind == 0:
-            n = c.u16()
-            return Layout("compact", None, n, c.take(n))
-        if kind == 1:
-            return Layout("contiguous", c.address(), c.length(), b"")
-        if kind == 3:
-            return Layout("virtual", None, 0, b"")
-        if kind != 2:
-            raise h5.fail(f"a version 4 layout message has class {kind}", at, UnsupportedError)
-        flags, rank, width = c.u8(), c.u8(), c.u8()
-        dims = tuple(c.uint(width) for _ in range(rank))
-        index = c.u8()
-        single, info = (), ()
-        if index == 1 and flags & 0x02:
-            single = (c.length(), c.u32())
-        elif index == 3:
-            info = (c.u8(),)
-        elif index == 4:
-            info = tuple(c.u8() for _ in range(5))
-        elif index == 5:
-            info = (c.u32(), c.u8(), c.u8())
-        names = {1: "single", 2: "implicit", 3: "fixed-array", 4: "extensible-array", 5: "btree2"}
-        if index not in names:
-            raise h5.fail(f"a layout message names chunk index type {index}", at, UnsupportedError)
-        return Layout("chunked", c.address(), 0, b"", dims[:-1], names[index], info, single,
-                      bool(flags & 0x01))
-    raise h5.fail(f"a data layout message has version {version}", at, UnsupportedError)
+    if version not in (3, 4, 5):
+        raise h5.fail(f"a data layout message has version {version}", at, UnsupportedError)
+    # 3 (HDF5 1.6+); 4 (1.10+, libver="latest"); 5 (2.0, for filtered chunks) has 4's fields
+    kind = c.u8()
+    if kind == 0:
+        n = c.u16()
+        return Layout("compact", None, n, c.take(n))
+    if kind == 1:
+        return Layout("contiguous", c.address(), c.length(), b"")
+    if kind == 2 and version == 3:
+        rank = c.u8()
+        address = c.address()
+        dims = tuple(c.u32() for _ in range(rank))
+        return Layout("chunked", address, 0, b"", dims[:-1])
+    if kind == 3 and version > 3:
+        return Layout("virtual", None, 0, b"")
+    if kind != 2:
+        raise h5.fail(f"a version {version} layout message has class {kind}", at, UnsupportedError)
+    flags, rank, width = c.u8(), c.u8(), c.u8()
+    dims = tuple(c.uint(width) for _ in range(rank))
+    index = c.u8()
+    single, info = (), ()
+    if index == 1 and flags & 0x02:
+        single = (c.length(), c.u32())
+    elif index == 3:
+        info = (c.u8(),)
+    elif index == 4:
+        info = tuple(c.u8() for _ in range(5))
+    elif index == 5:
+        info = (c.u32(), c.u8(), c.u8())
+    if index not in CHUNK_INDEXES:
+        raise h5.fail(f"a layout message names chunk index type {index}", at, UnsupportedError)
+    return Layout("chunked", c.address(), 0, b"", dims[:-1], CHUNK_INDEXES[index], info, single,
+                  bool(flags & 0x01))
 
 
 def filters(h5: H5File, data: bytes, at: int) -> list[Filter]:
