@@ -14,7 +14,6 @@ import diffusers_files
 
 import tensorloupe
 from tensorloupe.errors import UsageError
-from tensorloupe.opening.grouping import group
 from tensorloupe.web import files as page_files
 
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out" / "diffusers" / "tiny-sd"

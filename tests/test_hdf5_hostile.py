@@ -12,7 +12,6 @@ import pytest
 
 import tensorloupe
 from tensorloupe.errors import FormatError, LimitError, TensorloupeError, TruncatedError, UnsupportedError
-from tensorloupe.formats.hdf5 import file as h5file
 
 
 def written(path, libver="earliest", **datasets):
