@@ -115,5 +115,13 @@ def test_dropped_diffusers_folder_is_one_model_with_its_components(app, fixtures
     assert app.fact("tensor_count") == f"{doc['tensor_count']:,}" == "320"
     detail = app.page.inner_text("#panel-summary .fact[data-key=parameters] .fact-detail")
     assert detail == f"{doc['parameters']:,}"
+    rows = app.page.eval_on_selector_all(
+        "#pipeline tbody tr", "rows => rows.map(r => [r.dataset.component,"
+        " ...[...r.querySelectorAll('td')].slice(1, 4).map(td => td.textContent)])")
+    assert app.page.get_attribute("#pipeline", "data-class") == doc["extras"]["pipeline"]["class"]
+    assert rows == [[c["name"], f"{c['library']}.{c['class']}",
+                     f"{c['tensors']:,}" if "tensors" in c else "",
+                     f"{c['parameters']:,}" if "parameters" in c else "no weights"]
+                    for c in doc["extras"]["pipeline"]["components"]]
     app.select("unet/conv_in.weight")
     assert_stats_equal(app.stats(), cli_stats(PIPELINE, "unet/conv_in.weight")["stats"])

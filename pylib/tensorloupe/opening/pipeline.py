@@ -7,8 +7,8 @@
     vae/ text_encoder/ ...  the same; scheduler/ and tokenizer/ hold no weights
 A folder with a model_index.json opens as ONE checkpoint: each component's files are opened as
 any checkpoint (shards.open_all), and its tensors are named "<component>/<tensor>". The names
-decide which files a component has (`files_of`, used by the CLI's folder targets and the page's
-file list alike); the pipeline class and the components are extras["pipeline"].
+decide which files a component has (`preferred`, in grouping.py's rule: the CLI's folder targets
+and the page's file list alike); the pipeline class and the components are extras["pipeline"].
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def preferred(groups: list) -> list:
     unless asked for a variant. The groups sorted so, best first (grouping.Group members)."""
     def rank(g):
         name = _base(str(g.name)).lower()
-        return (any(mark in name for mark in VARIANT_MARKS), not ".safetensors" in name, name)
+        return (any(mark in name for mark in VARIANT_MARKS), ".safetensors" not in name, name)
     return sorted(groups, key=rank)
 
 
