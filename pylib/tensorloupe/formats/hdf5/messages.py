@@ -53,6 +53,7 @@ class Layout(NamedTuple):
     index_info: tuple = ()             # index parameters (fixed array page bits, ...)
     single_filtered: tuple = ()        # single chunk index: (filtered size, filter mask)
     edge_unfiltered: bool = False      # v4 flag: partial edge chunks are stored unfiltered
+    data_at: int = 0                   # compact: where its data starts in the message
 
 
 class Filter(NamedTuple):
@@ -139,7 +140,7 @@ def layout(h5: H5File, data: bytes, at: int) -> Layout:
         dims = tuple(c.u32() for _ in range(rank))
         if kind == 0:
             n = c.u32()
-            return Layout("compact", None, n, c.take(n))
+            return Layout("compact", None, n, c.take(n), data_at=c.pos - n)
         if kind == 1:
             return Layout("contiguous", address, math.prod(dims), b"")
         c.skip(4)
@@ -150,7 +151,7 @@ def layout(h5: H5File, data: bytes, at: int) -> Layout:
     kind = c.u8()
     if kind == 0:
         n = c.u16()
-        return Layout("compact", None, n, c.take(n))
+        return Layout("compact", None, n, c.take(n), data_at=c.pos - n)
     if kind == 1:
         return Layout("contiguous", c.address(), c.length(), b"")
     if kind == 2 and version == 3:

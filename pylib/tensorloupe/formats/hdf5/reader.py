@@ -1,7 +1,7 @@
 """HDF5 files as h5py writes them: every dataset a Tensor descriptor, every attribute metadata.
 
 A contiguous dataset's bytes are read in place (its address and size from the layout message);
-a compact one's bytes are inside its object header (a MemorySource); a chunked one is read
+a compact one's bytes are inside its object header (read there too); a chunked one is read
 through ChunkedSource, which decodes the chunks a view needs. A dataset tensorloupe cannot read
 (an unsupported filter, datatype or chunk index) keeps its name and shape with a problem.
 """
@@ -12,7 +12,7 @@ import math
 
 from ...errors import LOW_LEVEL_ERRORS, ErrorFactory, FormatError, TensorloupeError
 from ...model import Checkpoint, Tensor
-from ...source import ByteSource, MemorySource
+from ...source import ByteSource
 from . import messages
 from .attributes import Attributes
 from .chunks import FILTER_NAMES, ChunkedSource, problem_of
@@ -92,8 +92,9 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
         if len(lay.data) < nbytes:
             return _problem(obj, shape, kind.dtype, f"its compact data holds {len(lay.data)} "
                             f"bytes, not {nbytes}")
-        return Tensor(obj.path, kind.dtype, shape, 0, nbytes,
-                      MemorySource(lay.data[:nbytes], h5.source.name), info=info, **common)
+        # in place: the bytes inside the object header (its layout message), not a copy
+        return Tensor(obj.path, kind.dtype, shape, layout_m.at + lay.data_at, nbytes, h5.source,
+                      info=info, **common)
     if lay.kind == "contiguous":
         if not h5.defined(lay.address):
             info["unwritten"] = True  # never written: h5py reads it as the fill value
