@@ -14,6 +14,7 @@ import random
 import struct
 from pathlib import Path
 
+import fuzz_hdf5
 from fuzz_mutators import (HUGE_TEXT, ST_DTYPES, _emit, _members, _raw_json, bytes_edit,
                            mutate_gguf_fields, mutate_polyglot, mutate_safetensors_json, mutate_tar,
                            mutate_zip, pickle_spans, splice_pickle)
@@ -183,6 +184,9 @@ class Corpus:
                 ("safetensors_pickle.bin", pf.safetensors_pickle),
                 ("tar_pickle_name.pt", pf.tar_pickle_name), ("tar_no_magic.pt", pf.tar_no_magic),
                 ("tar_count_call.pt", pf.tar_count_call), ("legacy_bad_keys.pt", pf.legacy_bad_keys))]
+        elif fmt in fuzz_hdf5.FORMATS:     # hdf5, keras, nemo: bench/fuzz_hdf5.py
+            self.containers = fuzz_hdf5.Seeds(fmt, seeds_dir)
+            return
         else:
             raise SystemExit(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
         self._prepare()
@@ -223,6 +227,8 @@ class Corpus:
         rng = random.Random(f"{self.fmt}:{run_seed}:{index}")
         if self.fmt in CONTAINER_FORMATS:
             return mutate_containers(self.fmt, rng, self.seeds, self.donors)
+        if self.fmt in fuzz_hdf5.FORMATS:
+            return self.containers.input(rng)
         return getattr(self, "_" + self.fmt.replace("-", "_"))(rng)
 
     def _safetensors(self, rng):
@@ -296,4 +302,5 @@ class Corpus:
         return [mutate_polyglot(rng, self.seeds, self.donors)]
 
 
-FORMATS = ("safetensors", "gguf", "split", "pytorch-zip", "pytorch-legacy", "polyglot") + CONTAINER_FORMATS
+FORMATS = ("safetensors", "gguf", "split", "pytorch-zip", "pytorch-legacy", "polyglot",
+           *CONTAINER_FORMATS, *fuzz_hdf5.FORMATS)

@@ -133,6 +133,9 @@ def main() -> None:
         report("dense", dense, "layers.0.mlp.weight")
         import open_containers   # ONNX, NumPy, DDUF, llamafile: bytes read at open (issue 26)
         open_containers.report(folder)
+    import open_hdf5   # bench/open_hdf5.py: HDF5, Keras, NeMo, diffusers folders (issue 26)
+    print()
+    open_hdf5.main()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 // metadata, format extras. A view module (panels.js).
 
 import {architectureCards} from "./architecture.js";
+import {pipelineCard} from "./pipeline.js";
 import {clear, download, el, fact} from "./dom.js";
 import {bytes, count, grouped} from "./format.js";
 
@@ -221,6 +222,10 @@ function render(container, summary, io) {
   if (extras.training) {
     container.append(trainingCard(extras.training));
     delete extras.training;
+  }
+  if (extras.pipeline) {           // a diffusers folder's components (web/pipeline.js)
+    container.append(pipelineCard(extras.pipeline));
+    delete extras.pipeline;
   }
   if (extras.quantisation) {
     container.append(quantisationCard(extras.quantisation));

@@ -24,7 +24,7 @@ def shown_metadata(ckpt: Checkpoint, limits: Limits = FULL) -> dict:
     """The metadata a person reads: for a torch checkpoint, its non-tensor entries only (the
     tensors are in the table). JSON output keeps the whole rendered object."""
     shown = bounded(ckpt.metadata, limits)
-    if ckpt.format.startswith("pytorch"):
+    if ckpt.format.startswith("pytorch") or ckpt.format == "nemo":   # nemo: a torch checkpoint inside
         shown = _without_tensors(shown)
         shown = {} if shown is _GONE else shown
     return shown
@@ -123,6 +123,8 @@ def print_inspect(ckpt: Checkpoint) -> None:
         print("\nMetadata")
         for key, value in metadata.items():
             print(f"  {escaped(str(key))}: {short(value)}")
+    if ckpt.extras.get("pipeline"):
+        print_pipeline(ckpt.extras["pipeline"])
     safety = ckpt.extras.get("safety")
     if safety:
         print_safety(safety)
@@ -214,6 +216,21 @@ def print_safety(safety: dict) -> None:
         print(f"  This file names {len(safety['dangerous'])} dangerous global(s): "
               f"{escaped(', '.join(safety['dangerous']))}. torch.load(weights_only=False) would run them "
               "(names outside the allow-list: may run them).")
+
+
+def print_pipeline(pipeline: dict) -> None:
+    """A diffusers folder's components (opening/pipeline.py's extras["pipeline"]), each with
+    what its config.json says of its architecture."""
+    print(f"\nPipeline  {escaped(str(pipeline.get('class')))}")
+    for c in pipeline["components"]:
+        what = ".".join(escaped(str(x)) for x in (c.get("library"), c.get("class")) if x)
+        held = (f"{exact_count(c['tensors'])} tensors, {exact_count(c['parameters'])} parameters "
+                f"({human_bytes(c['bytes'])}, {c['format']})" if c.get("tensors") is not None
+                else "no weights")
+        print(f"  {escaped(c['name']):<16} {what:<40} {held}")
+        if c.get("config"):
+            print("    " + short(", ".join(f"{escaped(str(k))}={escaped(str(v))}" for k, v in c["config"].items()
+                                          if k != "_class_name"), 110))
 
 
 def print_training(training: dict) -> None:

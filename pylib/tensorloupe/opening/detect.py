@@ -54,6 +54,19 @@ def _dduf():
 def _llamafile():
     from ..formats.archives import llamafile
     return llamafile
+def _hdf5():
+    from ..formats.hdf5 import reader
+    return reader
+
+
+def _keras():
+    from ..formats.hdf5 import keras
+    return keras
+
+
+def _nemo():
+    from ..formats import nemo
+    return nemo
 
 
 def _torch_dcp():
@@ -95,6 +108,9 @@ READERS = (
     Reader(_llamafile, (".llamafile",)),   # an executable: found by the ZIP at its end
     # torch.distributed.checkpoint: known by name (a .distcp starts like a torch ZIP), so first
     Reader(_torch_dcp, (".distcp",)),
+    Reader(_hdf5, (".h5", ".hdf5")),              # Keras .weights.h5 and any h5py file
+    Reader(_keras, (".keras",)),                  # a ZIP: before torch's ZIP reader takes it
+    Reader(_nemo, (".nemo",)),                    # a tar: before torch's tar reader takes it
     Reader(_torch_zip, (".pt", ".pth", ".bin", ".ckpt", ".jit")),   # .jit: TorchScript archives
     Reader(_torch_legacy, (".pkl", ".pickle")),   # plain pickles: read for their safety report
     Reader(_torch_tar, ()),          # shares .pt/.pth/... with the ZIP format: found by content only

@@ -28,6 +28,7 @@ from typing import Callable, Generic, NamedTuple, TypeVar
 
 from .beside import ADAPTER_CONFIG_NAME, CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from .detect import EXTENSIONS, is_external_data
+from .pipeline import MODEL_INDEX, is_index as is_pipeline_index, preferred
 from .shards import PART_NAME
 from .training import is_part as is_training_part
 from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_dcp_file
@@ -152,4 +153,25 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
         else:
             groups += [Group(folder, name(f), [f], False, position[id(f)]) for f in files
                        if listed(f)]
-    return sorted(groups, key=lambda g: g.first)
+    return sorted(_pipelines(items, groups, name, directory, position), key=lambda g: g.first)
+
+
+def _pipelines(items: list, groups: list[Group], name, directory, position) -> list[Group]:
+    """A diffusers folder (pipeline.py: a model_index.json, its components in subfolders) is
+    one checkpoint: its index, each component's preferred model files and config.json."""
+    indexes = {directory(i): i for i in items if is_pipeline_index(name(i))}
+    if not indexes:
+        return groups
+    parent = {}
+    for g in groups:
+        up = g.directory.rsplit("/", 1)[0] if "/" in g.directory else ""
+        if up in indexes and g.directory != up:
+            parent.setdefault(up, {}).setdefault(g.directory, []).append(g)
+    kept = [g for g in groups if not any(g in gs for by in parent.values() for gs in by.values())]
+    for folder, by_component in parent.items():
+        chosen = [preferred(gs)[0] for _, gs in sorted(by_component.items())]
+        configs = [i for i in items if name(i) == CONFIG_NAME and directory(i) in by_component]
+        members = [indexes[folder]] + [m for g in chosen for m in g.members] + configs
+        label = f"{folder.rsplit('/', 1)[-1] or MODEL_INDEX} (diffusers pipeline, {len(chosen)} components)"
+        kept.append(Group(folder, label, members, True, min(position[id(m)] for m in members)))
+    return kept

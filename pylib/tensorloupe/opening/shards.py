@@ -36,7 +36,7 @@ import re
 from operator import attrgetter
 from typing import Callable, NamedTuple
 
-from . import beside, detect, training
+from . import beside, detect, pipeline, training
 from ..errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError,
                       UsageError)
 from ..model import Checkpoint, Tensor
@@ -84,6 +84,13 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
         for unused in set(map(id, data.values())) - set(map(id, ckpt.sources)):
             next(s for s in data.values() if id(s) == unused).close()
         return ckpt
+    if any(pipeline.is_index(s.name) for s in sources):   # a diffusers folder: its components
+        try:
+            return pipeline.open_sources(sources, lambda parts: open_all(parts, read))
+        except BaseException:
+            for source in sources:
+                source.close()
+            raise
     # A training run's files beside the model (opening/training.py) are its training state.
     state = [s for s in sources if training.is_part(s.name)]
     files = [s for s in sources if not is_index(s.name) and s not in state]

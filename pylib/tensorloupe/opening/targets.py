@@ -19,6 +19,7 @@ from ..errors import UsageError
 from ..source import is_url, open_source
 from .detect import EXTENSIONS
 from .grouping import METADATA_NAME, group, is_index_name
+from .pipeline import MODEL_INDEX
 from .hubcache import Cached, find as find_cached, is_hub_name
 from .shards import read_index
 
@@ -101,7 +102,13 @@ def _folder(folder: str) -> list[str]:
                    if (not n.startswith(".") or n == METADATA_NAME)
                    and os.path.isfile(os.path.join(folder, n)))
     label = os.path.basename(os.path.normpath(folder)) or folder
-    found = group(names, name=lambda n: n, directory=lambda n: "", listed=lambda n: False)
+    if MODEL_INDEX in names:     # a diffusers folder: its components' files, one level down
+        names += sorted(f"{d}/{n}" for d in os.listdir(folder)
+                        if not d.startswith(".") and os.path.isdir(os.path.join(folder, d))
+                        for n in os.listdir(os.path.join(folder, d))
+                        if not n.startswith(".") and os.path.isfile(os.path.join(folder, d, n)))
+    found = group(names, name=lambda n: n.rsplit("/", 1)[-1],
+                  directory=lambda n: n.rsplit("/", 1)[0] if "/" in n else "", listed=lambda n: False)
     if len(found) > 1:
         raise UsageError("the folder holds several checkpoints: name the one to open",
                          file=label, found=some_of(g.name for g in found))

@@ -17,11 +17,14 @@ from typing import NamedTuple
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import FormatError, UsageError
+from ..opening.detect import EXTENSIONS
 from ..opening.hubcache import SHORTCUT   # org/model[@revision], as the CLI takes it
 
 HUB = "https://huggingface.co"
 HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
-FILE_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth", ".bin", ".ckpt", ".json")
+# a name ending so is a file, not org/model: detect's one extension table (it had its own copy,
+# which missed .distcp, .pkl and the container formats)
+FILE_SUFFIXES = (*EXTENSIONS, ".json")
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 CONFIG = "config.json"

@@ -1,0 +1,18 @@
+"""HDF5 as h5py writes it (Keras `.weights.h5`, `.h5`, `.hdf5`), read in pure Python.
+
+Spec: the HDF5 File Format Specification, version 3.0 (section numbers below are its).
+    file.py      the superblock (II.A) and bounded reads of the file's addresses
+    headers.py   object headers v1 and v2 with their continuation blocks (IV.A.1)
+    messages.py  the header messages a dataset or group needs (IV.A.2): dataspace, datatype,
+                 layout, filter pipeline, fill value, attribute, link, link info, symbol table
+    groups.py    the group graph: symbol tables (v1 B-tree + local heap, III.A.1, III.C) and
+                 link messages, walked with a depth, a count and a cycle check
+    dense.py     links in dense storage: a fractal heap (III.G) indexed by a v2 B-tree (III.A.2)
+    attributes.py  attribute values (numbers, fixed and variable-length strings: global heap)
+    chunks.py    chunked datasets: the chunk index (v1 B-tree, single chunk, implicit, fixed
+                 array), the deflate, shuffle and fletcher32 filters, and ChunkedSource
+    reader.py    FORMAT, sniff, read: datasets become Tensor descriptors, attributes metadata
+    keras.py     Keras 3 `.keras`: a ZIP of config.json, metadata.json and model.weights.h5
+Nothing of the file is read at open but its headers, groups and attribute values; the chunk
+index of a chunked dataset is read when its values are first needed.
+"""

@@ -1,0 +1,159 @@
+"""A group's links in dense storage (libver="latest", more than 8 links): the link info message
+names a fractal heap (spec III.G) holding each link message as a managed object, and a
+version 2 B-tree (III.A.2, record type 5: name hash + heap ID) that lists them.
+
+The B-tree's records give the heap IDs; a managed object's ID holds its offset and length in
+the heap's address space, which is laid out in direct blocks ("FHDB") either at the root or
+under a root indirect block ("FHIB", rows of `table width` blocks doubling in size). Huge and
+tiny heap objects (not used for links h5py writes) are refused. Every count is bounded.
+"""
+
+from __future__ import annotations
+
+from ...errors import LimitError, UnsupportedError
+from . import messages
+from .file import Cursor, H5File
+
+HEAP, DIRECT, INDIRECT = b"FRHP", b"FHDB", b"FHIB"
+BTREE_HEADER, BTREE_INTERNAL, BTREE_LEAF = b"BTHD", b"BTIN", b"BTLF"
+NAME_INDEX = 5
+NODE_OVERHEAD = 10                 # signature, version, type, checksum
+MAX_LINKS = 1 << 20
+MAX_BLOCKS = 1 << 16
+MAX_DEPTH = 8
+
+
+def links(h5: H5File, heap_address: int, btree_address: int, where: str) -> list[messages.Link]:
+    heap = _Heap(h5, heap_address, where)
+    out = []
+    for record in _records(h5, btree_address, where):
+        out.append(messages.link(h5, heap.object(record[4:], where), h5.base + heap_address))
+    return out
+
+
+def _width(n: int) -> int:
+    """Bytes of a count up to n (H5VM_limit_enc_size)."""
+    return max(1, (n.bit_length() + 7) // 8)
+
+
+def _records(h5: H5File, address: int, where: str) -> list[bytes]:
+    what = f"the link name index of group {where}"
+    c = Cursor(h5, h5.read(address, 16 + h5.offset_size + 2 + h5.length_size, what),
+               h5.base + address, what)
+    if c.take(4) != BTREE_HEADER:
+        raise h5.fail(f"{what} is not a version 2 B-tree", c.at, expected="BTHD")
+    _version, kind, node_size, record_size, depth = c.u8(), c.u8(), c.u32(), c.u16(), c.u16()
+    c.skip(2)
+    root, root_count, total = c.address(), c.u16(), c.length()
+    if kind != NAME_INDEX:
+        raise h5.fail(f"{what} has record type {kind}, not 5 (link names)", c.at, UnsupportedError)
+    if total > MAX_LINKS or depth > MAX_DEPTH or record_size < 5 or node_size < 64:
+        raise h5.fail(f"{what} declares {total:,} links, depth {depth}", c.at, LimitError)
+    # per level: (max records in a node, max records below it), leaves first
+    leaf = (node_size - NODE_OVERHEAD) // record_size
+    levels = [(leaf, leaf)]
+    for d in range(1, depth + 1):
+        child_max, child_total = levels[d - 1]
+        pointer = h5.offset_size + _width(child_max) + (_width(child_total) if d > 1 else 0)
+        most = (node_size - NODE_OVERHEAD - pointer) // (record_size + pointer)
+        levels.append((most, most + (most + 1) * child_total))
+    out: list[bytes] = []
+    stack = [(root, root_count, depth)]
+    seen = set()
+    while stack:
+        node, count, level = stack.pop()
+        if node in seen or len(seen) > MAX_BLOCKS:
+            raise h5.fail(f"{what} has a cycle or too many nodes", h5.base + node)
+        seen.add(node)
+        n = count
+        if n > levels[level][0]:
+            raise h5.fail(f"a node of {what} declares {count} records", h5.base + node, LimitError)
+        body = Cursor(h5, h5.read(node, min(node_size, h5.size - h5.base - node), what),
+                      h5.base + node, what)
+        signature = body.take(4)
+        body.skip(2)
+        if signature != (BTREE_LEAF if level == 0 else BTREE_INTERNAL):
+            raise h5.fail(f"{what} points at a node that is not one", body.at,
+                          expected="BTLF" if level == 0 else "BTIN", found=signature.hex(" "))
+        out += [body.take(record_size) for _ in range(n)]
+        if level:
+            child_max, child_total = levels[level - 1]
+            for _ in range(n + 1):
+                child = body.address()
+                child_count = body.uint(_width(child_max))
+                if level > 1:
+                    body.uint(_width(child_total))
+                stack.append((child, child_count, level - 1))
+        if len(out) > MAX_LINKS:
+            raise h5.fail(f"{what} holds more than {MAX_LINKS:,} links", body.at, LimitError)
+    return out
+
+
+class _Heap:
+    def __init__(self, h5: H5File, address: int, where: str):
+        self.h5, self.what = h5, f"the fractal heap of group {where}"
+        L, O = h5.length_size, h5.offset_size
+        c = Cursor(h5, h5.read(address, 4 + 1 + 2 + 2 + 1 + 4 + 12 * L + 3 * O + 10, self.what),
+                   h5.base + address, self.what)
+        if c.take(4) != HEAP:
+            raise h5.fail(f"{self.what} has no \"FRHP\" header", c.at, expected="FRHP")
+        c.skip(1)
+        self.id_length, filters, self.flags = c.u16(), c.u16(), c.u8()
+        c.skip(4 + L + O + L + O + L + L + L + L + L + L + L + L)
+        self.width, self.start, self.max_direct = c.u16(), c.length(), c.length()
+        max_heap_bits = c.u16()
+        c.skip(2)
+        self.root, self.rows = c.address(), c.u16()
+        if filters:
+            raise h5.fail(f"{self.what} is filtered, which tensorloupe does not read", c.at,
+                          UnsupportedError)
+        if not (0 < self.start <= self.max_direct) or self.width == 0 or max_heap_bits > 64:
+            raise h5.fail(f"{self.what} has an impossible geometry", c.at)
+        self.offset_bytes = (max_heap_bits + 7) // 8
+        self.blocks: list[tuple[int, int, int]] | None = None    # (heap offset, size, address)
+
+    def _layout(self) -> list[tuple[int, int, int]]:
+        if not self.rows:
+            return [(0, self.start, self.root)]
+        blocks: list[tuple[int, int, int]] = []
+        self._indirect(self.root, self.rows, 0, blocks, 0)
+        return blocks
+
+    def _indirect(self, address: int, rows: int, offset: int, blocks: list, depth: int) -> None:
+        h5 = self.h5
+        if depth > MAX_DEPTH or len(blocks) > MAX_BLOCKS:
+            raise h5.fail(f"{self.what} is nested too deep", h5.base + address, LimitError)
+        direct_rows = (self.max_direct.bit_length() - self.start.bit_length()) + 2
+        entries = rows * self.width
+        c = Cursor(h5, h5.read(address, 5 + h5.offset_size + self.offset_bytes + entries *
+                               h5.offset_size, self.what), h5.base + address, self.what)
+        if c.take(4) != INDIRECT:
+            raise h5.fail(f"{self.what} points at no \"FHIB\" block", c.at, expected="FHIB")
+        c.skip(1 + h5.offset_size + self.offset_bytes)
+        at = offset
+        for row in range(rows):
+            size = self.start if row < 2 else self.start << (row - 1)
+            for _ in range(self.width):
+                child = c.address()
+                if h5.defined(child):
+                    if row < direct_rows:
+                        blocks.append((at, size, child))
+                    else:
+                        child_rows = (size.bit_length() - (self.start * self.width).bit_length()) + 1
+                        self._indirect(child, child_rows, at, blocks, depth + 1)
+                at += size
+
+    def object(self, heap_id: bytes, where: str) -> bytes:
+        h5 = self.h5
+        if not heap_id or heap_id[0] >> 6 != 0 or (heap_id[0] >> 4) & 3 != 0:
+            raise h5.fail(f"a link of group {where} is not a managed heap object (huge or tiny "
+                          "objects are not read)", None, UnsupportedError)
+        offset = int.from_bytes(heap_id[1:1 + self.offset_bytes], "little")
+        length = int.from_bytes(heap_id[1 + self.offset_bytes:self.id_length], "little")
+        if self.blocks is None:
+            self.blocks = self._layout()
+        for start, size, address in self.blocks:
+            if start <= offset and offset + length <= start + size:
+                return h5.read(address + offset - start, length, self.what)
+        raise h5.fail(f"a link of group {where} lies outside its fractal heap's blocks", None,
+                      found=f"offset {offset}, {length} bytes")
