@@ -5,7 +5,7 @@
     python bench/fuzz.py --format gguf --replay 12345 --save /tmp/in   # write one input back out
 
 Formats: safetensors, gguf, split (split GGUF pairs and safetensors shards with an index),
-pytorch-zip, pytorch-legacy (legacy pickles and tars), hdf5, keras, nemo (bench/fuzz_containers.py).
+pytorch-zip, pytorch-legacy (legacy pickles and tars), onnx, numpy, dduf, llamafile (bench/fuzz_containers.py), hdf5, keras, nemo (bench/fuzz_hdf5.py).
 Seeds and formats: bench/fuzz_inputs.py,
 mutators: bench/fuzz_mutators.py. Torch seeds
 are the small files fixtures/make.py writes to fixtures/out/ (or --seeds-dir).

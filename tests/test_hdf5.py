@@ -106,12 +106,12 @@ def test_partial_reads_of_a_chunked_dataset_decode_only_the_chunks_they_touch(fi
 
 
 def test_opening_reads_headers_not_tensor_bytes(tmp_path):
-    """A 16 MB file of contiguous and chunked datasets (bench/open_containers.py's) opens reading
+    """A 16 MB file of contiguous and chunked datasets (bench/open_hdf5.py's) opens reading
     its headers, the B-trees of its groups and heaps, and nothing of its data (nor its chunk
     indexes)."""
     sys.path.insert(0, str(ROOT / "bench"))
-    import open_containers
-    path = open_containers.write_h5(tmp_path / "big.weights.h5")
+    import open_hdf5
+    path = open_hdf5.write_h5(tmp_path / "big.weights.h5")
     source = FileSource(path)
     ck = tensorloupe.open(source)
     assert len(ck.tensors) == 8

@@ -54,11 +54,11 @@ def test_tensors_equal_torch_load_of_the_member(files, key):
 
 
 def test_plain_nemo_is_read_in_place(tmp_path):
-    """A 16 MB .nemo (bench/open_containers.py's) opens reading at most 64 KiB, and every
+    """A 16 MB .nemo (bench/open_hdf5.py's) opens reading at most 64 KiB, and every
     tensor's bytes are inside the tar member, in the file itself."""
     sys.path.insert(0, str(ROOT / "bench"))
-    import open_containers
-    path = open_containers.write_nemo(tmp_path / "big.nemo")
+    import open_hdf5
+    path = open_hdf5.write_nemo(tmp_path / "big.nemo")
     source = FileSource(path)
     ck = tensorloupe.open(source)
     ck.locate_all()
