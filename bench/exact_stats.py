@@ -4,9 +4,10 @@ The same job: read the tensor's bytes, decode every element (gguf-py's numpy deq
 ggml types, the bf16 bit shift for BF16), then min, max, mean, population std, the NaN/+Inf/-Inf
 counts, |v| < 1e-6 and == 0 counts over the finite values, and a 32-bin histogram over the exact
 [min, max]: what `tensorloupe stats --exact` prints. Both sides are timed in this run, on files
-written here (safetensors for F32/F16/BF16, GGUF for Q8_0 and Q4_K), best of `--repeat`.
+written here (safetensors for F32/F16/BF16, GGUF for Q8_0 and Q4_K), best CPU time of `--repeat`.
 
     python bench/exact_stats.py [--elements 16777216] [--repeat 2] [--profile F32]
+    TENSORLOUPE_PYLIB=/path/to/other/checkout/pylib python bench/exact_stats.py   # a before figure
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import struct
 import sys
@@ -27,9 +29,9 @@ from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize, quantize
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pylib"))
+sys.path.insert(0, os.environ.get("TENSORLOUPE_PYLIB", str(Path(__file__).resolve().parent.parent / "pylib")))
 import tensorloupe  # noqa: E402
-from tensorloupe.sampler.sampling import exact_histogram, exact_stats  # noqa: E402
+from tensorloupe.sampler import sampling  # noqa: E402
 
 BINS = 32
 COLS = 4096
@@ -92,16 +94,19 @@ def numpy_stats(raw: bytes, dtype: str) -> tuple:
 def ours(path: Path) -> tuple:
     with tensorloupe.open(str(path)) as ckpt:
         t = ckpt.tensor(ckpt.tensors[0].name)
-        s = exact_stats(t)
-        return s, exact_histogram(t, s, BINS)
+        if hasattr(sampling, "exact_summary"):   # what `stats --exact` runs
+            return sampling.exact_summary(t, BINS)
+        s = sampling.exact_stats(t)   # before it (run with an older checkout's pylib first)
+        return s, sampling.exact_histogram(t, s, BINS)
 
 
 def best(fn, repeat: int) -> tuple[float, object]:
+    """Best CPU time of `repeat` runs (process time: the machine is shared; one thread each)."""
     times, out = [], None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         out = fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times), out
 
 

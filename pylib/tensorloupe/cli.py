@@ -39,8 +39,7 @@ from .errors import TensorloupeError, UnreadableError, UsageError
 from .healthscan import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
 from .moe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sampler.repeats import checked_view
-from .sampler.sampling import (DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample,
-                               values)
+from .sampler.sampling import DEFAULT_SAMPLES, exact_summary, histogram, sample, values
 from .display import TerminalText, counted
 from .jsonable import bounded, json_number
 from .architecture.memory import CACHE_TYPES
@@ -463,10 +462,10 @@ def _stats_entry(args, t, meter, before: int, work: int) -> dict:
     if args.exact:   # every element, the histogram too (a second streamed pass)
         cost = checked_view(t, args.max_elements)[2]   # refused before any read
         scale = t.nbytes / max(1, t.numel)
-        passes = [None if meter is None else Scaled(meter, before + k * t.nbytes, scale, work)
-                  for k in (0, 1)]
-        stats = exact_stats(t, passes[0], max_elements=args.max_elements)
-        hist, exact = exact_histogram(t, stats, args.bins, passes[1], max_elements=args.max_elements), True
+        passes = tuple(None if meter is None else Scaled(meter, before + k * t.nbytes, scale, work)
+                       for k in (0, 1))
+        stats, hist = exact_summary(t, args.bins, passes, max_elements=args.max_elements)
+        exact = True
     else:
         s = sample(t, args.samples)
         stats, hist, exact = s.stats, histogram(s.values, args.bins), s.exhaustive

@@ -57,7 +57,10 @@ class Meter:
     def _draw(self, text: str) -> None:
         columns = shutil.get_terminal_size((80, 24)).columns - 1
         text = text[:columns]
-        self.stream.write("\r" + text + " " * max(0, self.width - len(text)))
+        pad = " " * max(0, self.width - len(text))
+        # width first: a Ctrl-C between these statements still finds the line to clear
+        self.width = max(self.width, len(text))
+        self.stream.write("\r" + text + pad)
         self.stream.flush()
         self.width = len(text)
 
