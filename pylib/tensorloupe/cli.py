@@ -469,8 +469,10 @@ def _stats_entry(args, t, meter, before: int, work: int) -> dict:
     else:
         s = sample(t, args.samples)
         stats, hist, exact = s.stats, histogram(s.values, args.bins), s.exhaustive
+    # "extremes": whether min and max are the tensor's, or a sample's (bounds of the tensor's)
     entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
              "samples": stats.count, "numel": t.numel, "exact": exact,
+             "extremes": "exact" if exact else "sampled",
              "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
     if t.parts:   # a quantised weight's real values (quant/logical.py)
         entry["dequantised_from"] = t.info["dequantised from"]

@@ -47,8 +47,10 @@ class Sample:
         return sorted_histogram(self.ordered, bins, log)
 
     def to_json(self) -> dict:
+        # "extremes": min and max are the tensor's ("exact", every element was read) or the
+        # sample's ("sampled": the tensor's min is at most, its max at least these)
         out = {"stats": self.stats.to_json(), "samples": len(self.values), "numel": self.numel,
-               "exhaustive": self.exhaustive}
+               "exhaustive": self.exhaustive, "extremes": "exact" if self.exhaustive else "sampled"}
         if self.first_look:
             out["first_look"] = True
         return out
