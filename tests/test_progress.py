@@ -9,6 +9,7 @@ interrupted convert leaves neither its output nor its temporary file.
 """
 
 import io
+import json
 import os
 import pty
 import re
@@ -30,11 +31,11 @@ PYLIB = str(Path(__file__).resolve().parent.parent / "pylib")
 COLS = 4096
 
 
-def q8_gguf(path: Path, rows: int) -> Path:
-    """A Q8_0 GGUF of one rows x 4096 tensor of zeros, written by gguf-py: decoding it is
+def q8_gguf(path: Path, rows: int, byte: int = 0) -> Path:
+    """A Q8_0 GGUF of one rows x 4096 tensor, every byte `byte`, written by gguf-py: decoding it is
     pure-Python work proportional to its size, so the run lasts long enough, deterministically."""
     w = GGUFWriter(str(path), "llama")
-    w.add_tensor("w", np.zeros((rows, COLS // 32 * 34), np.uint8), raw_dtype=Q.Q8_0)
+    w.add_tensor("w", np.full((rows, COLS // 32 * 34), byte, np.uint8), raw_dtype=Q.Q8_0)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -46,7 +47,8 @@ def q8_gguf(path: Path, rows: int) -> Path:
 def files(tmp_path_factory):
     out = tmp_path_factory.mktemp("progress")
     return {"medium": q8_gguf(out / "medium.gguf", 1024),    # 4M elements: a few seconds
-            "large": q8_gguf(out / "large.gguf", 8192)}      # 32M: interrupted long before the end
+            "large": q8_gguf(out / "large.gguf", 8192),      # 32M: interrupted long before the end
+            "other": q8_gguf(out / "other.gguf", 8192, 1)}   # other bytes: a diff decodes them
 
 
 class Run:
@@ -163,3 +165,24 @@ def test_ctrl_c_during_convert_leaves_no_file(files, tmp_path):
     code, _, err = run.finish()
     assert code == 130 and b"Traceback" not in err and err.rstrip().endswith(b"tensorloupe: interrupted")
     assert list(target.parent.iterdir()) == []                # neither OUT nor OUT.tmp-XXXX
+
+
+@pytest.mark.parametrize("argv, label", [
+    (("health", "--exact", "{large}", "--json"), b"health: "),
+    (("diff", "--exact", "{large}", "{other}", "--json"), b"diff: "),
+    (("values", "{large}", "w", "--count", "33554432", "--json"), b"values: "),
+    (("stats", "{large}", "--json"), None),   # a sample of one tensor: quick, no line at all
+])
+def test_every_long_command_shows_progress_and_stops_on_ctrl_c(files, tmp_path, argv, label):
+    run = Run(tmp_path, *[a.format(**files) for a in argv])
+    if label is None:
+        code, out, err = run.finish()
+        assert (code, err) == (0, b"") and json.loads(out)
+        return
+    run.read_until(b"MB/s")
+    assert run.err.startswith(b"\r" + label) and b" MB" in run.err, run.err
+    run.proc.send_signal(signal.SIGINT)
+    code, out, err = run.finish()
+    assert code == 130 and b"Traceback" not in err, err
+    assert err.replace(b"\r\n", b"\n").rsplit(b"\r", 1)[-1] == b"tensorloupe: interrupted\n"
+    assert b"\r" not in out     # stdout never has a progress line (an interrupted JSON is cut short)
