@@ -5,7 +5,7 @@ with Chan et al.'s pairwise formula when a whole tensor is streamed, so a 10^9-e
 large values does not lose its variance to cancellation as the sum-of-squares identity would.
 Non-finite values are counted apart and never enter min/max/mean/std.
 
-Every per-value pass is one C-level builtin over the whole list (min, max, fsum, sumprod,
+Every per-value pass is one C-level builtin over the whole list (min, max, fsum over map,
 list.count, a comprehension), never a generator feeding fsum: the exact pass over a 16M-element
 tensor is bound by these (bench/exact_stats.py).
 """
@@ -109,11 +109,9 @@ CANCELLATION = 256.0
 
 
 def _sum_squares(values) -> float:
-    # sumprod (3.12+, Pyodide) accumulates in extended precision at C speed; fsum elsewhere.
-    return math.sumprod(values, values) if _SUMPROD else math.fsum(map(mul, values, values))
-
-
-_SUMPROD = hasattr(math, "sumprod")
+    # fsum of the products, not math.sumprod (3.12+, so Pyodide's): sumprod is faster but not
+    # always correctly rounded, and the page must show the CLI's numbers to the last bit.
+    return math.fsum(map(mul, values, values))
 
 
 def _m2(finite: list[float], mean: float) -> float:
