@@ -12,7 +12,7 @@ Work is counted in bytes where the caller knows them (`unit="bytes"`), else in i
 
 from __future__ import annotations
 
-import shutil
+import os
 import time
 from typing import Callable
 
@@ -55,7 +55,7 @@ class Meter:
         return f"{self.what}: {amount}"
 
     def _draw(self, text: str) -> None:
-        columns = shutil.get_terminal_size((80, 24)).columns - 1
+        columns = self._columns() - 1
         text = text[:columns]
         pad = " " * max(0, self.width - len(text))
         # width first: a Ctrl-C between these statements still finds the line to clear
@@ -63,6 +63,16 @@ class Meter:
         self.stream.write("\r" + text + pad)
         self.stream.flush()
         self.width = len(text)
+
+    def _columns(self) -> int:
+        """The width of the terminal the line is drawn on: $COLUMNS, else stderr's own (stdout
+        may be a file); 80 where neither says (a pseudo-terminal of size 0, a StringIO)."""
+        if os.environ.get("COLUMNS", "").isdigit() and int(os.environ["COLUMNS"]) > 1:
+            return int(os.environ["COLUMNS"])
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns or 80
+        except (AttributeError, OSError, ValueError):
+            return 80
 
     def clear(self) -> None:
         """Take the line away (the work ended, or was interrupted): the cursor is where it was."""
