@@ -370,14 +370,15 @@ def test_a_quantised_model_converts_to_its_dequantised_float32_values(tmp_path, 
     assert len(json.loads(meta["dequantised"].split(" (")[0])) == 14
 
 
-def test_progress_says_bytes_and_time_left(tmp_path, llama):
+def test_progress_says_bytes_written_of_the_total(tmp_path, llama):
     import io
-    from tensorloupe.writing.text import Progress
+    from tensorloupe.progress import Meter
     _, src = llama
     stream = io.StringIO()
-    tensorloupe.write_safetensors(src, tmp_path / "m.safetensors", progress=Progress(stream))
-    last = stream.getvalue().rsplit("\r", 1)[-1]
-    assert last.startswith("wrote 0.4 of 0.4 MB, about 0 s left") and last.endswith("\n")
+    with Meter(stream, "convert", delay=0) as meter:
+        tensorloupe.write_safetensors(src, tmp_path / "m.safetensors", progress=meter)
+        assert stream.getvalue().startswith("\rconvert: 0.") and " of 0.4 MB, " in stream.getvalue()
+    assert stream.getvalue().endswith("\r") and "\n" not in stream.getvalue()   # cleared
 
 
 def test_an_output_that_cannot_be_written_is_said_in_a_sentence(tmp_path, capsys):

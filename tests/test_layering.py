@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pylib" / "tensorloupe"
 
 # Lowest first. A module may import from its own layer or any lower one (never upward).
 LAYERS = [
-    ["errors", "jsonable", "display"],
+    ["errors", "jsonable", "display", "progress"],
     ["source", "dtypes", "unpickling"],
     ["model", "roles", "quant"],  # quant: dequantising decoders over dtypes, used by the sampler
     ["formats"],

@@ -12,6 +12,11 @@ const STAT_KEYS = [
   ["zeros", "near-zero", percent], ["nan", "NaN", grouped], ["posinf", "+Inf", grouped], ["neginf", "−Inf", grouped],
 ];
 
+// A sampled min or max is a bound of the tensor's extreme, said on its label.
+const BOUNDS = {min: "≤", max: "≥"};
+const BOUND_TITLES = {min: "the smallest sampled value: the tensor's minimum is at most this (exact statistics find it)",
+                      max: "the largest sampled value: the tensor's maximum is at least this (exact statistics find it)"};
+
 export const id = "tensor";
 export const title = "Tensor";
 let view = null;
@@ -163,8 +168,10 @@ class TensorView {
   renderStats(result) {
     const d = this.dom;
     const s = result.sample.stats;
-    this.fillStats(d.stats, s);
     const sample = result.sample;
+    // A sample's min and max bound the tensor's (min ≤, max ≥), as the CLI prints them.
+    this.fillStats(d.stats, s, !sample.exhaustive);
+    d.stats.dataset.extremes = sample.extremes || (sample.exhaustive ? "exact" : "sampled");
     const look = Boolean(sample.first_look);
     d.stats.dataset.samples = String(sample.samples);
     d.stats.dataset.firstLook = String(look);
@@ -194,14 +201,16 @@ class TensorView {
     this.heatmap.setRobustScale(Math.max(Math.abs(num(s.percentiles?.p1 ?? 0)), Math.abs(num(s.percentiles?.p99 ?? 0))));
   }
 
-  fillStats(container, s) {
+  fillStats(container, s, bounds = false) {
     clear(container);
     for (const [key, label, format] of STAT_KEYS) {
       const value = s[key];
       const cls = ["stat"];
       if ((key === "nan" || key === "posinf" || key === "neginf") && value > 0) cls.push("alert");
-      container.append(el("div", {class: cls.join(" "), dataset: {key, value: String(value)}},
-        el("span", {class: "stat-label", text: label}),
+      const bound = bounds && BOUNDS[key];
+      container.append(el("div", {class: cls.join(" "), dataset: {key, value: String(value)},
+                                  title: bound ? BOUND_TITLES[key] : null},
+        el("span", {class: "stat-label", text: bound ? `${label} ${bound}` : label}),
         el("span", {class: "stat-value mono", text: (format || fmt)(value)})));
     }
     container.dataset.count = String(s.count);

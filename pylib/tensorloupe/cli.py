@@ -13,7 +13,11 @@ without --allow-dangerous-file (nothing is written; what would be left out is sa
 or `inspect --strict` of a shard set with parts missing (or tensors its index names that no part holds; said first), 6
 `inspect --strict` and torch.load(weights_only=True), torch's default, would refuse the file (or a
 part of the set) although nothing in it is dangerous (NumPy arrays in an RNG state, a TorchScript
-archive, a class not on torch's allow-list; 4 wins when something is dangerous).
+archive, a class not on torch's allow-list; 4 wins when something is dangerous), 130 interrupted
+(Ctrl-C: one line, no traceback; a convert/extract leaves no output file).
+
+Long work (health, stats, diff, convert, extract, values of a big range) shows progress on one
+stderr line when stderr is a terminal (progress/; --quiet silences it); stdout never has it.
 """
 
 from __future__ import annotations
@@ -35,15 +39,16 @@ from .errors import TensorloupeError, UnreadableError, UsageError
 from .healthscan import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
 from .moe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sampler.repeats import checked_view
-from .sampler.sampling import (DEFAULT_SAMPLES, exact_histogram, exact_stats, histogram, sample,
-                               values)
+from .sampler.sampling import DEFAULT_SAMPLES, exact_summary, histogram, sample, values
 from .display import TerminalText, counted
 from .jsonable import bounded, json_number
 from .architecture.memory import CACHE_TYPES
 from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 from .quant.logical import apply as dequantise
+from .progress import Meter, Scaled
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS, EXIT_INCOMPLETE, EXIT_REFUSED = 0, 2, 3, 4, 5, 6
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +74,17 @@ def _run(args) -> int:
         return EXIT_INVALID
     except BrokenPipeError:
         return EXIT_OK
+    except KeyboardInterrupt:   # Ctrl-C: the progress line is cleared already (Meter.__exit__)
+        print("tensorloupe: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def progress_line(args, what: str, unit: str = "bytes", read=None):
+    """A Meter on stderr for long work (a context that clears its line), or None in its place
+    when stderr is not a terminal or --quiet was given."""
+    if getattr(args, "quiet", False) or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    return Meter(sys.stderr, what, unit, read)
 
 
 class _Intermixed(argparse.ArgumentParser):
@@ -142,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "--allow-dangerous-file; nothing written), 5 (health, "
                                             "inspect --strict) parts of a shard set are missing, 6 "
                                             "(inspect --strict) torch.load(weights_only=True) "
-                                            "would refuse the file")
+                                            "would refuse the file, 130 interrupted (Ctrl-C)")
     parser.add_argument("--version", action="version", version=f"tensorloupe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Intermixed)
     json_help = "machine-readable output (JSON on stdout)"
@@ -150,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     reading = argparse.ArgumentParser(add_help=False)
     reading.add_argument("--follow-redirects", action="store_true",
                          help="follow a URL's redirects to another site (same-site ones always are)")
+    reading.add_argument("-q", "--quiet", action="store_true",
+                         help="no progress line on stderr (shown only when stderr is a terminal)")
 
     p = commands.add_parser("inspect", parents=[reading],
                             help="architecture, memory estimate, summary, metadata, "
@@ -227,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="compare two checkpoints tensor by tensor (A is the reference)")
     p.add_argument("a", help="checkpoint A: a file, URL, a folder or an index json")
     p.add_argument("b", help="checkpoint B (any format: GGUF names are matched to HF names)")
-    p.add_argument("--exact", action="store_true", help="every element instead of a sample (progress on stderr)")
+    p.add_argument("--exact", action="store_true", help="every element instead of a sample")
     add_max_elements(p)
     p.add_argument("--samples", type=int, default=COMPARE_SAMPLES,
                    help="elements compared per tensor when sampling (default %(default)s)")
@@ -366,8 +384,8 @@ def run_convert(args) -> int:
         where = writer.layout(ckpt, out, entries, size, __version__)
         if not args.dry_run:
             try:
-                writer.write(ckpt, out, entries, size, __version__,
-                             text.Progress() if sys.stderr.isatty() else None)
+                with progress_line(args, args.command) as meter:
+                    writer.write(ckpt, out, entries, size, __version__, meter)
             except OSError as e:   # where OUT cannot be (a folder, no permission, disk full)
                 raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
@@ -408,32 +426,63 @@ def run_stats(args) -> int:
     with open_files(files, args) as ckpt:
         chosen = [ckpt.tensor(name) for name in names] or ckpt.tensors
         out = []
-        for t in chosen:
-            if t.problem:
-                out.append({"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "error": t.problem})
-                continue
-            if args.exact:   # every element, the histogram too (a second streamed pass)
-                cost = checked_view(t, args.max_elements)[2]   # refused before any read
-                stats = exact_stats(t, max_elements=args.max_elements)
-                hist, exact = exact_histogram(t, stats, args.bins, max_elements=args.max_elements), True
-            else:
-                s = sample(t, args.samples)
-                stats, hist, exact = s.stats, histogram(s.values, args.bins), s.exhaustive
-            entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
-                     "samples": stats.count, "numel": t.numel, "exact": exact,
-                     "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
-            if "dequantised from" in t.info:   # a quantised weight's real values (quant/logical.py)
-                entry["dequantised_from"] = t.info["dequantised from"]
-            if "computed as" in t.info:   # an adapter's ΔW (adapters/)
-                entry["computed_as"] = t.info["computed as"]
-            if args.exact:
-                entry["exact_cost"] = cost.to_json()
-            out.append(entry)
-            if not args.json:
-                report.print_stats(entry)
+        # --exact: two passes over each tensor's bytes (statistics, then the histogram), counted
+        # in bytes; a sample: in tensors, with what was read.
+        work = sum(2 * t.nbytes for t in chosen if not t.problem)
+        with (progress_line(args, "stats --exact") if args.exact else
+              progress_line(args, "stats", "tensors", ckpt.bytes_read)) as meter:
+            before = 0
+            for i, t in enumerate(chosen):
+                entry = _stats_entry(args, t, meter, before, work)
+                before += 0 if t.problem else 2 * t.nbytes
+                out.append(entry)
+                if meter is not None and not args.exact:
+                    meter(i + 1, len(chosen))
+                if not args.json and "error" not in entry:
+                    with _above(meter):
+                        report.print_stats(entry)
         if args.json:
             _emit(out)
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _above(meter):
+    """Print a result while a progress line is shown: the line is cleared first, and redrawn
+    at its next update."""
+    if meter is not None:
+        meter.clear()
+    yield
+    sys.stdout.flush()
+
+
+def _stats_entry(args, t, meter, before: int, work: int) -> dict:
+    """One tensor's `stats` record; `meter` (if any) is moved on from `before` by the bytes the
+    exact passes cover, of `work` in all."""
+    if t.problem:
+        return {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "error": t.problem}
+    if args.exact:   # every element, the histogram too (a second streamed pass)
+        cost = checked_view(t, args.max_elements)[2]   # refused before any read
+        scale = t.nbytes / max(1, t.numel)
+        passes = tuple(None if meter is None else Scaled(meter, before + k * t.nbytes, scale, work)
+                       for k in (0, 1))
+        stats, hist = exact_summary(t, args.bins, passes, max_elements=args.max_elements)
+        exact = True
+    else:
+        s = sample(t, args.samples)
+        stats, hist, exact = s.stats, histogram(s.values, args.bins), s.exhaustive
+    # "extremes": whether min and max are the tensor's, or a sample's (bounds of the tensor's)
+    entry = {"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
+             "samples": stats.count, "numel": t.numel, "exact": exact,
+             "extremes": "exact" if exact else "sampled",
+             "stats": stats.to_json(), "histogram": {**hist.to_json(), "exact": exact}}
+    if "dequantised from" in t.info:   # a quantised weight's real values (quant/logical.py)
+        entry["dequantised_from"] = t.info["dequantised from"]
+    if "computed as" in t.info:   # an adapter's ΔW (adapters/)
+        entry["computed_as"] = t.info["computed as"]
+    if args.exact:
+        entry["exact_cost"] = cost.to_json()
+    return entry
 
 
 def run_values(args) -> int:
@@ -447,7 +496,7 @@ def run_values(args) -> int:
         if args.start < 0 or (args.start >= t.numel and t.numel):
             raise UsageError(f"--start {args.start} is outside tensor {t.name!r} of "
                              f"{counted(t.numel, 'element')}")
-        got = values(t, args.start, args.count)
+        got = _values(args, t)
         if args.json:
             _emit({"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "start": args.start,
                    "values": [json_number(v) for v in got]})
@@ -456,13 +505,33 @@ def run_values(args) -> int:
     return EXIT_OK
 
 
+VALUES_CHUNK = 1 << 20   # elements read between two progress updates of `values`
+
+
+def _values(args, t) -> list:
+    """`values(t, --start, --count)`, read a chunk at a time under a progress line (a range of
+    millions of elements takes seconds)."""
+    end = min(args.start + args.count, t.numel)
+    if end - args.start <= VALUES_CHUNK:
+        return values(t, args.start, args.count)
+    got: list = []
+    scale = t.nbytes / max(1, t.numel)
+    with progress_line(args, "values") as meter:
+        for start in range(args.start, end, VALUES_CHUNK):
+            got += values(t, start, min(VALUES_CHUNK, end - start))
+            if meter is not None:
+                meter(int((start - args.start) * scale), int((end - args.start) * scale))
+    return got
+
+
 def run_moe(args) -> int:
     target = resolve(args.items)
     config = _config(args, target.files).data
     if not -1.0 <= args.threshold <= 1.0 or args.samples < 1:
         raise UsageError("--threshold must be within [-1, 1] and --samples at least 1")
     with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
-        analysis = analyse(ckpt, args.threshold, args.samples, config)
+        with progress_line(args, "moe", "experts", ckpt.bytes_read) as meter:
+            analysis = analyse(ckpt, args.threshold, args.samples, config, meter)
         if args.json:
             _emit(bounded(analysis.to_json()))
         else:
@@ -477,10 +546,14 @@ def run_health(args) -> int:
     from .healthscan import text as health_text
     budget = None if args.exact else args.budget
     with open_files(args.items, args) as ckpt:
+        cost = health_cost(ckpt, budget, args.confirm_bytes, args.max_elements)
         if not args.json:
-            print(health_text.cost_line(health_cost(ckpt, budget, args.confirm_bytes, args.max_elements),
-                                        ckpt.name), flush=True)
-        result = health(ckpt, budget, args.confirm_bytes, max_elements=args.max_elements)
+            print(health_text.cost_line(cost, ckpt.name), flush=True)
+        start = ckpt.bytes_read()
+        with progress_line(args, "health") as meter:   # in bytes read, of those the scan plans
+            result = health(ckpt, budget, args.confirm_bytes, None if meter is None else
+                            lambda *_: meter(ckpt.bytes_read() - start, cost.scan_bytes),
+                            max_elements=args.max_elements)
         if args.json:
             _emit(result.to_json())
         else:
@@ -493,19 +566,18 @@ def run_health(args) -> int:
 def run_diff(args) -> int:
     if args.samples < 1 or args.top < 0:
         raise UsageError("--samples must be at least 1 and --top at least 0")
-
-    def progress(done, total):
-        print(f"\rcompared {done:,}/{counted(total, 'tensor')}", end="" if done < total else "\n", file=sys.stderr)
-
     with contextlib.ExitStack() as opened:
         a, b = (opened.enter_context(open_files([x], args)) for x in (args.a, args.b))
         applied = None
         if args.adapter:   # A + ΔW: the merged model B should equal it (adapters/merge.py)
             from .adapters.merge import with_adapter
             a, applied = with_adapter(a, opened.enter_context(open_files([args.adapter], args)))
-        result = compare(a, b, args.samples, args.exact, args.tensor,
-                         progress if args.exact and sys.stderr.isatty() else None,
+        meter = opened.enter_context(
+            progress_line(args, "diff", "tensors", lambda: a.bytes_read() + b.bytes_read()))
+        result = compare(a, b, args.samples, args.exact, args.tensor, meter,
                          max_elements=args.max_elements)
+        if meter is not None:
+            meter.clear()
         if args.json:
             _emit({**result.to_json(), **({"adapter": applied} if applied else {})})
         else:

@@ -329,7 +329,9 @@ def print_stats(entry: dict) -> None:
         print(f"  dequantised from {escaped(entry['dequantised_from'])}")
     if entry.get("computed_as"):
         print(f"  {escaped(entry['computed_as'])}")
-    print(f"  {label}  min {_fmt(s['min'])}  max {_fmt(s['max'])}  mean {_fmt(s['mean'])}"
+    # a sample's extremes bound the tensor's: its min is at most the sample's, its max at least
+    low, high = ("min", "max") if entry["exact"] else ("min ≤", "max ≥")
+    print(f"  {label}  {low} {_fmt(s['min'])}  {high} {_fmt(s['max'])}  mean {_fmt(s['mean'])}"
           f"  std {_fmt(s['std'])}  near-zero {s['zeros'] * 100:.2f}%  nan {s['nan']}"
           f"  +inf {s['posinf']}  -inf {s['neginf']}")
     if s.get("percentiles"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,7 +74,9 @@ def assert_lattice_pixels(app, selector: str, grid, scale: float, extra_cells=()
 
 def cli_stats(path: Path, tensor: str) -> dict:
     """`tensorloupe stats FILE TENSOR --json`, run as a separate process."""
+    # this checkout's CLI (an editable install elsewhere would otherwise answer)
     done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "stats", str(path), tensor, "--json"],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "pylib")})
     [entry] = json.loads(done.stdout)
     return entry

@@ -120,6 +120,9 @@ def test_stats_equal_the_cli_and_heatmap_shows_the_values(app, demo, demo_path):
     assert_stats_equal(app.stats(), expected["stats"])
     assert app.page.get_attribute("#stats", "data-samples") == str(expected["samples"])
     assert app.page.inner_text("#stats-sub") == "all 18,432 elements"
+    # every element was sampled: the extremes are the tensor's, labelled plainly
+    assert app.page.get_attribute("#stats", "data-extremes") == expected["extremes"] == "exact"
+    assert app.page.text_content("#stats .stat[data-key=max] .stat-label") == "max"
     assert app.page.inner_text("#stats .stat[data-key=mean] .stat-value") != ""
     assert_heatmap_matches(app, demo)
     app.screenshot("tensor-demo")

@@ -115,7 +115,12 @@ def test_first_looks_are_labelled_then_replaced_by_the_library_numbers(page_fact
             # ... then replaced in place by the CLI's numbers over the full sample.
             assert final["firstLook"] == "false" and final["kind"] == "sampled" and final["samples"] == "65536"
             assert "first look" not in final["sub"]
-            assert_stats_equal(app.stats(), cli_stats(wide, TENSOR)["stats"])
+            expected = cli_stats(wide, TENSOR)
+            assert_stats_equal(app.stats(), expected["stats"])
+            # a sample's extremes are bounds of the tensor's, labelled so, as the CLI says them
+            assert app.page.get_attribute("#stats", "data-extremes") == expected["extremes"] == "sampled"
+            labels = app.page.eval_on_selector_all("#stats .stat", "els => els.map(e => e.querySelector('.stat-label').textContent)")
+            assert labels[:3] == ["min ≤", "max ≥", "mean"]
             # The heatmap: a labelled 32 x 32 first look, then the full lattice of tensorloupe.grid.
             assert seen["heatmap"][0]["firstLook"] == "true"
             assert (int(seen["heatmap"][0]["rows"]), int(seen["heatmap"][0]["cols"])) == (look_grid.rows, look_grid.cols) == (32, 32)

@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Iterator
 
-from ..errors import Cancelled, UsageError
+from ..errors import UsageError
 from .gather import dtype_of, gather, gather_range, gather_windows
 from ..model import Tensor
 from ..jsonable import json_number
-from .repeats import checked_view, repeated
-from .stats import (Binner, Histogram, Stats, compute, finite_floats, histogram, merge,
-                    sorted_histogram, summarize)
+from .exact import (EXACT_CHUNK_ELEMS, exact_histogram, exact_stats, exact_stats_steps,  # noqa: F401
+                    exact_summary)
+from .stats import Histogram, Stats, histogram, sorted_histogram, summarize
 
-__all__ = ["sample", "grid", "values", "exact_stats", "exact_histogram", "histogram", "Sample", "Grid", "Stats",
-           "Histogram"]
+__all__ = ["sample", "grid", "values", "exact_stats", "exact_histogram", "exact_summary", "histogram",
+           "Sample", "Grid", "Stats", "Histogram"]
 
 DEFAULT_SAMPLES = 1 << 16
 MAX_WINDOWS = 32
-EXACT_CHUNK_ELEMS = 1 << 20
 
 
 @dataclass
@@ -48,8 +47,10 @@ class Sample:
         return sorted_histogram(self.ordered, bins, log)
 
     def to_json(self) -> dict:
+        # "extremes": min and max are the tensor's ("exact", every element was read) or the
+        # sample's ("sampled": the tensor's min is at most, its max at least these)
         out = {"stats": self.stats.to_json(), "samples": len(self.values), "numel": self.numel,
-               "exhaustive": self.exhaustive}
+               "exhaustive": self.exhaustive, "extremes": "exact" if self.exhaustive else "sampled"}
         if self.first_look:
             out["first_look"] = True
         return out
@@ -104,80 +105,6 @@ def values(tensor: Tensor, start: int = 0, count: int = 100) -> list:
         raise UsageError("start and count must be >= 0")
     count = max(0, min(count, tensor.numel - start))
     return gather_range(tensor, start, count)
-
-
-def _chunks(tensor: Tensor, chunk_elems: int) -> Iterator[tuple[int, int, list]]:
-    """Every element in row-major chunks (whole quant blocks): yields (done, total, values)."""
-    info = dtype_of(tensor)
-    chunk = max(info.block_elems, chunk_elems // info.block_elems * info.block_elems)
-    total = tensor.numel
-    starts = range(0, total, chunk)
-    # The next chunks are read ahead, together (gather.BATCH_BYTES at a time).
-    parts = gather_windows((tensor, start, min(chunk, total - start)) for start in starts)
-    for start, values in zip(starts, parts):
-        yield min(start + chunk, total), total, values
-
-
-def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS,
-                      max_elements: int | None = None) -> Iterator[tuple[int, int, Stats]]:
-    """Statistics of every element, one chunk at a time: yields (done, total, stats so far).
-
-    A generator so that callers can stop between chunks: the CLI through a progress callback,
-    the browser worker between messages (a cancel must be able to arrive). A stride-0 view is
-    read once, its counts multiplied by its repeats; a pass over more elements than its bytes
-    hold (or than `max_elements`) is refused before anything is read (repeats.py)."""
-    view, repeats, _ = checked_view(tensor, max_elements)   # now, not at the first step
-
-    def steps():
-        result = Stats()
-        for done, total, chunk in _chunks(view, chunk_elems):
-            part = compute(chunk, percentiles=False)
-            result = merge(result, part) if result.count else part
-            yield done * repeats, total * repeats, repeated(result, repeats)
-    return steps()
-
-
-def exact_histogram_steps(tensor: Tensor, stats: Stats, bins: int = 64,
-                          chunk_elems: int = EXACT_CHUNK_ELEMS,
-                          max_elements: int | None = None) -> Iterator[tuple[int, int, Binner]]:
-    """The histogram of every element over the exact [min, max] that exact_stats found: a second
-    streamed pass (bins over a sampled range would drop the extremes the first pass found)."""
-    view, repeats, _ = checked_view(tensor, max_elements)
-    binner = Binner(stats.min, stats.max, bins)
-    binner.weight = repeats
-
-    def steps():
-        for done, total, chunk in _chunks(view, chunk_elems):
-            binner.add(finite_floats(chunk))
-            yield done * repeats, total * repeats, binner
-    return steps()
-
-
-def _run(steps, progress, what: str):
-    last = None
-    for done, total, last in steps:
-        if progress is not None and progress(done, total) is False:
-            raise Cancelled(f"{what} cancelled")
-    return last
-
-
-def exact_stats(tensor: Tensor, progress: Callable[[int, int], object] | None = None,
-                chunk_elems: int = EXACT_CHUNK_ELEMS, max_elements: int | None = None) -> Stats:
-    """Statistics of every element, streamed in chunks. `progress(done, total)` returning False
-    (or raising Cancelled) stops the work with Cancelled; `max_elements` allows a pass over more
-    elements than the tensor's bytes hold (repeats.checked_view)."""
-    return _run(exact_stats_steps(tensor, chunk_elems, max_elements), progress,
-                f"exact statistics of {tensor.name!r}") or Stats()
-
-
-def exact_histogram(tensor: Tensor, stats: Stats, bins: int = 64,
-                    progress: Callable[[int, int], object] | None = None,
-                    chunk_elems: int = EXACT_CHUNK_ELEMS, log: bool = False,
-                    max_elements: int | None = None) -> Histogram:
-    """The histogram of every element, bins over [stats.min, stats.max] (from exact_stats)."""
-    binner = _run(exact_histogram_steps(tensor, stats, bins, chunk_elems, max_elements), progress,
-                  f"exact histogram of {tensor.name!r}")
-    return (binner or Binner(stats.min, stats.max, bins)).result(log)
 
 
 @dataclass

@@ -4,6 +4,10 @@ Mean and variance are two-pass over a sample (math.fsum, exact sums), and combin
 with Chan et al.'s pairwise formula when a whole tensor is streamed, so a 10^9-element tensor of
 large values does not lose its variance to cancellation as the sum-of-squares identity would.
 Non-finite values are counted apart and never enter min/max/mean/std.
+
+Every per-value pass is one C-level builtin over the whole list (min, max, fsum over map,
+list.count, a comprehension), never a generator feeding fsum: the exact pass over a 16M-element
+tensor is bound by these (bench/exact_stats.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import mul, sub
 
 from ..dtypes import to_float
 from ..jsonable import json_number
@@ -80,10 +86,7 @@ def summarize(raw_values, percentiles: bool = True) -> tuple[Stats, list[float] 
             stats.min, stats.max = min(finite), max(finite)
             near = sum(1 for v in finite if -NEAR_ZERO < v < NEAR_ZERO)
         stats.mean = mean = _mean(finite)
-        try:
-            stats.m2 = math.fsum((v - mean) * (v - mean) for v in finite)
-        except OverflowError:  # the spread of values near the float64 limit exceeds it
-            stats.m2 = math.inf
+        stats.m2 = _m2(finite, mean)
         stats.std = math.sqrt(stats.m2 / n)
         stats.exact_zeros = finite.count(0.0)
         stats.zeros = near / len(values)
@@ -100,6 +103,30 @@ def _mean(finite: list[float]) -> float:
 
 
 SCALE_DOWN = 2.0 ** -64
+# Sum of squares minus n * mean**2 cancels: above this ratio of the sum of squares to the result
+# (8 bits of 53 lost) the squared deviations are summed instead.
+CANCELLATION = 256.0
+
+
+def _sum_squares(values) -> float:
+    # fsum of the products, not math.sumprod (3.12+, so Pyodide's): sumprod is faster but not
+    # always correctly rounded, and the page must show the CLI's numbers to the last bit.
+    return math.fsum(map(mul, values, values))
+
+
+def _m2(finite: list[float], mean: float) -> float:
+    """The sum of squared deviations from `mean`, within ~1e-13 (relative) of fsum((v - mean)**2):
+    from the sum of squares where little cancels (weights, whose mean is near 0; a float32's
+    square is exact in a double), else from the deviations themselves (a layer norm's ones)."""
+    try:
+        squares = _sum_squares(finite)
+        if math.isfinite(squares):
+            m2 = squares - len(finite) * mean * mean
+            if m2 * CANCELLATION >= squares:
+                return m2
+        return max(0.0, _sum_squares(list(map(sub, finite, repeat(mean, len(finite))))))
+    except OverflowError:  # the spread of values near the float64 limit exceeds it
+        return math.inf
 
 
 def merge(a: Stats, b: Stats) -> Stats:
@@ -179,20 +206,28 @@ class Binner:
             return self.lo * 0.5, self.width * 0.5, 0.5
         return self.lo, self.width, 1.0
 
-    def add(self, finite: list[float]) -> None:
+    def add(self, finite: list[float], within: bool = False) -> None:
+        """Count finite values; `within`: the caller knows they all lie in [lo, hi] (the exact
+        pass, whose range is their min and max), so they are not checked again."""
         lo, hi, counts, last = self.lo, self.hi, self.counts, self.bins - 1
         if self.constant:
-            counts[0] += sum(1 for v in finite if v == lo) * self.weight
+            counts[0] += finite.count(lo) * self.weight
             return
-        # Filtering and counting at C speed (Counter over one comprehension): a 65,536-value
-        # sample is binned ~3x faster than by a loop, which matters in the browser.
-        if finite and not (lo <= min(finite) and max(finite) <= hi):
+        # Filtering and counting at C speed (one comprehension, then Counter or bytes.count):
+        # a 65,536-value sample is binned ~3x faster than by a loop, which matters in the browser.
+        given = finite
+        if not within and finite and not (lo <= min(finite) and max(finite) <= hi):
             finite = [v for v in finite if lo <= v <= hi]
         lo, width, scale = self._scaled()
         if scale != 1.0:
             finite = [v * scale for v in finite]
+        # floor, not int: the same for these non-negative quotients, and half the call's cost
+        floor = math.floor
+        found = _counted([floor((v - lo) / width) for v in finite], self.bins)  # 0 .. bins (hi: bins)
+        if found is None:   # `within`, but a value lay outside (the file changed between passes)
+            return self.add(given)
         weight = self.weight
-        for index, n in Counter([int((v - lo) / width) for v in finite]).items():
+        for index, n in found:
             counts[index if index < last else last] += n * weight
 
     def add_sorted(self, ordered: list[float]) -> None:
@@ -215,6 +250,20 @@ class Binner:
         lo, width, scale = self._scaled()
         edges = [(lo + width * i) / scale for i in range(self.bins)] + [self.hi]
         return Histogram(edges, self.counts, log)
+
+
+def _counted(indices: list[int], bins: int) -> list[tuple[int, int]] | None:
+    """(bin index, count) of bin indices 0 .. bins; None if one lies outside that range."""
+    if bins < 256 and len(indices) > 64 * bins:
+        # a byte per value, counted by bytes.count per bin: memchr speed, no hashing
+        try:
+            packed = bytes(indices)
+        except ValueError:   # an index below 0 or above 255
+            return None
+        found = [(k, packed.count(k)) for k in range(bins + 1)]
+        return found if sum(n for _, n in found) == len(indices) else None
+    found = Counter(indices)
+    return list(found.items()) if not found or (min(found) >= 0 and max(found) <= bins) else None
 
 
 def histogram(raw_values, bins: int = 64, log: bool = False,

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import time
-
 from ..display import counted
 from ..model import Checkpoint
 from .plan import Entry, Shard
@@ -45,22 +42,3 @@ def print_left_out(lines: list[str], stream) -> None:
         for line in lines:
             print(f"  - {line}", file=stream)
 
-
-class Progress:
-    """`progress(done, total)` for a write: bytes written and the time left, on one stderr line
-    (redrawn at most 10 times a second)."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.start = time.monotonic()
-        self.shown = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done < total and now - self.shown < 0.1:
-            return
-        self.shown = now
-        spent = now - self.start
-        left = spent * (total - done) / done if done else 0.0
-        print(f"\rwrote {done / 1e6:,.1f} of {total / 1e6:,.1f} MB, about {left:.0f} s left ",
-              end="" if done < total else "\n", file=self.stream)

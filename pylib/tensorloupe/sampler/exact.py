@@ -1,0 +1,147 @@
+"""Whole-tensor statistics and histograms: every element, streamed in chunks.
+
+Two passes: the statistics (min, max, mean, std, counts), then the histogram over the exact
+[min, max] the first found (bins over a sampled range would drop the extremes). `exact_summary`
+runs both and, for a tensor whose decoding costs more than keeping its values (ggml and other
+block quantisations) and that is small enough, keeps the first pass's values for the second:
+each block is then decoded once. An 8- or 16-bit float tensor takes one pass that counts its
+element codes instead (codes.py): the same figures, no element decoded. Every pass is a generator, so that callers can stop between
+chunks: the CLI through a progress callback, the browser worker between messages.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Callable, Iterator
+
+from ..errors import Cancelled
+from ..model import Tensor
+from . import codes
+from .gather import dtype_of, gather_windows
+from .repeats import checked_view, repeated
+from .stats import Binner, Histogram, Stats, compute, finite_floats, merge
+
+EXACT_CHUNK_ELEMS = 1 << 20
+# The most values `exact_summary` keeps between its passes (as doubles: 128 MB).
+KEEP_ELEMS = 1 << 24
+
+Progress = Callable[[int, int], object]
+
+
+def _chunks(tensor: Tensor, chunk_elems: int) -> Iterator[tuple[int, int, list]]:
+    """Every element in row-major chunks (whole quant blocks): yields (done, total, values)."""
+    info = dtype_of(tensor)
+    chunk = max(info.block_elems, chunk_elems // info.block_elems * info.block_elems)
+    total = tensor.numel
+    starts = range(0, total, chunk)
+    # The next chunks are read ahead, together (gather.BATCH_BYTES at a time).
+    parts = gather_windows((tensor, start, min(chunk, total - start)) for start in starts)
+    for start, values in zip(starts, parts):
+        yield min(start + chunk, total), total, values
+
+
+def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS,
+                      max_elements: int | None = None,
+                      keep: list | None = None) -> Iterator[tuple[int, int, Stats]]:
+    """Statistics of every element, one chunk at a time: yields (done, total, stats so far).
+
+    A stride-0 view is read once, its counts multiplied by its repeats; a pass over more
+    elements than its bytes hold (or than `max_elements`) is refused before anything is read
+    (repeats.py). `keep`, a list, receives each chunk's values (as an array of doubles)."""
+    view, repeats, _ = checked_view(tensor, max_elements)   # now, not at the first step
+
+    def steps():
+        result = Stats()
+        for done, total, chunk in _chunks(view, chunk_elems):
+            part = compute(chunk, percentiles=False)
+            if keep is not None:
+                keep.append(array("d", chunk))
+            result = merge(result, part) if result.count else part
+            yield done * repeats, total * repeats, repeated(result, repeats)
+    return steps()
+
+
+def exact_histogram_steps(tensor: Tensor, stats: Stats, bins: int = 64,
+                          chunk_elems: int = EXACT_CHUNK_ELEMS,
+                          max_elements: int | None = None,
+                          kept: list | None = None) -> Iterator[tuple[int, int, Binner]]:
+    """The histogram of every element over the exact [min, max] that exact_stats found: a second
+    streamed pass, over the values `kept` by the first if given (exact_stats_steps)."""
+    view, repeats, _ = checked_view(tensor, max_elements)
+    binner = Binner(stats.min, stats.max, bins)
+    binner.weight = repeats
+    every_finite = stats.finite == stats.count   # then no chunk needs filtering
+
+    def chunks():
+        if kept is None:
+            yield from _chunks(view, chunk_elems)
+            return
+        done = 0
+        while kept:
+            values = kept.pop(0).tolist()   # each kept chunk is let go once binned
+            done += len(values)
+            yield done, view.numel, values
+
+    def steps():
+        for done, total, chunk in chunks():
+            # every finite value lies in [min, max]: they were found over these values
+            binner.add(chunk if every_finite else finite_floats(chunk), within=True)
+            yield done * repeats, total * repeats, binner
+    return steps()
+
+
+def _run(steps, progress, what: str):
+    last = None
+    for done, total, last in steps:
+        if progress is not None and progress(done, total) is False:
+            raise Cancelled(f"{what} cancelled")
+    return last
+
+
+def exact_stats(tensor: Tensor, progress: Progress | None = None,
+                chunk_elems: int = EXACT_CHUNK_ELEMS, max_elements: int | None = None) -> Stats:
+    """Statistics of every element, streamed in chunks. `progress(done, total)` returning False
+    (or raising Cancelled) stops the work with Cancelled; `max_elements` allows a pass over more
+    elements than the tensor's bytes hold (repeats.checked_view)."""
+    return _run(exact_stats_steps(tensor, chunk_elems, max_elements), progress,
+                f"exact statistics of {tensor.name!r}") or Stats()
+
+
+def exact_histogram(tensor: Tensor, stats: Stats, bins: int = 64,
+                    progress: Progress | None = None,
+                    chunk_elems: int = EXACT_CHUNK_ELEMS, log: bool = False,
+                    max_elements: int | None = None, kept: list | None = None) -> Histogram:
+    """The histogram of every element, bins over [stats.min, stats.max] (from exact_stats)."""
+    binner = _run(exact_histogram_steps(tensor, stats, bins, chunk_elems, max_elements, kept),
+                  progress, f"exact histogram of {tensor.name!r}")
+    return (binner or Binner(stats.min, stats.max, bins)).result(log)
+
+
+def exact_summary(tensor: Tensor, bins: int = 64, progress: tuple[Progress | None, Progress | None] = (None, None),
+                  chunk_elems: int = EXACT_CHUNK_ELEMS, log: bool = False,
+                  max_elements: int | None = None) -> tuple[Stats, Histogram]:
+    """`exact_stats` then `exact_histogram`, each with its progress callback; a block-quantised
+    tensor of at most KEEP_ELEMS stored elements is decoded once, its values kept between."""
+    view, repeats, _ = checked_view(tensor, max_elements)
+    if codes.countable(view):
+        return _counted_summary(tensor, view, repeats, bins, progress, chunk_elems, log)
+    keep = [] if dtype_of(view).kind == "quant" and view.numel <= KEEP_ELEMS else None
+    stats = _run(exact_stats_steps(tensor, chunk_elems, max_elements, keep), progress[0],
+                 f"exact statistics of {tensor.name!r}") or Stats()
+    return stats, exact_histogram(tensor, stats, bins, progress[1], chunk_elems, log, max_elements, keep)
+
+
+def _counted_summary(tensor: Tensor, view: Tensor, repeats: int, bins: int, progress, chunk_elems: int,
+                     log: bool) -> tuple[Stats, Histogram]:
+    """`exact_summary` of a tensor whose element codes are counted (codes.py), in one pass."""
+    steps = ((done * repeats, total * repeats, counts)
+             for done, total, counts in codes.count_steps(view, chunk_elems))
+    counts = _run(steps, progress[0], f"exact statistics of {tensor.name!r}")
+    pairs = [(v, c * repeats) for v, c in
+             codes.distinct_values(dtype_of(view), counts or {}, view.big_endian)]
+    stats = codes.counted_stats(pairs)
+    binner = Binner(stats.min, stats.max, bins)
+    codes.counted_histogram(binner, pairs)
+    if progress[1] is not None:
+        progress[1](tensor.numel, tensor.numel)
+    return stats, binner.result(log)
