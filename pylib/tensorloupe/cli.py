@@ -1,4 +1,4 @@
-"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|convert|extract|demo`: the library
+"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|convert|extract|prune|demo`: the library
 on the command line.
 
 Every command that reads a checkpoint takes it the same way (`add_files` / `open_files`, see
@@ -8,7 +8,7 @@ Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name, or `tokens` of a checkpoint
 that has no tokenizer), 3 the file cannot be read (a missing path, a URL that cannot be fetched)
 or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
-names a dangerous global (the report is printed first), or `convert`/`extract` of such a file
+names a dangerous global (the report is printed first), or `convert`/`extract`/`prune` of such a file
 without --allow-dangerous-file (nothing is written; what would be left out is said), 5 `health`
 or `inspect --strict` of a shard set with parts missing (or tensors its index names that no part holds; said first), 6
 `inspect --strict` and torch.load(weights_only=True), torch's default, would refuse the file (or a
@@ -251,6 +251,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="convert a file whose pickle names a dangerous global (it is never run)")
         p.set_defaults(run=run_convert)
 
+    p = commands.add_parser("prune", parents=[reading],
+                            help="write the checkpoint without some of its experts (a model folder)")
+    add_files(p, "OUT")
+    chosen = p.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--drop-experts", metavar="L:E,...",
+                        help="the experts to drop, as LAYER:EXPERT pairs (0:4,0:5,1:7)")
+    chosen.add_argument("--recommended", action="store_true",
+                        help="drop the experts the Experts analysis (`moe`) finds redundant")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help="with --recommended: the similarity that makes two experts copies "
+                        "(default %(default)s)")
+    p.add_argument("--config", help="the model's config.json (default: the one beside it)")
+    p.add_argument("--max-shard-size", metavar="SIZE", help="write the weights as a shard set "
+                   "of at most SIZE per file")
+    p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
+    p.add_argument("--allow-dangerous-file", action="store_true",
+                   help="prune a file whose pickle names a dangerous global (it is never run)")
+    p.set_defaults(run=run_prune)
+
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
     p.add_argument("--out", required=True, help="where to write it")
     p.set_defaults(run=run_demo)
@@ -347,15 +366,7 @@ def run_convert(args) -> int:
     size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
     names = getattr(args, "names", None)
     with open_files(items, args) as ckpt:
-        safety = ckpt.extras.get("safety") or {}
-        dangerous = safety.get("dangerous") or []
-        if (dangerous or safety.get("torch_reading")) and not args.allow_dangerous_file:
-            why = (f"the pickle names {len(dangerous)} dangerous global(s): {', '.join(dangerous)}"
-                   if dangerous else f"torch.load reads these bytes as another file: "
-                   f"{safety['torch_reading']['format']}")
-            print(f"tensorloupe: {ckpt.name}: {why}; nothing written (convert it anyway, the "
-                  "pickle unrun, with --allow-dangerous-file)", file=sys.stderr)
-            text.print_left_out(text.left_out(ckpt), sys.stderr)
+        if _refused(ckpt, args):
             return EXIT_DANGEROUS
         chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
                              getattr(args, "match", None))
@@ -370,6 +381,59 @@ def run_convert(args) -> int:
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
                         entries, args.dry_run)
         text.print_left_out(text.left_out(ckpt), sys.stdout)
+    return EXIT_OK
+
+
+def _refused(ckpt: Checkpoint, args) -> bool:
+    """A file whose pickle is dangerous is written only with --allow-dangerous-file: else said
+    (with what would be left out) and True."""
+    from .writing import text
+    safety = ckpt.extras.get("safety") or {}
+    dangerous = safety.get("dangerous") or []
+    if not (dangerous or safety.get("torch_reading")) or args.allow_dangerous_file:
+        return False
+    why = (f"the pickle names {len(dangerous)} dangerous global(s): {', '.join(dangerous)}"
+           if dangerous else f"torch.load reads these bytes as another file: "
+           f"{safety['torch_reading']['format']}")
+    print(f"tensorloupe: {ckpt.name}: {why}; nothing written ({args.command} it anyway, the "
+          "pickle unrun, with --allow-dangerous-file)", file=sys.stderr)
+    text.print_left_out(text.left_out(ckpt), sys.stderr)
+    return True
+
+
+def run_prune(args) -> int:
+    from .moe import detect
+    from .writing import folder, plan, prune, safetensors as writer, text
+    if len(args.items) < 2:
+        raise UsageError("give the checkpoint file(s), then the folder OUT")
+    *items, out = args.items
+    size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
+    target = resolve(items)
+    found = _config(args, target.files)
+    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+        if _refused(ckpt, args):
+            return EXIT_DANGEROUS
+        dequantise(ckpt, found.data, found.where)
+        if args.recommended:
+            if not -1.0 <= args.threshold <= 1.0:
+                raise UsageError("--threshold must be within [-1, 1]")
+            drops = prune.recommended(analyse(ckpt, args.threshold, config=found.data))
+        else:
+            drops = prune.parse_drops(args.drop_experts)
+        result = prune.prune(ckpt, detect(ckpt, found.data), drops, found.data)
+        entries = [plan.entry(t) for t in result.tensors]
+        extra = prune.metadata(result)
+        weights = folder.weights_target(out, size)
+        where = writer.layout(ckpt, weights, entries, size, __version__, extra)
+        if not args.dry_run:
+            try:
+                folder.write_model(ckpt, out, entries, result.config, size, __version__,
+                                   text.Progress() if sys.stderr.isatty() else None, extra)
+            except OSError as e:
+                raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+        text.print_prune(result.kept, result.dropped, result.config)
+        text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
+                        entries, args.dry_run)
     return EXIT_OK
 
 

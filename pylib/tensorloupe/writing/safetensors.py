@@ -87,17 +87,17 @@ def _swapped(data: bytes, size: int) -> bytes:
     return a.tobytes()
 
 
-def _inputs(ckpt: Checkpoint) -> list[str]:
+def inputs(ckpt: Checkpoint) -> list[str]:
     """The local files the checkpoint is read from (a URL's source has no path)."""
     paths = (getattr(s.root(), "path", None) for s in ckpt.sources)
     return [os.path.realpath(p) for p in paths if isinstance(p, str)]
 
 
 def _refuse_inputs(ckpt: Checkpoint, targets: list[str]) -> None:
-    inputs = _inputs(ckpt)
+    paths = inputs(ckpt)
     for target in targets:
         real = os.path.realpath(target)
-        for source in inputs:
+        for source in paths:
             same = real == source or (os.path.exists(real) and os.path.exists(source)
                                       and os.path.samefile(real, source))
             if same:
@@ -111,9 +111,10 @@ class Layout(NamedTuple):
 
 
 def layout(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int | None,
-           version: str) -> Layout:
-    """What is written where. With a shard size, `out` is a folder; else it is the file."""
-    meta = plan.metadata(ckpt, entries, version)
+           version: str, extra: dict[str, str] | None = None) -> Layout:
+    """What is written where. With a shard size, `out` is a folder; else it is the file.
+    `extra`: more `__metadata__` entries (what a prune dropped, what was skipped)."""
+    meta = {**plan.metadata(ckpt, entries, version), **(extra or {})}
     if max_shard_size is None:
         return Layout([(out, Shard(os.path.basename(out), entries))], None, meta)
     parts = plan.shards(entries, max_shard_size)
@@ -126,9 +127,10 @@ def layout(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int
 
 
 def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int | None = None,
-          version: str = "", progress: Callable[[int, int], object] | None = None) -> list[str]:
+          version: str = "", progress: Callable[[int, int], object] | None = None,
+          extra: dict[str, str] | None = None) -> list[str]:
     """Write the entries; returns the paths written (the index last)."""
-    files, index, meta = layout(ckpt, out, entries, max_shard_size, version)
+    files, index, meta = layout(ckpt, out, entries, max_shard_size, version, extra)
     finals = [path for path, _ in files] + ([os.path.join(out, plan.INDEX_NAME)] if index else [])
     _refuse_inputs(ckpt, finals)
     if max_shard_size is not None:
@@ -138,7 +140,7 @@ def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int 
     temporaries: list[tuple[str, str]] = []
     try:
         for path, shard in files:
-            tmp = _temporary(path)
+            tmp = temporary(path)
             temporaries.append((tmp, path))
             with open(tmp, "wb") as f:
                 head = plan.header(shard.entries, meta)
@@ -155,7 +157,7 @@ def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int 
                         raise TensorloupeError(f"tensor {e.tensor.name!r} gave {written} bytes, "
                                                f"not the {e.nbytes} its shape needs")
         if index is not None:
-            tmp = _temporary(finals[-1])
+            tmp = temporary(finals[-1])
             temporaries.append((tmp, finals[-1]))
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
@@ -171,7 +173,7 @@ def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int 
     return finals
 
 
-def _temporary(path: str) -> str:
+def temporary(path: str) -> str:
     """A fresh `NAME.tmp-XXXX` beside `path` (created, so no two writers share one)."""
     folder, name = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f"{name}.tmp-", dir=folder)

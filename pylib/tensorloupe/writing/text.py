@@ -64,3 +64,12 @@ class Progress:
         left = spent * (total - done) / done if done else 0.0
         print(f"\rwrote {done / 1e6:,.1f} of {total / 1e6:,.1f} MB, about {left:.0f} s left ",
               end="" if done < total else "\n", file=self.stream)
+
+
+def print_prune(kept: dict[int, list[int]], dropped: dict[int, list[int]], config: dict | None) -> None:
+    for layer, gone in dropped.items():
+        print(f"layer {layer}: drop {counted(len(gone), 'expert')} ({', '.join(map(str, gone))}), "
+              f"keep {len(kept[layer])}: new 0..{len(kept[layer]) - 1} are old "
+              f"{', '.join(map(str, kept[layer]))}")
+    if config is None:
+        print("no config.json beside the source: none written")
