@@ -42,6 +42,7 @@ from .architecture.memory import CACHE_TYPES
 from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 from .quant.logical import apply as dequantise
 
+DTYPE_CHOICES = ("F32", "F16", "BF16")     # writing/encode.py's ENCODERS (not imported by inspect)
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS, EXIT_INCOMPLETE, EXIT_REFUSED = 0, 2, 3, 4, 5, 6
 
 
@@ -246,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-shard-size", metavar="SIZE", help="write a shard set into the folder "
                        "OUT (model-0000K-of-0000N.safetensors + model.safetensors.index.json), "
                        "shards of at most SIZE (5GB, 500MB, a byte count)")
+        p.add_argument("--dtype", choices=DTYPE_CHOICES, help="write every floating-point tensor "
+                       "(dequantised ones too) as its values in this dtype (default: as stored; "
+                       "quantised ones as float32)")
         p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
         p.add_argument("--allow-dangerous-file", action="store_true",
                        help="convert a file whose pickle names a dangerous global (it is never run)")
@@ -370,7 +374,7 @@ def run_convert(args) -> int:
             return EXIT_DANGEROUS
         chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
                              getattr(args, "match", None))
-        entries = [plan.entry(t) for t in chosen]
+        entries = [plan.entry(t, args.dtype) for t in chosen]
         where = writer.layout(ckpt, out, entries, size, __version__)
         if not args.dry_run:
             try:

@@ -21,7 +21,9 @@ from ..dtypes import lookup
 from ..dtypes.plain import SAFETENSORS_DTYPES
 from ..errors import UnsupportedError, UsageError
 from ..model import Checkpoint, Tensor
+from .encode import ENCODERS
 
+DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
 ALIGN = 8                                    # the spec: the header is padded to 8 bytes
 SINGLE_NAME = "model.safetensors"            # transformers' names (SAFE_WEIGHTS_NAME, ..._INDEX_NAME)
 INDEX_NAME = "model.safetensors.index.json"
@@ -48,13 +50,19 @@ class Shard(NamedTuple):
         return sum(e.nbytes for e in self.entries)
 
 
-def entry(tensor: Tensor) -> Entry:
+def entry(tensor: Tensor, dtype: str | None = None) -> Entry:
+    """How `tensor` is written. `dtype` (F32, F16 or BF16; `convert --dtype`): every floating-point
+    tensor, dequantised ones too, is written as its values in that dtype; others as they are."""
     if tensor.problem:
         raise UnsupportedError(f"tensor {tensor.name!r} cannot be written: {tensor.problem}")
     info = lookup(tensor.dtype)
     if info is None:
         raise UnsupportedError(f"tensor {tensor.name!r} has dtype {tensor.dtype!r}, which "
                                "tensorloupe cannot decode: it cannot be written")
+    if dtype is not None and dtype not in ENCODERS:
+        raise UsageError(f"--dtype {dtype!r} is not one of {', '.join(ENCODERS)}")
+    if info.kind in ("quant", "float") and dtype is not None and dtype != tensor.dtype:
+        return Entry(tensor, dtype, tensor.shape, DTYPE_BYTES[dtype] * tensor.numel, "values")
     if info.kind == "quant":   # ggml blocks: their exact values, in float32 (holds them all)
         return Entry(tensor, "F32", tensor.shape, 4 * tensor.numel, "values")
     if tensor.dtype not in SAFETENSORS_DTYPES:
@@ -127,9 +135,14 @@ def metadata(ckpt: Checkpoint, entries: list[Entry], version: str) -> dict[str, 
     if shared:
         out["shared"] = json.dumps(shared) + " (names of one torch tensor in the source, " \
                         "written as copies: safetensors has no aliasing)"
-    dequantised = [e.tensor.name for e in entries if e.how == "values" or e.tensor.parts]
+    dequantised = [e.tensor.name for e in entries if lookup(e.tensor.dtype).kind == "quant" or e.tensor.parts]
     if dequantised:
-        out["dequantised"] = json.dumps(dequantised) + " (written as their float32 values)"
+        written = sorted({e.dtype for e in entries if e.tensor.name in set(dequantised)})
+        out["dequantised"] = json.dumps(dequantised) + f" (written as their values in {', '.join(written)})"
+    cast = sorted({f"{e.tensor.dtype} to {e.dtype}" for e in entries
+                   if e.how == "values" and lookup(e.tensor.dtype).kind == "float"})
+    if cast:
+        out["cast"] = ", ".join(cast) + " (rounded to nearest even, as torch's .to() rounds)"
     return out
 
 

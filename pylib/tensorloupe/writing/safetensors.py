@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 import tempfile
 from array import array
 from typing import Callable, Iterator, NamedTuple
@@ -25,6 +24,7 @@ from ..errors import TensorloupeError, UsageError
 from ..model import Checkpoint
 from ..sampler.gather import dtype_of, gather_windows, read_batched, read_windows, storage_positions
 from . import plan
+from .encode import ENCODERS
 from .plan import Entry, Shard
 
 CHUNK_BYTES = 16 << 20       # bytes read (and held) at once for one tensor
@@ -42,13 +42,14 @@ def tensor_chunks(e: Entry, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     t = e.tensor
     info = dtype_of(t)
     if e.how == "values":
-        # ggml blocks: decoded by the sampler; float32 holds every value exactly
+        # decoded by the sampler (ggml blocks, or floats cast to another dtype), then encoded
+        # in the entry's dtype (float32 holds every ggml value exactly)
+        encoded = ENCODERS[e.dtype]
         elems = min(VALUES_CHUNK, chunk_bytes // 4)
         per = max(info.block_elems, elems // info.block_elems * info.block_elems)
         windows = ((t, s, min(per, t.numel - s)) for s in range(0, t.numel, per))
         for part in gather_windows(windows, batch_bytes=chunk_bytes):
-            yield array("f", part).tobytes() if sys.byteorder == "little" else _swapped(
-                array("f", part).tobytes(), 4)
+            yield encoded(part)
         return
     be, bb = info.block_elems, info.block_bytes
     per = max(be, (chunk_bytes // bb) * be)

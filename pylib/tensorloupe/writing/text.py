@@ -35,7 +35,7 @@ def print_plan(files: list[tuple[str, Shard]], index: str | None, entries: list[
         print(f"  {index}: the index")
     if dry_run:
         for e in entries:
-            how = " (its float32 values)" if e.how == "values" else ""
+            how = f" (its {e.dtype} values)" if e.how == "values" else ""
             print(f"    {e.tensor.name}  {e.dtype}{list(e.shape)}  {e.nbytes:,} bytes{how}")
 
 
