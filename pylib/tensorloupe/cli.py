@@ -247,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-shard-size", metavar="SIZE", help="write a shard set into the folder "
                        "OUT (model-0000K-of-0000N.safetensors + model.safetensors.index.json), "
                        "shards of at most SIZE (5GB, 500MB, a byte count)")
+        p.add_argument("--hf-names", action="store_true", help="a GGUF file's tensors under the "
+                       "Hugging Face names, Q/K rows un-permuted and stacked experts split, as "
+                       "transformers loads them")
         p.add_argument("--dtype", choices=DTYPE_CHOICES, help="write every floating-point tensor "
                        "(dequantised ones too) as its values in this dtype (default: as stored; "
                        "quantised ones as float32)")
@@ -363,7 +366,7 @@ def run_inspect(args) -> int:
 
 
 def run_convert(args) -> int:
-    from .writing import plan, safetensors as writer, text
+    from .writing import hfnames, plan, safetensors as writer, text
     if len(args.items) < 2:
         raise UsageError("give the checkpoint file(s), then OUT")
     *items, out = args.items
@@ -372,14 +375,19 @@ def run_convert(args) -> int:
     with open_files(items, args) as ckpt:
         if _refused(ckpt, args):
             return EXIT_DANGEROUS
+        extra: dict[str, str] = {}
+        if args.hf_names:
+            renamed = hfnames.hf_tensors(ckpt)
+            ckpt.replace_tensors(renamed.tensors)
+            extra.update(hfnames.metadata(renamed))
         chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
                              getattr(args, "match", None))
         entries = [plan.entry(t, args.dtype) for t in chosen]
-        where = writer.layout(ckpt, out, entries, size, __version__)
+        where = writer.layout(ckpt, out, entries, size, __version__, extra)
         if not args.dry_run:
             try:
                 writer.write(ckpt, out, entries, size, __version__,
-                             text.Progress() if sys.stderr.isatty() else None)
+                             text.Progress() if sys.stderr.isatty() else None, extra)
             except OSError as e:   # where OUT cannot be (a folder, no permission, disk full)
                 raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
