@@ -114,6 +114,11 @@ def add_max_elements(p: argparse.ArgumentParser) -> None:
                         "its bytes hold; a view that rereads its bytes more is refused first)")
 
 
+def add_strict_writing(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strict", action="store_true", help="write nothing if a tensor cannot be "
+                   "written (default: skip it, saying why, here and in __metadata__)")
+
+
 def split_files(items: list[str], keep: int = 0) -> tuple[list[str], list[str]]:
     """Leading items that name files (existing paths or URLs) are the checkpoint, the rest are
     tensor names; at least one file, and at least `keep` names left."""
@@ -254,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(dequantised ones too) as its values in this dtype (default: as stored; "
                        "quantised ones as float32)")
         p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
+        add_strict_writing(p)
         p.add_argument("--allow-dangerous-file", action="store_true",
                        help="convert a file whose pickle names a dangerous global (it is never run)")
         p.set_defaults(run=run_convert)
@@ -273,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-shard-size", metavar="SIZE", help="write the weights as a shard set "
                    "of at most SIZE per file")
     p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
+    add_strict_writing(p)
     p.add_argument("--allow-dangerous-file", action="store_true",
                    help="prune a file whose pickle names a dangerous global (it is never run)")
     p.set_defaults(run=run_prune)
@@ -382,7 +389,7 @@ def run_convert(args) -> int:
             extra.update(hfnames.metadata(renamed))
         chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
                              getattr(args, "match", None))
-        entries = [plan.entry(t, args.dtype) for t in chosen]
+        entries, skipped, too_long = _entries(ckpt, chosen, args, extra)
         where = writer.layout(ckpt, out, entries, size, __version__, extra)
         if not args.dry_run:
             try:
@@ -392,8 +399,13 @@ def run_convert(args) -> int:
                 raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
                         entries, args.dry_run)
-        text.print_left_out(text.left_out(ckpt), sys.stdout)
+        text.print_left_out(text.left_out(ckpt, too_long, skipped), sys.stdout)
     return EXIT_OK
+
+
+def _entries(ckpt: Checkpoint, tensors: list, args, extra: dict[str, str]):
+    from .writing import provenance
+    return provenance.described(ckpt, tensors, getattr(args, "dtype", None), args.strict, extra)
 
 
 def _refused(ckpt: Checkpoint, args) -> bool:
@@ -433,8 +445,8 @@ def run_prune(args) -> int:
         else:
             drops = prune.parse_drops(args.drop_experts)
         result = prune.prune(ckpt, detect(ckpt, found.data), drops, found.data)
-        entries = [plan.entry(t) for t in result.tensors]
         extra = prune.metadata(result)
+        entries, skipped, too_long = _entries(ckpt, result.tensors, args, extra)
         weights = folder.weights_target(out, size)
         where = writer.layout(ckpt, weights, entries, size, __version__, extra)
         if not args.dry_run:
@@ -446,6 +458,7 @@ def run_prune(args) -> int:
         text.print_prune(result.kept, result.dropped, result.config)
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
                         entries, args.dry_run)
+        text.print_left_out(text.left_out(ckpt, too_long, skipped), sys.stdout)
     return EXIT_OK
 
 

@@ -75,6 +75,24 @@ def entry(tensor: Tensor, dtype: str | None = None) -> Entry:
     return Entry(tensor, tensor.dtype, tensor.shape, blocks * info.block_bytes, "raw")
 
 
+def entries(tensors: list[Tensor], dtype: str | None = None,
+            strict: bool = True) -> tuple[list[Entry], list[tuple[str, str]]]:
+    """The entries of the tensors that can be written, and (name, reason) of those that cannot:
+    with `strict`, the first of those ends the conversion instead."""
+    out, skipped = [], []
+    for t in tensors:
+        try:
+            out.append(entry(t, dtype))
+        except UnsupportedError as e:
+            if strict:
+                raise
+            skipped.append((t.name, e.message))
+    if not out and skipped:
+        raise UnsupportedError(f"no tensor can be written: {skipped[0][1]}"
+                               + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
+    return out, skipped
+
+
 def select(ckpt: Checkpoint, names: list[str] | None = None, match: str | None = None) -> list[Tensor]:
     """The tensors to write: all or those `match` finds (in file order), or those named (a
     dequantised weight's stored parts too: `Checkpoint.tensor` finds them)."""
