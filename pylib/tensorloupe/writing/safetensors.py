@@ -64,6 +64,25 @@ def tensor_chunks(e: Entry, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         yield _swapped(data, swap) if swap > 1 else data
 
 
+def entry_bytes(entries: list[Entry]) -> Iterator[bytes]:
+    """The data section of a file of these entries, chunk after chunk, each entry checked
+    against the byte count its shape needs (the header said so already)."""
+    for e in entries:
+        written = 0
+        for data in tensor_chunks(e):
+            written += len(data)
+            yield data
+        if written != e.nbytes:
+            raise TensorloupeError(f"tensor {e.tensor.name!r} gave {written} bytes, "
+                                   f"not the {e.nbytes} its shape needs")
+
+
+def file_head(entries: list[Entry], meta: dict[str, str] | None) -> bytes:
+    """The length prefix and the header: the first bytes of the file."""
+    head = plan.header(entries, meta)
+    return LENGTH.pack(len(head)) + head
+
+
 def _strided_chunks(t, elem_bytes: int, per: int) -> Iterator[bytes]:
     """A torch view's elements in row-major order: each chunk's storage positions, cut into
     runs of consecutive elements, read together (the sampler's read batching)."""
@@ -144,19 +163,12 @@ def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int 
             tmp = temporary(path)
             temporaries.append((tmp, path))
             with open(tmp, "wb") as f:
-                head = plan.header(shard.entries, meta)
-                f.write(LENGTH.pack(len(head)) + head)
-                for e in shard.entries:
-                    written = 0
-                    for data in tensor_chunks(e):
-                        f.write(data)
-                        written += len(data)
-                        done += len(data)
-                        if progress is not None:
-                            progress(done, total)
-                    if written != e.nbytes:
-                        raise TensorloupeError(f"tensor {e.tensor.name!r} gave {written} bytes, "
-                                               f"not the {e.nbytes} its shape needs")
+                f.write(file_head(shard.entries, meta))
+                for data in entry_bytes(shard.entries):
+                    f.write(data)
+                    done += len(data)
+                    if progress is not None:
+                        progress(done, total)
         if index is not None:
             tmp = temporary(finals[-1])
             temporaries.append((tmp, finals[-1]))
