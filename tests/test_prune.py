@@ -186,3 +186,13 @@ def test_per_layer_counts_are_written_where_the_architecture_holds_them():
     assert prune.new_config(config, {0: 6, 1: 8, 2: 7})["num_experts"] == [6, 8, 7]
     with pytest.raises(UsageError, match="one count for every layer of a 'mixtral' model"):
         prune.new_config({"model_type": "mixtral", "num_local_experts": 8}, {0: 6, 1: 8})
+
+
+def test_write_pruned_is_the_cli_s_prune_from_python(tmp_path, saved):
+    model, src = saved
+    written = tensorloupe.write_pruned(src / "model.safetensors", tmp_path / "api", drop=DROPS)
+    assert main(["prune", str(src / "model.safetensors"), str(tmp_path / "cli"),
+                 "--drop-experts", DROP_TEXT]) == EXIT_OK
+    assert [Path(p).name for p in written][:2] == ["model.safetensors", "config.json"]
+    for name in ("model.safetensors", "config.json"):
+        assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()

@@ -30,7 +30,8 @@ __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_polish.py 
 
 __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histogram", "grid",
            "exact_stats", "exact_histogram", "values", "health", "health_cost", "compare",
-           "Comparison", "Sample", "Stats", "Histogram", "Grid", "ByteSource", "write_safetensors"]
+           "Comparison", "Sample", "Stats", "Histogram", "Grid", "ByteSource", "write_safetensors",
+           "write_pruned"]
 
 
 def open(target, name: str | None = None, *, follow_redirects: bool = False) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
@@ -133,6 +134,30 @@ def write_safetensors(checkpoint, out, names=None, max_shard_size=None, progress
                                        dtype, strict, extra)[0]
         size = None if max_shard_size is None else plan.parse_size(max_shard_size)
         return writer.write(ckpt, _os.fspath(out), entries, size, __version__, progress, extra)
+    finally:
+        if ckpt is not checkpoint:
+            ckpt.close()
+
+
+def write_pruned(checkpoint, out, drop=None, recommended=False, threshold=None, config=None,
+                 max_shard_size=None, progress=None) -> list[str]:
+    """Write the folder `out` (model.safetensors or a shard set, config.json with the new expert
+    count, the tokenizer files beside the source) without the experts `drop` names ("0:4,1:7" or
+    {layer: [experts]}), or with `recommended`, those the Experts analysis finds redundant.
+    `config`: the model's config.json as a dict (default: the one beside a local source)."""
+    from .opening import beside
+    from .writing import folder, plan, provenance, prune
+    from .writing.safetensors import inputs
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else open(checkpoint)
+    try:
+        if config is None:
+            config = beside.config_for(inputs(ckpt)).data
+        result = prune.plan(ckpt, config, drop, recommended, threshold)
+        extra = prune.metadata(result)
+        entries = provenance.described(ckpt, result.tensors, None, True, extra)[0]
+        size = None if max_shard_size is None else plan.parse_size(max_shard_size)
+        return folder.write_model(ckpt, _os.fspath(out), entries, result.config, size, __version__,
+                                  progress, extra)
     finally:
         if ckpt is not checkpoint:
             ckpt.close()

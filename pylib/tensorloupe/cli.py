@@ -426,7 +426,6 @@ def _refused(ckpt: Checkpoint, args) -> bool:
 
 
 def run_prune(args) -> int:
-    from .moe import detect
     from .writing import folder, plan, prune, safetensors as writer, text
     if len(args.items) < 2:
         raise UsageError("give the checkpoint file(s), then the folder OUT")
@@ -438,13 +437,7 @@ def run_prune(args) -> int:
         if _refused(ckpt, args):
             return EXIT_DANGEROUS
         dequantise(ckpt, found.data, found.where)
-        if args.recommended:
-            if not -1.0 <= args.threshold <= 1.0:
-                raise UsageError("--threshold must be within [-1, 1]")
-            drops = prune.recommended(analyse(ckpt, args.threshold, config=found.data))
-        else:
-            drops = prune.parse_drops(args.drop_experts)
-        result = prune.prune(ckpt, detect(ckpt, found.data), drops, found.data)
+        result = prune.plan(ckpt, found.data, args.drop_experts, args.recommended, args.threshold)
         extra = prune.metadata(result)
         entries, skipped, too_long = _entries(ckpt, result.tensors, args, extra)
         weights = folder.weights_target(out, size)

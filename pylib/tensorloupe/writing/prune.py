@@ -69,6 +69,26 @@ def recommended(analysis) -> dict[int, set[int]]:
     return out
 
 
+def plan(ckpt: Checkpoint, config: dict | None, drop: str | dict | None = None,
+         recommended_drops: bool = False, threshold: float | None = None) -> Pruned:
+    """The pruned checkpoint: without the experts `drop` names ("L:E,..." or {layer: [experts]}),
+    or, with `recommended_drops`, those the Experts analysis finds redundant at `threshold`."""
+    from ..moe import detect
+    from ..moe.redundancy import DEFAULT_THRESHOLD, analyse
+    if recommended_drops:
+        threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+        if not -1.0 <= threshold <= 1.0:
+            raise UsageError("--threshold must be within [-1, 1]")
+        drops = recommended(analyse(ckpt, threshold, config=config))
+    elif isinstance(drop, str):
+        drops = parse_drops(drop)
+    elif isinstance(drop, dict) and drop:
+        drops = {int(k): {int(e) for e in v} for k, v in drop.items()}
+    else:
+        raise UsageError("say which experts to drop (LAYER:EXPERT pairs), or ask for the recommended ones")
+    return prune(ckpt, detect(ckpt, config), drops, config)
+
+
 def _layers(moe: MoE, drops: dict[int, set[int]]) -> dict[int, MoELayer]:
     if not moe.detected:
         raise UsageError(f"no experts to prune: {moe.reason}")
