@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from tensorloupe import cli
 from tensorloupe.cli import EXIT_OK, main
 from tensorloupe.writing import encode
 
@@ -36,6 +37,7 @@ SPECIALS = [0.0, -0.0, 1.0, -2.5, 65504.0, 65519.0, 65520.0, 70000.0, -1e6, 1e-8
 
 @pytest.mark.parametrize("dtype", ["F32", "F16", "BF16"])
 def test_the_encoders_round_as_torch_does(dtype):
+    assert dtype in cli.DTYPE_CHOICES and cli.DTYPE_CHOICES == encode.TARGETS
     rng = np.random.default_rng(28)
     values = np.concatenate([np.array(SPECIALS, dtype=np.float32),
                              rng.standard_normal(4096).astype(np.float32) * 10.0 ** rng.integers(-9, 6, 4096)])
@@ -64,28 +66,18 @@ def test_a_gguf_file_dequantises_to_gguf_py_values_in_the_dtype(tmp_path, dtype)
 @pytest.mark.parametrize("preset, dtype", [("w4a16", "BF16"), ("fp8_block", "F16"), ("nvfp4", "BF16"),
                                            ("w4a16", "F32")])
 def test_a_quantised_safetensors_dequantises_to_compressed_tensors_values(tmp_path, preset, dtype):
-    from compressed_tensors.compressors import BaseCompressor
-    from compressed_tensors.quantization import QuantizationConfig
-    from safetensors.torch import load_file
+    import quant_files
     folder = OUT / "quant" / f"model_{preset}"
     out = tmp_path / "deq.safetensors"
     assert main(["convert", str(folder / "model.safetensors"), str(out), "--dtype", dtype]) == EXIT_OK
     got, meta = loaded(out)
-    stored = load_file(str(folder / "model.safetensors"))
-    qc = QuantizationConfig.model_validate(
-        json.loads((folder / "config.json").read_text())["quantization_config"])
-    compressor = BaseCompressor.load_from_registry(qc.format)
-    scheme = next(iter(qc.config_groups.values()))
-    stems = sorted({k[: -len(".weight_scale")] for k in stored if k.endswith(".weight_scale")})
-    assert stems
-    for stem in stems:
-        local = {k[len(stem) + 1:]: v for k, v in stored.items() if k.startswith(stem + ".")}
-        want = compressor.decompress(local, scheme)["weight"].to(torch.float32).to(TORCH[dtype])
-        same_bits(got[stem + ".weight"], want, stem)
-    plain = {k: v for k, v in stored.items() if not k.startswith(tuple(s + "." for s in stems))}
+    weights, plain = quant_files.decompressed(folder)
+    assert weights
+    for name, want in weights.items():
+        same_bits(got[name], want.to(TORCH[dtype]), name)
     for name, value in plain.items():
         same_bits(got[name], value.to(TORCH[dtype]) if value.is_floating_point() else value, name)
-    assert sorted(got) == sorted([s + ".weight" for s in stems] + list(plain))
+    assert sorted(got) == sorted([*weights, *plain])
     if dtype != "F32":
         assert f"F32 to {dtype}" in meta["cast"]
 

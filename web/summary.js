@@ -165,7 +165,9 @@ function exportTable(summary) {
   const saveFile = async () => {
     note.dataset.state = "saving";
     try {
-      note.dataset.state = await saveAs(ctx.request, dangerous, note) === "saved" ? "saved" : "idle";
+      const how = await saveAs(ctx.request, dangerous, note);
+      if (how !== "saved") note.textContent = how === "cancelled" ? "not saved: the file picker was closed" : "not saved";
+      note.dataset.state = how === "saved" ? "saved" : "idle";
     } catch (error) {
       note.textContent = `not saved: ${error.message}`;
       note.dataset.state = "failed";

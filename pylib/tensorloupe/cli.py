@@ -114,9 +114,13 @@ def add_max_elements(p: argparse.ArgumentParser) -> None:
                         "its bytes hold; a view that rereads its bytes more is refused first)")
 
 
-def add_strict_writing(p: argparse.ArgumentParser) -> None:
+def add_writing(p: argparse.ArgumentParser, verb: str) -> None:
+    """The options every command that writes a checkpoint takes."""
+    p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
     p.add_argument("--strict", action="store_true", help="write nothing if a tensor cannot be "
                    "written (default: skip it, saying why, here and in __metadata__)")
+    p.add_argument("--allow-dangerous-file", action="store_true",
+                   help=f"{verb} a file whose pickle names a dangerous global (it is never run)")
 
 
 def split_files(items: list[str], keep: int = 0) -> tuple[list[str], list[str]]:
@@ -258,10 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dtype", choices=DTYPE_CHOICES, help="write every floating-point tensor "
                        "(dequantised ones too) as its values in this dtype (default: as stored; "
                        "quantised ones as float32)")
-        p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
-        add_strict_writing(p)
-        p.add_argument("--allow-dangerous-file", action="store_true",
-                       help="convert a file whose pickle names a dangerous global (it is never run)")
+        add_writing(p, "convert")
         p.set_defaults(run=run_convert)
 
     p = commands.add_parser("prune", parents=[reading],
@@ -278,10 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="the model's config.json (default: the one beside it)")
     p.add_argument("--max-shard-size", metavar="SIZE", help="write the weights as a shard set "
                    "of at most SIZE per file")
-    p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
-    add_strict_writing(p)
-    p.add_argument("--allow-dangerous-file", action="store_true",
-                   help="prune a file whose pickle names a dangerous global (it is never run)")
+    add_writing(p, "prune")
     p.set_defaults(run=run_prune)
 
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")

@@ -19,8 +19,6 @@ from typing import Iterator
 
 from .. import __version__
 from ..errors import UsageError
-from ..writing import plan, provenance
-from ..writing import safetensors as writer
 
 SAVE_CHUNK_BYTES = 8 << 20
 
@@ -56,6 +54,8 @@ class SaveOps:
     saving: Saving | None = None
 
     def op_save_begin(self, args):
+        # the writer is imported by the first save: the page's boot does not pay for it
+        from ..writing import plan, provenance, safetensors as writer
         ckpt = self.current()
         safety = ckpt.extras.get("safety") or {}
         if (safety.get("dangerous") or safety.get("torch_reading")) and not args.get("allow_dangerous"):

@@ -23,7 +23,6 @@ from ..errors import UnsupportedError, UsageError
 from ..model import Checkpoint, Tensor
 from .encode import ENCODERS
 
-DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
 ALIGN = 8                                    # the spec: the header is padded to 8 bytes
 SINGLE_NAME = "model.safetensors"            # transformers' names (SAFE_WEIGHTS_NAME, ..._INDEX_NAME)
 INDEX_NAME = "model.safetensors.index.json"
@@ -62,7 +61,7 @@ def entry(tensor: Tensor, dtype: str | None = None) -> Entry:
     if dtype is not None and dtype not in ENCODERS:
         raise UsageError(f"--dtype {dtype!r} is not one of {', '.join(ENCODERS)}")
     if info.kind in ("quant", "float") and dtype is not None and dtype != tensor.dtype:
-        return Entry(tensor, dtype, tensor.shape, DTYPE_BYTES[dtype] * tensor.numel, "values")
+        return Entry(tensor, dtype, tensor.shape, lookup(dtype).nbytes(tensor.numel), "values")
     if info.kind == "quant":   # ggml blocks: their exact values, in float32 (holds them all)
         return Entry(tensor, "F32", tensor.shape, 4 * tensor.numel, "values")
     if tensor.dtype not in SAFETENSORS_DTYPES:
@@ -155,7 +154,8 @@ def metadata(ckpt: Checkpoint, entries: list[Entry], version: str) -> dict[str, 
                         "written as copies: safetensors has no aliasing)"
     dequantised = [e.tensor.name for e in entries if lookup(e.tensor.dtype).kind == "quant" or e.tensor.parts]
     if dequantised:
-        written = sorted({e.dtype for e in entries if e.tensor.name in set(dequantised)})
+        names = set(dequantised)
+        written = sorted({e.dtype for e in entries if e.tensor.name in names})
         out["dequantised"] = json.dumps(dequantised) + f" (written as their values in {', '.join(written)})"
     cast = sorted({f"{e.tensor.dtype} to {e.dtype}" for e in entries
                    if e.how == "values" and lookup(e.tensor.dtype).kind == "float"})
