@@ -196,3 +196,17 @@ def test_write_pruned_is_the_cli_s_prune_from_python(tmp_path, saved):
     assert [Path(p).name for p in written][:2] == ["model.safetensors", "config.json"]
     for name in ("model.safetensors", "config.json"):
         assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()
+
+
+def test_a_dry_run_writes_nothing_and_a_shard_set_loads(tmp_path, saved, capsys):
+    from transformers import AutoModelForCausalLM
+    model, src = saved
+    out = tmp_path / "pruned"
+    assert main(["prune", str(src), str(out), "--drop-experts", DROP_TEXT, "--dry-run"]) == EXIT_OK
+    said = capsys.readouterr().out
+    assert "layer 0: drop 2 experts (1, 4), keep 4: new 0..3 are old 0, 2, 3, 5" in said
+    assert "would write" in said and not out.exists()
+    assert main(["prune", str(src), str(out), "--drop-experts", DROP_TEXT, "--max-shard-size", "20KB"]) == EXIT_OK
+    assert len(list(out.glob("model-*-of-*.safetensors"))) > 1 and (out / "model.safetensors.index.json").exists()
+    again = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert torch.equal(logits(again), logits(deleted_in_torch(model, DROPS)))
