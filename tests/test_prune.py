@@ -181,6 +181,14 @@ def test_a_prune_that_cannot_be_written_says_why_and_writes_nothing(tmp_path, sa
     assert not out.exists()
 
 
+def test_the_source_folder_is_never_written_into(tmp_path, saved, capsys):
+    model, src = saved
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    assert main(["prune", str(src / "model.safetensors"), str(src), "--drop-experts", DROP_TEXT]) == EXIT_USAGE
+    assert "refusing to write into" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+
+
 def test_per_layer_counts_are_written_where_the_architecture_holds_them():
     config = {"model_type": "hunyuan_v1_moe", "num_hidden_layers": 3, "num_experts": 8}
     assert prune.new_config(config, {0: 6, 1: 8, 2: 7})["num_experts"] == [6, 8, 7]

@@ -10,6 +10,7 @@ import os
 import shutil
 from typing import Callable
 
+from ..errors import UsageError
 from ..model import Checkpoint
 from .plan import SINGLE_NAME, Entry
 from . import safetensors as writer
@@ -26,6 +27,10 @@ def write_model(ckpt: Checkpoint, out: str, entries: list[Entry], config: dict |
                 extra: dict[str, str] | None = None) -> list[str]:
     """Write the folder `out`; returns the paths written (weights first, then config.json and
     the copied side files)."""
+    here = os.path.realpath(out)
+    if any(os.path.dirname(path) == here for path in writer.inputs(ckpt)):
+        raise UsageError(f"refusing to write into {out}: it holds the source (its config.json "
+                         "and files would be replaced); give another folder")
     os.makedirs(out, exist_ok=True)
     written = writer.write(ckpt, weights_target(out, max_shard_size), entries, max_shard_size,
                            version, progress, extra)
