@@ -344,28 +344,17 @@ def test_an_interrupted_write_leaves_no_file_under_the_final_name(tmp_path, llam
 @pytest.mark.parametrize("preset", ["w4a16", "fp8_block", "nvfp4"])
 def test_a_quantised_model_converts_to_its_dequantised_float32_values(tmp_path, preset):
     import quant_files
-    from compressed_tensors.compressors import BaseCompressor
-    from compressed_tensors.quantization import QuantizationConfig
-    from safetensors.torch import load_file
     quant_files.write_models(tmp_path / "q")
     folder = tmp_path / "q" / "quant" / f"model_{preset}"
     out = tmp_path / "out.safetensors"
     assert convert(folder / "model.safetensors", out) == EXIT_OK
     got, meta = loaded(out)
     # the reference: compressed-tensors' own compressor decompressing each weight
-    stored = load_file(str(folder / "model.safetensors"))
-    qc = QuantizationConfig.model_validate(
-        json.loads((folder / "config.json").read_text())["quantization_config"])
-    compressor = BaseCompressor.load_from_registry(qc.format)
-    scheme = next(iter(qc.config_groups.values()))
-    stems = sorted({k[: -len(".weight_scale")] for k in stored if k.endswith(".weight_scale")})
-    assert len(stems) == 14
-    for stem in stems:
-        local = {k[len(stem) + 1:]: v for k, v in stored.items() if k.startswith(stem + ".")}
-        want = compressor.decompress(local, scheme)["weight"].to(torch.float32)
-        assert_same({stem: got[stem + ".weight"]}, {stem: want})
-        assert not [k for k in got if k.startswith(stem + ".weight_")]   # no packed parts
-    plain = {k: v for k, v in stored.items() if not k.startswith(tuple(s + "." for s in stems))}
+    weights, plain = quant_files.decompressed(folder)
+    assert len(weights) == 14
+    assert_same({k: got[k] for k in weights}, weights)
+    for name in weights:
+        assert not [k for k in got if k.startswith(name + "_")]   # no packed parts
     assert_same({k: got[k] for k in plain}, plain)
     assert len(json.loads(meta["dequantised"].split(" (")[0])) == 14
 

@@ -30,7 +30,8 @@ __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_polish.py 
 
 __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histogram", "grid",
            "exact_stats", "exact_histogram", "values", "health", "health_cost", "compare",
-           "Comparison", "Sample", "Stats", "Histogram", "Grid", "ByteSource", "write_safetensors"]
+           "Comparison", "Sample", "Stats", "Histogram", "Grid", "ByteSource", "write_safetensors",
+           "write_pruned"]
 
 
 def open(target, name: str | None = None, *, follow_redirects: bool = False) -> Checkpoint:  # noqa: A001 - mirrors builtins.open on purpose
@@ -132,18 +133,48 @@ def compare(a, b, samples: int = COMPARE_SAMPLES, exact: bool = False, tensors=N
         raise
 
 
-def write_safetensors(checkpoint, out, names=None, max_shard_size=None, progress=None) -> list[str]:
+def write_safetensors(checkpoint, out, names=None, max_shard_size=None, progress=None,
+                      dtype=None, strict=True) -> list[str]:
     """Write a checkpoint (a Checkpoint, or anything `open` takes) as safetensors, tensor by
     tensor, the pickle never run: `out` is the file, or with `max_shard_size` (bytes or "5GB")
-    the folder of a transformers shard set. `names`: only these tensors. Returns the paths
+    the folder of a transformers shard set. `names`: only these tensors. `dtype` ("F32", "F16",
+    "BF16"): every floating-point tensor, dequantised ones too, as its values in it. A tensor
+    that cannot be written raises UnsupportedError; with strict=False it is skipped, and
+    `__metadata__["skipped"]` says why. Returns the paths
     written. A file whose pickle names a dangerous global is written all the same (its tensors
     are data): check `ckpt.extras["safety"]` first, as the CLI does."""
-    from .writing import plan, safetensors as writer
+    from .writing import plan, provenance, safetensors as writer
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else open(checkpoint)
     try:
-        entries = [plan.entry(t) for t in plan.select(ckpt, None if names is None else list(names))]
+        extra: dict[str, str] = {}
+        entries = provenance.described(ckpt, plan.select(ckpt, None if names is None else list(names)),
+                                       dtype, strict, extra)[0]
         size = None if max_shard_size is None else plan.parse_size(max_shard_size)
-        return writer.write(ckpt, _os.fspath(out), entries, size, __version__, progress)
+        return writer.write(ckpt, _os.fspath(out), entries, size, __version__, progress, extra)
+    finally:
+        if ckpt is not checkpoint:
+            ckpt.close()
+
+
+def write_pruned(checkpoint, out, drop=None, recommended=False, threshold=None, config=None,
+                 max_shard_size=None, progress=None) -> list[str]:
+    """Write the folder `out` (model.safetensors or a shard set, config.json with the new expert
+    count, the tokenizer files beside the source) without the experts `drop` names ("0:4,1:7" or
+    {layer: [experts]}), or with `recommended`, those the Experts analysis finds redundant.
+    `config`: the model's config.json as a dict (default: the one beside a local source)."""
+    from .opening import beside
+    from .writing import folder, plan, provenance, prune
+    from .writing.safetensors import inputs
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else open(checkpoint)
+    try:
+        if config is None:
+            config = beside.config_for(inputs(ckpt)).data
+        result = prune.plan(ckpt, config, drop, recommended, threshold)
+        extra = prune.metadata(result)
+        entries = provenance.described(ckpt, result.tensors, None, True, extra)[0]
+        size = None if max_shard_size is None else plan.parse_size(max_shard_size)
+        return folder.write_model(ckpt, _os.fspath(out), entries, result.config, size, __version__,
+                                  progress, extra)
     finally:
         if ckpt is not checkpoint:
             ckpt.close()

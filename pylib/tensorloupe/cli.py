@@ -1,4 +1,4 @@
-"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|convert|extract|demo`: the library
+"""`tensorloupe inspect|stats|values|moe|health|diff|tokens|convert|extract|prune|demo`: the library
 on the command line.
 
 Every command that reads a checkpoint takes it the same way (`add_files` / `open_files`, see
@@ -8,7 +8,7 @@ Options may come anywhere among the positionals (`stats FILE --exact TENSOR`).
 Exit codes: 0 ok, 2 bad arguments (including an unknown tensor name, or `tokens` of a checkpoint
 that has no tokenizer), 3 the file cannot be read (a missing path, a URL that cannot be fetched)
 or is invalid (the message goes to stderr, never a traceback), 4 `inspect --strict` and the pickle
-names a dangerous global (the report is printed first), or `convert`/`extract` of such a file
+names a dangerous global (the report is printed first), or `convert`/`extract`/`prune` of such a file
 without --allow-dangerous-file (nothing is written; what would be left out is said), 5 `health`
 or `inspect --strict` of a shard set with parts missing (or tensors its index names that no part holds; said first), 6
 `inspect --strict` and torch.load(weights_only=True), torch's default, would refuse the file (or a
@@ -47,6 +47,7 @@ from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 from .quant.logical import apply as dequantise
 from .progress import Meter, Scaled
 
+DTYPE_CHOICES = ("F32", "F16", "BF16")     # writing/encode.py's ENCODERS (not imported by inspect)
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS, EXIT_INCOMPLETE, EXIT_REFUSED = 0, 2, 3, 4, 5, 6
 EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
 
@@ -128,6 +129,15 @@ def add_max_elements(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-elements", type=count, default=None, metavar="N",
                    help="with --exact: decode up to N elements per tensor (default: 16 times what "
                         "its bytes hold; a view that rereads its bytes more is refused first)")
+
+
+def add_writing(p: argparse.ArgumentParser, verb: str) -> None:
+    """The options every command that writes a checkpoint takes."""
+    p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
+    p.add_argument("--strict", action="store_true", help="write nothing if a tensor cannot be "
+                   "written (default: skip it, saying why, here and in __metadata__)")
+    p.add_argument("--allow-dangerous-file", action="store_true",
+                   help=f"{verb} a file whose pickle names a dangerous global (it is never run)")
 
 
 def split_files(items: list[str], keep: int = 0) -> tuple[list[str], list[str]]:
@@ -267,10 +277,31 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-shard-size", metavar="SIZE", help="write a shard set into the folder "
                        "OUT (model-0000K-of-0000N.safetensors + model.safetensors.index.json), "
                        "shards of at most SIZE (5GB, 500MB, a byte count)")
-        p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
-        p.add_argument("--allow-dangerous-file", action="store_true",
-                       help="convert a file whose pickle names a dangerous global (it is never run)")
+        p.add_argument("--hf-names", action="store_true", help="a GGUF file's tensors under the "
+                       "Hugging Face names, Q/K rows un-permuted and stacked experts split, as "
+                       "transformers loads them")
+        p.add_argument("--dtype", choices=DTYPE_CHOICES, help="write every floating-point tensor "
+                       "(dequantised ones too) as its values in this dtype (default: as stored; "
+                       "quantised ones as float32)")
+        add_writing(p, "convert")
         p.set_defaults(run=run_convert)
+
+    p = commands.add_parser("prune", parents=[reading],
+                            help="write the checkpoint without some of its experts (a model folder)")
+    add_files(p, "OUT")
+    chosen = p.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--drop-experts", metavar="L:E,...",
+                        help="the experts to drop, as LAYER:EXPERT pairs (0:4,0:5,1:7)")
+    chosen.add_argument("--recommended", action="store_true",
+                        help="drop the experts the Experts analysis (`moe`) finds redundant")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help="with --recommended: the similarity that makes two experts copies "
+                        "(default %(default)s)")
+    p.add_argument("--config", help="the model's config.json (default: the one beside it)")
+    p.add_argument("--max-shard-size", metavar="SIZE", help="write the weights as a shard set "
+                   "of at most SIZE per file")
+    add_writing(p, "prune")
+    p.set_defaults(run=run_prune)
 
     p = commands.add_parser("demo", help="write the synthetic demo model (safetensors)")
     p.add_argument("--out", required=True, help="where to write it")
@@ -361,36 +392,85 @@ def run_inspect(args) -> int:
 
 
 def run_convert(args) -> int:
-    from .writing import plan, safetensors as writer, text
+    from .writing import hfnames, plan, safetensors as writer, text
     if len(args.items) < 2:
         raise UsageError("give the checkpoint file(s), then OUT")
     *items, out = args.items
     size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
     names = getattr(args, "names", None)
     with open_files(items, args) as ckpt:
-        safety = ckpt.extras.get("safety") or {}
-        dangerous = safety.get("dangerous") or []
-        if (dangerous or safety.get("torch_reading")) and not args.allow_dangerous_file:
-            why = (f"the pickle names {len(dangerous)} dangerous global(s): {', '.join(dangerous)}"
-                   if dangerous else f"torch.load reads these bytes as another file: "
-                   f"{safety['torch_reading']['format']}")
-            print(f"tensorloupe: {ckpt.name}: {why}; nothing written (convert it anyway, the "
-                  "pickle unrun, with --allow-dangerous-file)", file=sys.stderr)
-            text.print_left_out(text.left_out(ckpt), sys.stderr)
+        if _refused(ckpt, args):
             return EXIT_DANGEROUS
+        extra: dict[str, str] = {}
+        if args.hf_names:
+            renamed = hfnames.hf_tensors(ckpt)
+            ckpt.replace_tensors(renamed.tensors)
+            extra.update(hfnames.metadata(renamed))
         chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
                              getattr(args, "match", None))
-        entries = [plan.entry(t) for t in chosen]
-        where = writer.layout(ckpt, out, entries, size, __version__)
+        entries, skipped, too_long = _entries(ckpt, chosen, args, extra)
+        where = writer.layout(ckpt, out, entries, size, __version__, extra)
         if not args.dry_run:
             try:
                 with progress_line(args, args.command) as meter:
-                    writer.write(ckpt, out, entries, size, __version__, meter)
+                    writer.write(ckpt, out, entries, size, __version__, meter, extra)
             except OSError as e:   # where OUT cannot be (a folder, no permission, disk full)
                 raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
                         entries, args.dry_run)
-        text.print_left_out(text.left_out(ckpt), sys.stdout)
+        text.print_left_out(text.left_out(ckpt, too_long, skipped), sys.stdout)
+    return EXIT_OK
+
+
+def _entries(ckpt: Checkpoint, tensors: list, args, extra: dict[str, str]):
+    from .writing import provenance
+    return provenance.described(ckpt, tensors, getattr(args, "dtype", None), args.strict, extra)
+
+
+def _refused(ckpt: Checkpoint, args) -> bool:
+    """A file whose pickle is dangerous is written only with --allow-dangerous-file: else said
+    (with what would be left out) and True."""
+    from .writing import text
+    safety = ckpt.extras.get("safety") or {}
+    dangerous = safety.get("dangerous") or []
+    if not (dangerous or safety.get("torch_reading")) or args.allow_dangerous_file:
+        return False
+    why = (f"the pickle names {len(dangerous)} dangerous global(s): {', '.join(dangerous)}"
+           if dangerous else f"torch.load reads these bytes as another file: "
+           f"{safety['torch_reading']['format']}")
+    print(f"tensorloupe: {ckpt.name}: {why}; nothing written ({args.command} it anyway, the "
+          "pickle unrun, with --allow-dangerous-file)", file=sys.stderr)
+    text.print_left_out(text.left_out(ckpt), sys.stderr)
+    return True
+
+
+def run_prune(args) -> int:
+    from .writing import folder, plan, prune, safetensors as writer, text
+    if len(args.items) < 2:
+        raise UsageError("give the checkpoint file(s), then the folder OUT")
+    *items, out = args.items
+    size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
+    target = resolve(items)
+    found = _config(args, target.files)
+    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+        if _refused(ckpt, args):
+            return EXIT_DANGEROUS
+        dequantise(ckpt, found.data, found.where)
+        result = prune.plan(ckpt, found.data, args.drop_experts, args.recommended, args.threshold)
+        extra = prune.metadata(result)
+        entries, skipped, too_long = _entries(ckpt, result.tensors, args, extra)
+        weights = folder.weights_target(out, size)
+        where = writer.layout(ckpt, weights, entries, size, __version__, extra)
+        if not args.dry_run:
+            try:
+                with progress_line(args, args.command) as meter:
+                    folder.write_model(ckpt, out, entries, result.config, size, __version__, meter, extra)
+            except OSError as e:
+                raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+        text.print_prune(result.kept, result.dropped, result.config)
+        text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
+                        entries, args.dry_run)
+        text.print_left_out(text.left_out(ckpt, too_long, skipped), sys.stdout)
     return EXIT_OK
 
 

@@ -18,6 +18,8 @@ import json
 import sys
 from array import array
 
+from .writing import encode
+
 LAYERS = 4
 EXPERTS = 8
 ARCHETYPES = 4
@@ -53,11 +55,7 @@ def uniform(seed: str, n: int) -> list[float]:
     return [w * scale - 1.0 for w in words]
 
 
-def _f32_bytes(values: list[float]) -> bytes:
-    data = array("f", values)
-    if sys.byteorder == "big":
-        data.byteswap()
-    return data.tobytes()
+_f32_bytes = encode.f32     # little-endian float32, at C speed
 
 
 def _bf16_bytes(values: list[float]) -> bytes:

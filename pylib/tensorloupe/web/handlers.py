@@ -33,6 +33,7 @@ from .compare_ops import CompareOps
 from .health_ops import HealthOps
 from .model_ops import ModelOps
 from .moe_ops import MoEOps
+from .save_ops import SaveOps
 from .views import heatmap_reply, staged_lattice
 
 HISTOGRAM_BINS = 64
@@ -46,7 +47,7 @@ def exact_job(tensor, chunk_elems: int = EXACT_CHUNK_ELEMS) -> Job:
                result=lambda stats: {"stats": stats.to_json()})
 
 
-class Session(MoEOps, HealthOps, CompareOps, ModelOps):
+class Session(MoEOps, HealthOps, CompareOps, ModelOps, SaveOps):
     """The worker's state: one open checkpoint, its MoE structure and analysis, running jobs;
     a second checkpoint to compare with (compare_ops); its architecture and tokenizer (model_ops)."""
 
@@ -182,6 +183,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps):
             self.checkpoint.close()
         self.checkpoint, self._moe, self.analysis = ckpt, None, None
         self.staged_sample = self.staged_grid = None
+        self.saving = None                      # a save of the old one ends (save_ops)
         self.config, self.config_where = config, config_where or "config.json"
         self.opened_paths = [p for p in paths or [] if isinstance(p, str)]   # local: tokenizer.json beside
         self.jobs.clear()

@@ -22,6 +22,7 @@ from ..dtypes import lookup
 from ..dtypes.plain import SAFETENSORS_DTYPES
 from ..errors import UnsupportedError, UsageError
 from ..model import Checkpoint, Tensor
+from .encode import ENCODERS
 
 ALIGN = 8                                    # the spec: the header is padded to 8 bytes
 SINGLE_NAME = "model.safetensors"            # transformers' names (SAFE_WEIGHTS_NAME, ..._INDEX_NAME)
@@ -49,13 +50,19 @@ class Shard(NamedTuple):
         return sum(e.nbytes for e in self.entries)
 
 
-def entry(tensor: Tensor) -> Entry:
+def entry(tensor: Tensor, dtype: str | None = None) -> Entry:
+    """How `tensor` is written. `dtype` (F32, F16 or BF16; `convert --dtype`): every floating-point
+    tensor, dequantised ones too, is written as its values in that dtype; others as they are."""
     if tensor.problem:
         raise UnsupportedError(f"tensor {tensor.name!r} cannot be written: {tensor.problem}")
     info = lookup(tensor.dtype)
     if info is None:
         raise UnsupportedError(f"tensor {tensor.name!r} has dtype {tensor.dtype!r}, which "
                                "tensorloupe cannot decode: it cannot be written")
+    if dtype is not None and dtype not in ENCODERS:
+        raise UsageError(f"--dtype {dtype!r} is not one of {', '.join(ENCODERS)}")
+    if info.kind in ("quant", "float") and dtype is not None and dtype != tensor.dtype:
+        return Entry(tensor, dtype, tensor.shape, lookup(dtype).nbytes(tensor.numel), "values")
     if info.kind == "quant":   # ggml blocks: their exact values, in float32 (holds them all)
         return Entry(tensor, "F32", tensor.shape, 4 * tensor.numel, "values")
     if tensor.dtype not in SAFETENSORS_DTYPES:
@@ -66,6 +73,24 @@ def entry(tensor: Tensor) -> Entry:
         raise UnsupportedError(f"tensor {tensor.name!r} is a strided view of packed "
                                f"{tensor.dtype} elements: it cannot be written")
     return Entry(tensor, tensor.dtype, tensor.shape, blocks * info.block_bytes, "raw")
+
+
+def entries(tensors: list[Tensor], dtype: str | None = None,
+            strict: bool = True) -> tuple[list[Entry], list[tuple[str, str]]]:
+    """The entries of the tensors that can be written, and (name, reason) of those that cannot:
+    with `strict`, the first of those ends the conversion instead."""
+    out, skipped = [], []
+    for t in tensors:
+        try:
+            out.append(entry(t, dtype))
+        except UnsupportedError as e:
+            if strict:
+                raise
+            skipped.append((t.name, e.message))
+    if not out and skipped:
+        raise UnsupportedError(f"no tensor can be written: {skipped[0][1]}"
+                               + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
+    return out, skipped
 
 
 def select(ckpt: Checkpoint, names: list[str] | None = None, match: str | None = None) -> list[Tensor]:
@@ -141,11 +166,17 @@ def metadata(ckpt: Checkpoint, entries: list[Entry], version: str) -> dict[str, 
                         "written as copies: safetensors has no aliasing)"
     deltas = [e.tensor.name for e in entries if "computed as" in e.tensor.info]
     dequantised = [e.tensor.name for e in entries
-                   if (e.how == "values" or e.tensor.parts) and e.tensor.name not in deltas]
+                   if (lookup(e.tensor.dtype).kind == "quant" or e.tensor.parts) and e.tensor.name not in deltas]
     if dequantised:
-        out["dequantised"] = json.dumps(dequantised) + " (written as their float32 values)"
+        names = set(dequantised)
+        written = sorted({e.dtype for e in entries if e.tensor.name in names})
+        out["dequantised"] = json.dumps(dequantised) + f" (written as their values in {', '.join(written)})"
     if deltas:
         out["adapter_delta"] = json.dumps(deltas) + " (an adapter's ΔW = scale·B·A, written as its float32 values)"
+    cast = sorted({f"{e.tensor.dtype} to {e.dtype}" for e in entries
+                   if e.how == "values" and lookup(e.tensor.dtype).kind == "float"})
+    if cast:
+        out["cast"] = ", ".join(cast) + " (rounded to nearest even, as torch's .to() rounds)"
     return out
 
 

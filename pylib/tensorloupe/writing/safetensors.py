@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 import tempfile
 from array import array
 from typing import Callable, Iterator, NamedTuple
@@ -25,6 +24,7 @@ from ..errors import TensorloupeError, UsageError
 from ..model import Checkpoint
 from ..sampler.gather import dtype_of, gather_windows, read_batched, read_windows, storage_positions
 from . import plan
+from .encode import ENCODERS
 from .plan import Entry, Shard
 
 CHUNK_BYTES = 16 << 20       # bytes read (and held) at once for one tensor
@@ -42,13 +42,14 @@ def tensor_chunks(e: Entry, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     t = e.tensor
     info = dtype_of(t)
     if e.how == "values":
-        # ggml blocks: decoded by the sampler; float32 holds every value exactly
+        # decoded by the sampler (ggml blocks, or floats cast to another dtype), then encoded
+        # in the entry's dtype (float32 holds every ggml value exactly)
+        encoded = ENCODERS[e.dtype]
         elems = min(VALUES_CHUNK, chunk_bytes // 4)
         per = max(info.block_elems, elems // info.block_elems * info.block_elems)
         windows = ((t, s, min(per, t.numel - s)) for s in range(0, t.numel, per))
         for part in gather_windows(windows, batch_bytes=chunk_bytes):
-            yield array("f", part).tobytes() if sys.byteorder == "little" else _swapped(
-                array("f", part).tobytes(), 4)
+            yield encoded(part)
         return
     be, bb = info.block_elems, info.block_bytes
     per = max(be, (chunk_bytes // bb) * be)
@@ -61,6 +62,25 @@ def tensor_chunks(e: Entry, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     swap = SWAP_PART.get(t.dtype, bb) if t.big_endian and be == 1 else 1
     for data in chunks:
         yield _swapped(data, swap) if swap > 1 else data
+
+
+def entry_bytes(entries: list[Entry]) -> Iterator[bytes]:
+    """The data section of a file of these entries, chunk after chunk, each entry checked
+    against the byte count its shape needs (the header said so already)."""
+    for e in entries:
+        written = 0
+        for data in tensor_chunks(e):
+            written += len(data)
+            yield data
+        if written != e.nbytes:
+            raise TensorloupeError(f"tensor {e.tensor.name!r} gave {written} bytes, "
+                                   f"not the {e.nbytes} its shape needs")
+
+
+def file_head(entries: list[Entry], meta: dict[str, str] | None) -> bytes:
+    """The length prefix and the header: the first bytes of the file."""
+    head = plan.header(entries, meta)
+    return LENGTH.pack(len(head)) + head
 
 
 def _strided_chunks(t, elem_bytes: int, per: int) -> Iterator[bytes]:
@@ -87,17 +107,17 @@ def _swapped(data: bytes, size: int) -> bytes:
     return a.tobytes()
 
 
-def _inputs(ckpt: Checkpoint) -> list[str]:
+def inputs(ckpt: Checkpoint) -> list[str]:
     """The local files the checkpoint is read from (a URL's source has no path)."""
     paths = (getattr(s.root(), "path", None) for s in ckpt.sources)
     return [os.path.realpath(p) for p in paths if isinstance(p, str)]
 
 
 def _refuse_inputs(ckpt: Checkpoint, targets: list[str]) -> None:
-    inputs = _inputs(ckpt)
+    paths = inputs(ckpt)
     for target in targets:
         real = os.path.realpath(target)
-        for source in inputs:
+        for source in paths:
             same = real == source or (os.path.exists(real) and os.path.exists(source)
                                       and os.path.samefile(real, source))
             if same:
@@ -111,9 +131,10 @@ class Layout(NamedTuple):
 
 
 def layout(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int | None,
-           version: str) -> Layout:
-    """What is written where. With a shard size, `out` is a folder; else it is the file."""
-    meta = plan.metadata(ckpt, entries, version)
+           version: str, extra: dict[str, str] | None = None) -> Layout:
+    """What is written where. With a shard size, `out` is a folder; else it is the file.
+    `extra`: more `__metadata__` entries (what a prune dropped, what was skipped)."""
+    meta = {**plan.metadata(ckpt, entries, version), **(extra or {})}
     if max_shard_size is None:
         return Layout([(out, Shard(os.path.basename(out), entries))], None, meta)
     parts = plan.shards(entries, max_shard_size)
@@ -126,9 +147,10 @@ def layout(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int
 
 
 def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int | None = None,
-          version: str = "", progress: Callable[[int, int], object] | None = None) -> list[str]:
+          version: str = "", progress: Callable[[int, int], object] | None = None,
+          extra: dict[str, str] | None = None) -> list[str]:
     """Write the entries; returns the paths written (the index last)."""
-    files, index, meta = layout(ckpt, out, entries, max_shard_size, version)
+    files, index, meta = layout(ckpt, out, entries, max_shard_size, version, extra)
     finals = [path for path, _ in files] + ([os.path.join(out, plan.INDEX_NAME)] if index else [])
     _refuse_inputs(ckpt, finals)
     if max_shard_size is not None:
@@ -138,24 +160,17 @@ def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int 
     temporaries: list[tuple[str, str]] = []
     try:
         for path, shard in files:
-            tmp = _temporary(path)
+            tmp = temporary(path)
             temporaries.append((tmp, path))
             with open(tmp, "wb") as f:
-                head = plan.header(shard.entries, meta)
-                f.write(LENGTH.pack(len(head)) + head)
-                for e in shard.entries:
-                    written = 0
-                    for data in tensor_chunks(e):
-                        f.write(data)
-                        written += len(data)
-                        done += len(data)
-                        if progress is not None:
-                            progress(done, total)
-                    if written != e.nbytes:
-                        raise TensorloupeError(f"tensor {e.tensor.name!r} gave {written} bytes, "
-                                               f"not the {e.nbytes} its shape needs")
+                f.write(file_head(shard.entries, meta))
+                for data in entry_bytes(shard.entries):
+                    f.write(data)
+                    done += len(data)
+                    if progress is not None:
+                        progress(done, total)
         if index is not None:
-            tmp = _temporary(finals[-1])
+            tmp = temporary(finals[-1])
             temporaries.append((tmp, finals[-1]))
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
@@ -171,7 +186,7 @@ def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int 
     return finals
 
 
-def _temporary(path: str) -> str:
+def temporary(path: str) -> str:
     """A fresh `NAME.tmp-XXXX` beside `path` (created, so no two writers share one)."""
     folder, name = os.path.split(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f"{name}.tmp-", dir=folder)
