@@ -35,6 +35,7 @@ class Scheme:
     block: tuple | None = None
     strategy: str | None = None
     facts: dict = field(default_factory=dict)   # fact -> where it came from
+    params: dict = field(default_factory=dict)  # a layout's own numbers (bnb's nested offset, ...)
 
 
 @dataclass
@@ -92,8 +93,15 @@ def group(descriptors, config: dict, source: str,
     return out
 
 
+# Layouts whose builder lives in its own module (bnb.py, hqq.py, ...): registered by the
+# package's __init__, which imports them (they import this module, so it cannot import them).
+BUILDERS: dict[str, Callable] = {}
+
+
 def _build(layout, name, mine, config, source, read_small) -> Logical:
     codes = mine["codes"]
+    if layout in BUILDERS:
+        return BUILDERS[layout](name, mine, config, source, read_small)
     if layout == "mxfp4":
         return _mxfp4(name, mine, source)
     if layout == "nvfp4":

@@ -50,6 +50,11 @@ LAYOUTS = (
     # [E, R, G, 16], two E2M1 codes a byte, low nibble first; <proj>_scales U8 [E, R, G] E8M0;
     # value = ldexp(FP4[q], scale - 127), rows of G*32 values, then transpose(1, 2): [E, G*32, R].
     Layout("mxfp4", "blocks", ("scales",), (), ("mxfp4",), "_", ""),
+    # bitsandbytes 4-bit NF4/FP4 and LLM.int8 (bnb.py says the layouts and formulas).
+    Layout("bnb-4bit", "weight", ("weight.absmax", "weight.quant_map"),
+           ("weight.nested_absmax", "weight.nested_quant_map", "weight.quant_state.bitsandbytes__nf4",
+            "weight.quant_state.bitsandbytes__fp4"), ("bitsandbytes",)),
+    Layout("bnb-int8", "weight", ("SCB",), ("weight_format",), ("bitsandbytes",)),
 )
 
 BLOCK_DEFAULT = (128, 128)
