@@ -55,6 +55,8 @@ LAYOUTS = (
            ("weight.nested_absmax", "weight.nested_quant_map", "weight.quant_state.bitsandbytes__nf4",
             "weight.quant_state.bitsandbytes__fp4"), ("bitsandbytes",)),
     Layout("bnb-int8", "weight", ("SCB",), ("weight_format",), ("bitsandbytes",)),
+    # NVIDIA ModelOpt NVFP4 (modelopt.py): weight U8 + F8 weight_scale per 16, weight_scale_2 multiplies.
+    Layout("modelopt-nvfp4", "weight", ("weight_scale", "weight_scale_2"), ("input_scale",), ("modelopt",)),
 )
 
 BLOCK_DEFAULT = (128, 128)
