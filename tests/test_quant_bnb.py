@@ -206,3 +206,63 @@ def test_modelopt_weight_scale_2_multiplies(out):
         t = ckpt.tensor(stem + "weight")
         first = struct.unpack("<2f", t.source.read(0, 8))
     assert first == (f32(e2m1[byte & 15] * block), f32(e2m1[byte >> 4] * block))
+
+
+# --- HQQ: hqq's HQQLinear.dequantize is the reference ---------------------------------------
+
+HQQ = sorted(quant_bnb_files.HQQ)
+HQQ_WEIGHT = quant_bnb_files.HQQ_LINEAR + "weight"
+
+
+def hqq_reference(folder: Path) -> torch.Tensor:
+    from hqq.core.quantize import BaseQuantizeConfig, HQQLinear
+    sd = load_file(str(folder / "model.safetensors"))
+    dtype = quant_bnb_files.HQQ[folder.name][3]
+    layer = HQQLinear(None, BaseQuantizeConfig(), compute_dtype=dtype, device="cpu", initialize=False)
+    layer.load_state_dict({k[len(quant_bnb_files.HQQ_LINEAR):]: v for k, v in sd.items()})
+    return layer.dequantize().float()
+
+
+@pytest.mark.parametrize("case", HQQ)
+def test_hqq_every_element_and_every_row_window_equals_hqqs_dequantize(out, case):
+    want = hqq_reference(out / case).numpy()
+    with tensorloupe.open(out / case / "model.safetensors") as ckpt:
+        t = ckpt.tensor(HQQ_WEIGHT)
+        assert t.shape == want.shape and ckpt.extras["quantisation"]["dequantised"] == 1
+        got = np.frombuffer(t.source.read(0, t.source.size), "<f4").reshape(t.shape)
+        assert np.array_equal(got, want)
+        # windows of 3 rows: each reads only the packed rows (of two planes, maybe) it needs
+        row = 4 * t.shape[1]
+        for r in range(0, t.shape[0] - 3, 7):
+            window = np.frombuffer(t.source.read(r * row, 3 * row), "<f4")
+            assert np.array_equal(window, want[r:r + 3].reshape(-1)), r
+
+
+@pytest.mark.parametrize("case", ["hqq_4bit_g16", "hqq_3bit_g64_f16"])
+def test_hqq_counts_values_and_diff(out, case, capsys):
+    base_path = out / f"{case}_fp32" / "model.safetensors"
+    base = load_file(str(base_path))
+    want = hqq_reference(out / case)
+    path = out / case / "model.safetensors"
+    assert run_json(capsys, "inspect", path)["parameters"] == sum(v.numel() for v in base.values())
+    got = run_json(capsys, "values", path, HQQ_WEIGHT, "--count", want.numel())
+    assert list(map(float, got["values"])) == want.flatten().tolist()
+    doc = run_json(capsys, "diff", base_path, path.parent, "--exact")
+    (row,) = [r for r in doc["tensors"] if r["name"] == HQQ_WEIGHT]
+    assert row["snr_db"] == pytest.approx(_snr_db(base[HQQ_WEIGHT], want), abs=1e-6) and row["snr_db"] > 5
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("packing", torch.tensor(list(b"6bit_u8"), dtype=torch.uint8), "packing '6bit_u8'"),   # no such packing
+    ("view_as_float", torch.tensor(1, dtype=torch.uint8), "view_as_float [1]"),           # W_q as a float view
+    ("group_size", torch.tensor(64, dtype=torch.int32), "group_size 64"),                 # 7200 % 64 != 0
+    ("quant_scale", torch.tensor(1, dtype=torch.uint8), "quant_scale [1]"),               # scales quantised too
+    ("axis", torch.tensor(2, dtype=torch.int32), "axis 2"),
+])
+def test_an_hqq_meta_we_do_not_read_leaves_w_q_packed(out, tmp_path, key, value, says):
+    path = _rewritten(out, tmp_path, "hqq_4bit_g16",
+                      lambda sd: sd.update({quant_bnb_files.HQQ_LINEAR + key: value}))
+    with tensorloupe.open(path) as ckpt:
+        w_q = ckpt.tensor(quant_bnb_files.HQQ_LINEAR + "W_q")
+        assert not any(t.parts for t in ckpt.tensors) and w_q.dtype == "U8"
+        assert says in w_q.info["quantisation"], w_q.info["quantisation"]

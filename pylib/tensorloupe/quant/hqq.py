@@ -23,7 +23,8 @@ from .groups import Logical, Scheme
 PACKINGS = {"8bit_u8": (8, 1, "U8"), "4bit_u8": (4, 2, "U8"), "2bit_u8": (2, 4, "U8"),
             "1bit_u8": (1, 8, "U8"), "3bit_32": (3, 10, "I32")}
 COMPUTE = {"torch.float32": "F32", "torch.float16": "F16", "torch.bfloat16": "BF16"}
-META = ("nbits", "group_size", "axis", "shape", "packing", "compute_dtype", "view_as_float")
+META = ("nbits", "group_size", "axis", "shape", "packing", "compute_dtype", "view_as_float", "quant_scale",
+        "quant_zero")
 MAX_META_VALUES = 64
 
 
@@ -50,8 +51,10 @@ def build(name: str, mine: dict, config: dict, source: str, read_small) -> Logic
     logical = tuple(int(d) for d in meta["shape"])
     if packing not in PACKINGS or PACKINGS[packing][0] != nbits:
         return packed(f"packing {packing!r} with nbits {nbits!r}")
-    if compute not in COMPUTE or meta.get("view_as_float", [0]) != [0]:
-        return packed(f"compute_dtype {compute!r}, view_as_float {meta.get('view_as_float')!r}")
+    flags = {k: meta[k] for k in ("view_as_float", "quant_scale", "quant_zero") if k in meta}
+    if compute not in COMPUTE or any(v != [0] for v in flags.values()):
+        # a float view of W_q, or scale / zero quantised themselves: not read
+        return packed(f"compute_dtype {compute!r}, " + ", ".join(f"{k} {v!r}" for k, v in flags.items()))
     bits, k, stored = PACKINGS[packing]
     n = math.prod(logical)
     if len(logical) != 2 or n == 0 or not isinstance(gs, int) or gs <= 0 or n % gs or axis not in (0, 1):

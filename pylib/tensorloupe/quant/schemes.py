@@ -59,7 +59,7 @@ LAYOUTS = (
     # HQQ (hqq.py): W_q planar-packed, scale, zero and the meta as small tensors beside it.
     Layout("hqq", "W_q", ("scale", "zero", "nbits", "group_size", "axis", "shape", "packing"),
            ("compute_dtype", "view_as_float", "unpack_view_dtype", "offload_meta", "encoded_state_dict",
-            "stores_quant_config", "channel_wise", "optimize", "round_zero"), ("hqq",)),
+            "stores_quant_config", "channel_wise", "optimize", "round_zero", "quant_scale", "quant_zero"), ("hqq",)),
     Layout("modelopt-nvfp4", "weight", ("weight_scale", "weight_scale_2"), ("input_scale",), ("modelopt",)),
 )
 
