@@ -266,3 +266,72 @@ def test_an_hqq_meta_we_do_not_read_leaves_w_q_packed(out, tmp_path, key, value,
         w_q = ckpt.tensor(quant_bnb_files.HQQ_LINEAR + "W_q")
         assert not any(t.parts for t in ckpt.tensors) and w_q.dtype == "U8"
         assert says in w_q.info["quantisation"], w_q.info["quantisation"]
+
+
+# --- compressed-tensors sparse-24-bitmask ---------------------------------------------------
+# compressed-tensors 0.20.1 (pinned) no longer has the sparse compressors: the reference is
+# 0.12.2's sparse24_bitmask_decompress, transcribed (numpy.unpackbits little-endian, scatter).
+
+def sparse24_decompress(compressed: torch.Tensor, bitmask: torch.Tensor, shape: list) -> torch.Tensor:
+    mask = torch.from_numpy(np.unpackbits(bitmask.numpy(), axis=-1, count=shape[-1], bitorder="little")
+                            .reshape(shape).astype(bool))
+    dense = torch.zeros(shape, dtype=compressed.dtype)
+    dense[mask] = compressed.flatten()
+    return dense
+
+
+def sparse24_reference(folder: Path) -> dict[str, torch.Tensor]:
+    sd = load_file(str(folder / "model.safetensors"))
+    return {k[: -len("bitmask")] + "weight": sparse24_decompress(
+        sd[k[: -len("bitmask")] + "compressed"], v, sd[k[: -len("bitmask")] + "shape"].flatten().tolist()).float()
+        for k, v in sd.items() if k.endswith(".bitmask")}
+
+
+@pytest.mark.parametrize("case", ["sparse24_model", "sparse24_bf16_odd"])
+def test_sparse24_every_element_equals_the_decompression(out, case):
+    want = sparse24_reference(out / case)
+    assert len(want) == (14 if case == "sparse24_model" else 1)
+    with tensorloupe.open(out / case / "model.safetensors") as ckpt:
+        assert ckpt.extras["quantisation"]["dequantised"] == len(want)
+        for name, w in want.items():
+            t = ckpt.tensor(name)
+            got = np.frombuffer(t.source.read(0, t.source.size), "<f4").reshape(t.shape)
+            assert np.array_equal(got, w.numpy()), name
+            assert (w.reshape(-1, 4) != 0).sum(1).max() <= 2      # 2:4 indeed
+
+
+def test_sparse24_counts_and_diff_against_the_dense_model(out, capsys):
+    base_path = out / "llama64_fp32" / "model.safetensors"
+    base = load_file(str(base_path))
+    path = out / "sparse24_model" / "model.safetensors"
+    assert run_json(capsys, "inspect", path)["parameters"] == sum(v.numel() for v in base.values())
+    want = sparse24_reference(out / "sparse24_model")
+    for name, w in want.items():      # the kept values are the dense model's own, the rest zero
+        assert torch.equal(w, torch.where(w != 0, base[name], torch.zeros(())))
+    doc = run_json(capsys, "diff", base_path, path.parent, "--exact")
+    rows = {r["name"]: r for r in doc["tensors"]}
+    for name, w in want.items():
+        assert rows[name]["snr_db"] == pytest.approx(_snr_db(base[name], w), abs=1e-6) and rows[name]["snr_db"] > 3
+
+
+def test_a_bitmask_row_that_is_not_two_of_four_is_a_format_error(out, tmp_path, capsys):
+    name = "model.layers.0.mlp.up_proj."
+    def change(sd):
+        sd[name + "bitmask"] = sd[name + "bitmask"].clone()
+        sd[name + "bitmask"][3, 0] |= 0xFF     # row 3: more set bits than values kept
+    path = _rewritten(out, tmp_path, "sparse24_bf16_odd", change)
+    code = main(["values", str(path), name + "weight", "--start", "300", "--count", "5"])
+    err = capsys.readouterr().err
+    assert code == 3 and err.startswith(f"tensorloupe: model.safetensors: row 3 of tensor '{name}bitmask' marks ")
+    assert "not 50 (two of each four)" in err
+
+
+def test_sparsity_over_quantised_codes_stays_packed(out, tmp_path):
+    folder = tmp_path / "sparse-quant"
+    shutil.copytree(out / "sparse24_bf16_odd", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["config_groups"] = {"group_0": {"weights": {"num_bits": 8, "type": "float"}}}
+    (folder / "config.json").write_text(json.dumps(config))
+    with tensorloupe.open(folder / "model.safetensors") as ckpt:
+        t = ckpt.tensor("model.layers.0.mlp.up_proj.compressed")
+        assert "over quantised codes" in t.info["quantisation"] and not any(x.parts for x in ckpt.tensors)

@@ -76,8 +76,10 @@ def group(descriptors, config: dict, source: str,
     fmt = str(config.get("format") or "")
     out: list[Logical] = []
     used: set[str] = set()
+    sparsity = config.get("sparsity_config")
+    said = {method, fmt, str(sparsity.get("format")) if isinstance(sparsity, dict) else ""}
     for layout in LAYOUTS:
-        if method not in layout.methods and fmt not in layout.methods:
+        if said.isdisjoint(layout.methods):
             continue
         for name in list(parts):
             if name in used or not (name == layout.codes or name.endswith(layout.joiner + layout.codes)):

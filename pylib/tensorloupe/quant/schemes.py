@@ -60,6 +60,8 @@ LAYOUTS = (
     Layout("hqq", "W_q", ("scale", "zero", "nbits", "group_size", "axis", "shape", "packing"),
            ("compute_dtype", "view_as_float", "unpack_view_dtype", "offload_meta", "encoded_state_dict",
             "stores_quant_config", "channel_wise", "optimize", "round_zero", "quant_scale", "quant_zero"), ("hqq",)),
+    # compressed-tensors sparse-24-bitmask (sparse24.py): kept values + bitmask; <module>.weight is made.
+    Layout("sparse-24", "compressed", ("bitmask", "shape"), (), ("sparse-24-bitmask",)),
     Layout("modelopt-nvfp4", "weight", ("weight_scale", "weight_scale_2"), ("input_scale",), ("modelopt",)),
 )
 
