@@ -25,6 +25,7 @@ import tensorloupe
 from tensorloupe.cli import main
 
 import quant_bnb_files
+from test_quant_wiring import _snr_db, run_json
 
 BNB = sorted(quant_bnb_files.BNB)
 CASES = BNB + ["modelopt_nvfp4"]
@@ -36,13 +37,6 @@ def out(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("quant-bnb")
     quant_bnb_files.write_all(folder)
     return folder / "quant"
-
-
-def run_json(capsys, *argv):
-    code = main([*map(str, argv), "--json"])
-    printed, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(printed)
 
 
 def reference(folder: Path) -> dict[str, torch.Tensor]:
@@ -109,11 +103,6 @@ def test_cli_values_and_exact_stats_are_the_reference_values(out, case, capsys):
     assert s["mean"] == pytest.approx(math.fsum(flat) / len(flat), rel=1e-9, abs=1e-12)
 
 
-def _snr_db(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return 10 * math.log10(float(a.pow(2).sum()) / float((a - b).pow(2).sum()))
-
-
 @pytest.mark.parametrize("case", ["bnb_fp4", "bnb_int8", "modelopt_nvfp4"])
 def test_diff_fp32_against_the_quantised_model_gives_the_snr_of_the_real_values(out, case, capsys):
     base_path = out / BASE[case] / "model.safetensors"
@@ -157,6 +146,12 @@ W = "model.layers.0.mlp.up_proj.weight"
     # the quant state is not JSON (a string from a file is data)
     (lambda sd: sd.update({W + ".quant_state.bitsandbytes__nf4": torch.tensor([0xFF, 0x7B], dtype=torch.uint8)}),
      "quant_state is not readable"),
+    # JSON nested past the parser's depth: our error, not a RecursionError
+    (lambda sd: sd.update({W + ".quant_state.bitsandbytes__nf4": torch.tensor(list(b"[" * 3000), dtype=torch.uint8)}),
+     "quant_state is not readable"),
+    # a quant state larger than any bitsandbytes writes is not read at all
+    (lambda sd: sd.update({W + ".quant_state.bitsandbytes__nf4": torch.zeros(5000, dtype=torch.uint8)}),
+     "of at most 4096 bytes"),
     # two quant states beside one weight
     (lambda sd: sd.update({W + ".quant_state.bitsandbytes__fp4": sd[W + ".quant_state.bitsandbytes__nf4"].clone()}),
      "2 quant_state tensors"),

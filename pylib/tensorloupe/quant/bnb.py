@@ -55,10 +55,8 @@ def _packed(name, shape, scheme, mine, why: str) -> Logical:
 
 
 def quant_state(raw: list, part_name: str) -> dict:
-    """The JSON object a quant_state tensor holds (its U8 values), or a ValueError saying why not."""
-    if len(raw) > MAX_QUANT_STATE_BYTES:
-        raise ValueError(f"{part_name} holds {len(raw)} bytes, more than a quant state's "
-                         f"{MAX_QUANT_STATE_BYTES}")
+    """The JSON object a quant_state tensor holds (its U8 values, at most MAX_QUANT_STATE_BYTES:
+    checked on its shape before it is read), or a ValueError saying why not."""
     value = json.loads(bytes(int(b) for b in raw).decode("utf-8"))
     if not isinstance(value, dict):
         raise ValueError(f"{part_name} is not a JSON object")
@@ -75,11 +73,12 @@ def build_4bit(name: str, mine: dict, config: dict, source: str, read_small) -> 
     qs_part = mine[QUANT_STATE + states[0]]
     if read_small is None:
         return _packed(name, shape, scheme, mine, "the quant_state was not read")
-    if qs_part.dtype != "U8" or len(qs_part.shape) != 1:
-        return _packed(name, shape, scheme, mine, f"quant_state is {qs_part.dtype} {qs_part.shape}, not U8 [n]")
+    if qs_part.dtype != "U8" or len(qs_part.shape) != 1 or qs_part.shape[0] > MAX_QUANT_STATE_BYTES:
+        return _packed(name, shape, scheme, mine, f"quant_state is {qs_part.dtype} {qs_part.shape}, not U8 [n] "
+                       f"of at most {MAX_QUANT_STATE_BYTES} bytes")
     try:
         qs = quant_state(read_small(qs_part.name), qs_part.name)
-    except (ValueError, UnicodeError) as e:
+    except (ValueError, UnicodeError, RecursionError) as e:
         return _packed(name, shape, scheme, mine, f"quant_state is not readable: {e}")
     qtype, bs, dtype, logical = qs.get("quant_type"), qs.get("blocksize"), qs.get("dtype"), qs.get("shape")
     scheme.strategy, scheme.group_size = qtype if isinstance(qtype, str) else None, bs if isinstance(bs, int) else None
@@ -89,7 +88,7 @@ def build_4bit(name: str, mine: dict, config: dict, source: str, read_small) -> 
         return _packed(name, shape, scheme, mine, f"quant_type {qtype!r} in {qs_part.name!r}")
     if bs not in BLOCKSIZES or dtype not in OUT_DTYPES:
         return _packed(name, shape, scheme, mine, f"blocksize {bs!r}, dtype {dtype!r}")
-    if not (isinstance(logical, list) and logical and all(isinstance(d, int) and d > 0 for d in logical)):
+    if not (isinstance(logical, list) and logical and all(type(d) is int and d > 0 for d in logical)):
         return _packed(name, shape, scheme, mine, f"quant_state shape {logical!r}")
     n = math.prod(logical)
     blocks = -(-n // bs)

@@ -57,7 +57,7 @@ def build(name: str, mine: dict, config: dict, source: str, read_small) -> Logic
         return packed(f"compute_dtype {compute!r}, " + ", ".join(f"{k} {v!r}" for k, v in flags.items()))
     bits, k, stored = PACKINGS[packing]
     n = math.prod(logical)
-    if len(logical) != 2 or n == 0 or not isinstance(gs, int) or gs <= 0 or n % gs or axis not in (0, 1):
+    if len(logical) != 2 or min(logical) <= 0 or not isinstance(gs, int) or gs <= 0 or n % gs or axis not in (0, 1):
         return packed(f"shape {logical}, group_size {gs!r}, axis {axis!r}")
     rows, cols = (n // gs, gs) if axis == 1 else (gs, n // gs)
     step = -(-rows // k)
