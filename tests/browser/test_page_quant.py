@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 
 import tensorloupe
+import quant_bnb_files
 import quant_files
 from page_checks import assert_stats_equal
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ["ct_int4_group_wide",          # 256 x 1024 int4, group 128: sampled, not read whole
-         "ct_nvfp4_wide", "fp8_block", "mxfp4_experts_odd", "gptq_v1_3bit_actorder_out64", "awq_gemm_g32"]
+         "ct_nvfp4_wide", "fp8_block", "mxfp4_experts_odd", "gptq_v1_3bit_actorder_out64", "awq_gemm_g32",
+         # written by bitsandbytes (via transformers), ModelOpt, hqq; sparse-24 (quant_bnb_files)
+         "bnb_nf4_double", "bnb_int8", "modelopt_nvfp4", "hqq_3bit_g64_f16", "sparse24_bf16_odd"]
 
 
 def cli(*args) -> list:
@@ -34,6 +37,7 @@ def cli(*args) -> list:
 def written(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("quant-page")
     quant_files.write_all(out)
+    quant_bnb_files.write_all(out)
     return out / "quant"
 
 
@@ -42,7 +46,7 @@ def test_the_tensor_tab_shows_the_dequantised_values_as_the_cli(app, written, ca
     folder = written / case
     model, config = folder / "model.safetensors", folder / "config.json"
     with tensorloupe.open(model) as ckpt:
-        (name,) = [t.name for t in ckpt.tensors if t.parts]
+        name = next(t.name for t in ckpt.tensors if t.parts)    # the first, of one or of a model's
     before = app.opened()
     app.open_with_input(model, config)     # the config.json goes with the model (web/files.py)
     app.wait_model(model.name, before)

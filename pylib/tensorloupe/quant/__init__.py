@@ -6,7 +6,13 @@ only the packed rows and scale rows those rows need (`decode.py`). The schemes a
 (`schemes.py`). Pure Python: this runs in Pyodide, where numpy is not available.
 """
 
+from . import bnb, decode, groups, hqq, modelopt, sparse24
 from .decode import dequantise
 from .groups import Logical, Part, Scheme, group
+
+# Layouts with a module of their own: each names its builders (groups.py) and decoders (decode.py).
+for _module in (bnb, hqq, modelopt, sparse24):
+    groups.BUILDERS.update(_module.BUILDERS)
+    decode.DECODERS.update(_module.DECODERS)
 
 __all__ = ["Logical", "Part", "Scheme", "dequantise", "group"]

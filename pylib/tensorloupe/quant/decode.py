@@ -209,14 +209,21 @@ def _nvfp4(t: Logical, read: Read, r0: int, r1: int) -> array:
     (g,) = _rows(read, gscale, 0, gscale.shape[0] if gscale.shape else 1)
     # f32(scale / global): torch's float32 division, rounded once
     div = array("f", (s / g for s in _rows(read, scale, r0, r1)))
+    out = e2m1_groups(raw, div, r1 - r0, cols, gs, ns)
+    return _in_dtype_of(out, "BF16")   # decompress unpacks to bf16 and returns that dtype
+
+
+def e2m1_groups(raw: bytes, scales, rows: int, cols: int, gs: int, ns: int) -> array:
+    """rows x cols E2M1 codes (two a byte, low nibble first) times their group's float32 scale
+    (`ns` groups of `gs` a row), each product rounded once to float32."""
     pairs = _E2M1_PAIRS
     out = array("f")
     half = cols // 2
-    for i in range(r1 - r0):
+    for i in range(rows):
         q = [v for b in raw[i * half:(i + 1) * half] for v in pairs[b]]
-        d = div[i * ns:(i + 1) * ns]
+        d = scales[i * ns:(i + 1) * ns]
         out.extend([q[c] * d[c // gs] for c in range(cols)])
-    return _in_dtype_of(out, "BF16")   # decompress unpacks to bf16 and returns that dtype
+    return out
 
 
 def _words(raw: bytes) -> array:

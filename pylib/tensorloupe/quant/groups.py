@@ -35,6 +35,7 @@ class Scheme:
     block: tuple | None = None
     strategy: str | None = None
     facts: dict = field(default_factory=dict)   # fact -> where it came from
+    params: dict = field(default_factory=dict)  # a layout's own numbers (bnb's nested offset, ...)
 
 
 @dataclass
@@ -75,8 +76,10 @@ def group(descriptors, config: dict, source: str,
     fmt = str(config.get("format") or "")
     out: list[Logical] = []
     used: set[str] = set()
+    sparsity = config.get("sparsity_config")
+    said = {method, fmt, str(sparsity.get("format")) if isinstance(sparsity, dict) else ""}
     for layout in LAYOUTS:
-        if method not in layout.methods and fmt not in layout.methods:
+        if said.isdisjoint(layout.methods):
             continue
         for name in list(parts):
             if name in used or not (name == layout.codes or name.endswith(layout.joiner + layout.codes)):
@@ -92,8 +95,15 @@ def group(descriptors, config: dict, source: str,
     return out
 
 
+# Layouts whose builder lives in its own module (bnb.py, hqq.py, ...): registered by the
+# package's __init__, which imports them (they import this module, so it cannot import them).
+BUILDERS: dict[str, Callable] = {}
+
+
 def _build(layout, name, mine, config, source, read_small) -> Logical:
     codes = mine["codes"]
+    if layout in BUILDERS:
+        return BUILDERS[layout](name, mine, config, source, read_small)
     if layout == "mxfp4":
         return _mxfp4(name, mine, source)
     if layout == "nvfp4":

@@ -36,6 +36,8 @@ WHOLE_PART_BYTES = 256 << 10
 
 def describe(scheme: Scheme) -> str:
     """The scheme in words, as the page's Tensor tab and the CLI say it."""
+    if "described" in scheme.params:     # a layout with a module of its own says itself
+        return scheme.params["described"]
     if scheme.layout == "fp8-block":
         return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
     if scheme.layout in ("gptq", "awq"):

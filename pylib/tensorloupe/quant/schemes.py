@@ -50,6 +50,20 @@ LAYOUTS = (
     # [E, R, G, 16], two E2M1 codes a byte, low nibble first; <proj>_scales U8 [E, R, G] E8M0;
     # value = ldexp(FP4[q], scale - 127), rows of G*32 values, then transpose(1, 2): [E, G*32, R].
     Layout("mxfp4", "blocks", ("scales",), (), ("mxfp4",), "_", ""),
+    # bitsandbytes 4-bit NF4/FP4 and LLM.int8 (bnb.py says the layouts and formulas).
+    Layout("bnb-4bit", "weight", ("weight.absmax", "weight.quant_map"),
+           ("weight.nested_absmax", "weight.nested_quant_map", "weight.quant_state.bitsandbytes__nf4",
+            "weight.quant_state.bitsandbytes__fp4"), ("bitsandbytes",)),
+    Layout("bnb-int8", "weight", ("SCB",), ("weight_format",), ("bitsandbytes",)),
+    # HQQ (hqq.py): W_q planar-packed, scale, zero and the meta as small tensors beside it.
+    Layout("hqq", "W_q", ("scale", "zero", "nbits", "group_size", "axis", "shape", "packing"),
+           ("compute_dtype", "view_as_float", "unpack_view_dtype", "offload_meta", "encoded_state_dict",
+            "stores_quant_config", "channel_wise", "optimize", "round_zero", "quant_scale", "quant_zero"),
+           ("hqq",)),
+    # compressed-tensors sparse-24-bitmask (sparse24.py): kept values + bitmask; <module>.weight is made.
+    Layout("sparse-24", "compressed", ("bitmask", "shape"), (), ("sparse-24-bitmask",)),
+    # NVIDIA ModelOpt NVFP4 (modelopt.py): weight U8 + F8 weight_scale per 16, weight_scale_2 multiplies.
+    Layout("modelopt-nvfp4", "weight", ("weight_scale", "weight_scale_2"), ("input_scale",), ("modelopt",)),
 )
 
 BLOCK_DEFAULT = (128, 128)
