@@ -20,10 +20,14 @@ from ..dtypes import lookup
 from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource
+from . import mlx, quanto
 from .decode import dequantise
 from .groups import Logical, Scheme, group
 
+DESCRIBERS = {"mlx": mlx.describe, "quanto": quanto.describe}
+
 CONFIG_KEY = "quantization_config"
+MLX_KEY = "quantization"       # mlx-lm's own key (it also copies it to quantization_config)
 # Rows decoded at once by one read: bounds the floats held for a read (exact statistics read
 # 16 MiB ranges; a row of a wide weight is ~64 KB).
 MAX_RUN_BYTES = 16 << 20
@@ -36,6 +40,8 @@ WHOLE_PART_BYTES = 256 << 10
 
 def describe(scheme: Scheme) -> str:
     """The scheme in words, as the page's Tensor tab and the CLI say it."""
+    if scheme.layout in DESCRIBERS:
+        return DESCRIBERS[scheme.layout](scheme)
     if scheme.layout == "fp8-block":
         return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
     if scheme.layout in ("gptq", "awq"):
@@ -66,10 +72,13 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
     """Group the checkpoint's quantised weights by `config` (a config.json's object; its
     `quantization_config` says the scheme) into dequantised tensors. Without that key nothing
     changes; applied once (the page and the API may both offer the config)."""
-    qc = config.get(CONFIG_KEY) if isinstance(config, dict) else None
+    key = CONFIG_KEY
+    qc = config.get(key) if isinstance(config, dict) else None
+    if not isinstance(qc, dict) and isinstance(config, dict) and isinstance(config.get(MLX_KEY), dict):
+        key, qc = MLX_KEY, config[MLX_KEY]
     if not isinstance(qc, dict) or "quantisation" in ckpt.extras:
         return
-    said = f"{where} {CONFIG_KEY}"
+    said = f"{where} {key}"
     stored = {t.name: t for t in ckpt.tensors}
     readable = [(t.name, t.dtype, t.shape) for t in ckpt.tensors
                 if t.problem is None and t.contiguous and t.source is not None]
@@ -100,7 +109,7 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
             info={"dequantised from": describe(logical.scheme), "scheme": _facts(logical.scheme)},
             parts=parts)
         dropped.update(t.name for t in parts)
-    method = str(qc.get("quant_method") or qc.get("format") or "?")
+    method = str(qc.get("quant_method") or qc.get("format") or ("mlx" if mlx.is_mlx(qc) else "?"))
     if not found:
         ckpt.warnings.append(f"{said} says quant_method {method!r}: no tensors of a layout "
                              "tensorloupe dequantises were found; they are shown packed, as stored")

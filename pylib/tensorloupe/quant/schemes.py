@@ -50,6 +50,13 @@ LAYOUTS = (
     # [E, R, G, 16], two E2M1 codes a byte, low nibble first; <proj>_scales U8 [E, R, G] E8M0;
     # value = ldexp(FP4[q], scale - 127), rows of G*32 values, then transpose(1, 2): [E, G*32, R].
     Layout("mxfp4", "blocks", ("scales",), (), ("mxfp4",), "_", ""),
+    # MLX (mlx.core.dequantize; quant/mlx.py): weight U32 bit stream per row + scales (+ biases for
+    # affine); w = scales * q + biases in the scales' dtype; modes mxfp4, nvfp4, mxfp8 without biases.
+    Layout("mlx", "weight", ("scales",), ("biases", "global_scale"), ("mlx",)),
+    # optimum-quanto (tensor/qbytes.py, qbits.py; quant/quanto.py): <w>._data codes + <w>._scale;
+    # qint4/qint2 pack rows planar into <w>._data._data U8 and subtract a float <w>._shift.
+    Layout("quanto", "_data._data", ("_scale", "_shift"), (), ("quanto",), ".", ""),
+    Layout("quanto", "_data", ("_scale",), ("_shift",), ("quanto",), ".", ""),
 )
 
 BLOCK_DEFAULT = (128, 128)
