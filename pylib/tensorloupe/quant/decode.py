@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..dtypes import lookup
 from ..errors import FormatError, UnsupportedError, UsageError
-from . import mlx, quanto
+from . import mlx, quanto, torchao
 from .groups import Logical
 
 Read = Callable[[str, int, int], bytes]
@@ -288,7 +288,8 @@ def _awq_columns(raw: bytes, skip: int, n: int) -> list:
 
 
 DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack, "mxfp4": _mxfp4,
-            "nvfp4": _nvfp4, "gptq": _gptq_awq, "awq": _gptq_awq, "mlx": mlx.decode, "quanto": quanto.decode}
+            "nvfp4": _nvfp4, "gptq": _gptq_awq, "awq": _gptq_awq, "mlx": mlx.decode, "quanto": quanto.decode,
+            "torchao": torchao.decode}
 
 
 def dequantise(t: Logical, read: Read, r0: int, r1: int) -> array:

@@ -20,11 +20,11 @@ from ..dtypes import lookup
 from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource
-from . import mlx, quanto
+from . import mlx, quanto, torchao
 from .decode import dequantise
 from .groups import Logical, Scheme, group
 
-DESCRIBERS = {"mlx": mlx.describe, "quanto": quanto.describe}
+DESCRIBERS = {"mlx": mlx.describe, "quanto": quanto.describe, "torchao": torchao.describe}
 
 CONFIG_KEY = "quantization_config"
 MLX_KEY = "quantization"       # mlx-lm's own key (it also copies it to quantization_config)
@@ -103,11 +103,7 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
             codes.info = {**codes.info, "quantisation": logical.reason}
             ckpt.warnings.append(f"tensor {codes.name!r}: {logical.reason}")
             continue
-        made[parts[0].name] = Tensor(
-            logical.name, "F32", logical.shape, 0, 4 * math.prod(logical.shape),
-            source=DequantisedSource(logical, {t.name: t for t in parts}),
-            info={"dequantised from": describe(logical.scheme), "scheme": _facts(logical.scheme)},
-            parts=parts)
+        made[parts[0].name] = as_tensor(logical, parts)
         dropped.update(t.name for t in parts)
     method = str(qc.get("quant_method") or qc.get("format") or ("mlx" if mlx.is_mlx(qc) else "?"))
     if not found:
@@ -119,6 +115,14 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
     schemes = sorted({t.info["dequantised from"] for t in made.values()})
     ckpt.extras["quantisation"] = {"method": method, "source": said, "schemes": schemes,
                                    "dequantised": len(made), "packed": packed}
+
+
+def as_tensor(logical: Logical, parts: tuple) -> Tensor:
+    """The float32 tensor of a decodable logical weight, its stored tensors as `parts`."""
+    return Tensor(logical.name, "F32", logical.shape, 0, 4 * math.prod(logical.shape),
+                  source=DequantisedSource(logical, {t.name: t for t in parts}),
+                  info={"dequantised from": describe(logical.scheme), "scheme": _facts(logical.scheme)},
+                  parts=parts)
 
 
 def _facts(scheme: Scheme) -> dict:

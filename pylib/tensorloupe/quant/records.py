@@ -26,6 +26,7 @@ class Scheme:
     act_order: bool = False
     block: tuple | None = None
     strategy: str | None = None
+    dtype: str | None = None     # the values' dtype where the scheme says one (torchao's subclass dtype)
     facts: dict = field(default_factory=dict)   # fact -> where it came from
 
 

@@ -1,0 +1,121 @@
+"""torchao-quantised state_dicts saved with torch.save (issue 24, fixtures/torchao_files.py): every
+tensor torch.load sees is listed (a subclass was silently dropped before, with its inner
+tensors: 15 of 21 names vanished over these fixtures), and each weight torchao's layout we know
+equals torchao's own dequantize() element for element. torch.load(weights_only=False) runs in a
+child process: it imports and runs torchao's classes, which tensorloupe never does."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import tensorloupe
+from tensorloupe.cli import main
+from tensorloupe.errors import TensorloupeError
+from tensorloupe.sampler.sampling import values
+
+import torchao_files
+
+CASES = sorted(torchao_files.CASES) + ["mx_unknown"]
+
+CHILD = r"""
+import json, sys, warnings
+from pathlib import Path
+warnings.simplefilter("ignore")
+import torch
+from safetensors.torch import save_file
+sys.path.insert(0, sys.argv[4])
+import torchao_files
+folder, out = sys.argv[1], sys.argv[2]
+torchao_files.write_all(Path(folder).parent)
+names, flat = {}, {}
+for case in json.loads(sys.argv[3]):
+    sd = torch.load(f"{folder}/{case}.pt", weights_only=False)
+    names[case] = {k: [type(v).__name__, list(v.shape)] for k, v in sd.items()}
+    for k, v in sd.items():
+        if type(v).__name__ != "MXTensor":
+            v = v.dequantize() if hasattr(v, "qdata") else v
+            flat[f"{case}/{k}"] = v.detach().to(torch.float32).contiguous()
+save_file(flat, out)
+print(json.dumps(names))
+"""
+
+
+@pytest.fixture(scope="module")
+def child(tmp_path_factory):
+    """One child process (torchao imported once, never here): it writes the fixtures and reads
+    them back with torch.load; (fixture folder, names per case with class and shape, values)."""
+    folder = tmp_path_factory.mktemp("torchao") / "torchao"
+    out = folder.parent / "ref.safetensors"
+    run = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(out), json.dumps(CASES),
+                          str(Path(torchao_files.__file__).parent)],
+                         capture_output=True, text=True, check=True)
+    return folder, json.loads(run.stdout.strip().splitlines()[-1]), load_file(str(out))
+
+
+@pytest.fixture(scope="module")
+def written(child) -> Path:
+    return child[0]
+
+
+@pytest.fixture(scope="module")
+def torch_reading(child):
+    return child[1:]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_tensor_torch_loads_is_listed(written, torch_reading, case):
+    names, _ = torch_reading
+    with tensorloupe.open(written / f"{case}.pt") as ckpt:
+        listed = {t.name: t for t in ckpt.tensors}
+        assert sorted(listed) == sorted(names[case])
+        for name, (_, shape) in names[case].items():
+            assert list(listed[name].shape) == shape
+        assert ckpt.parameter_count == sum(math.prod(s) for _, s in names[case].values())
+
+
+@pytest.mark.parametrize("case", sorted(torchao_files.CASES))
+def test_every_element_is_torchao_dequantize(written, torch_reading, case):
+    _, ref = torch_reading
+    with tensorloupe.open(written / f"{case}.pt") as ckpt:
+        quant = ckpt.extras["quantisation"]
+        assert quant["dequantised"] == 2 and quant["packed"] == 0
+        for t in ckpt.tensors:
+            want = ref[f"{case}/{t.name}"]
+            got = np.array(values(t, 0, t.numel), dtype=np.float32)
+            assert np.array_equal(got, want.reshape(-1)), t.name
+            if t.name.endswith("weight"):
+                assert t.dtype == "F32" and {p.name.rsplit(".", 1)[1] for p in t.parts} >= {"qdata", "scale"}
+                assert t.info["dequantised from"].startswith("torchao ")
+
+
+def test_an_unknown_subclass_is_listed_not_read_and_counted(written):
+    with tensorloupe.open(written / "mx_unknown.pt") as ckpt:
+        w = ckpt.tensor("w")
+        assert w.problem.startswith("not read: torchao.prototype.mx_formats.mx_tensor.MXTensor is a "
+                                    "tensor subclass whose layout tensorloupe does not know")
+        assert [p.name for p in w.parts] == ["w.qdata", "w.scale"]   # its stored parts, readable
+        assert ckpt.tensor("w.qdata").dtype == "U8"
+        assert ckpt.extras["quantisation"]["packed"] == 1
+        assert any("not read" in warning for warning in ckpt.warnings)
+        with pytest.raises(TensorloupeError, match="not read"):
+            values(w, 0, 4)
+
+
+def test_cli_values_and_stats_are_torchaos(written, torch_reading, capsys):
+    _, ref = torch_reading
+    path = written / "intx_4bit_asym.pt"
+    want = ref["intx_4bit_asym/0.weight"].reshape(-1).astype(np.float64)
+    assert main(["values", str(path), "0.weight", "--count", str(want.size), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["values"] == want.tolist()
+    assert main(["stats", str(path), "0.weight", "--exact", "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["exact"] and entry["dequantised_from"].startswith("torchao IntxUnpackedToInt8Tensor")
+    assert entry["stats"]["min"] == want.min() and entry["stats"]["max"] == want.max()
