@@ -96,6 +96,18 @@ def test_every_element_is_torchao_dequantize(written, torch_reading, case):
                 assert t.info["dequantised from"].startswith("torchao ")
 
 
+@pytest.mark.parametrize("case", torchao_files.SAFETENSORS_CASES)
+def test_torchaos_safetensors_flavour_is_the_same_weight(written, torch_reading, case):
+    """flatten_tensor_state_dict's `<m>._weight_qdata` + __metadata__: one tensor `<m>.weight`."""
+    _, ref = torch_reading
+    with tensorloupe.open(written / f"{case}.safetensors") as ckpt:
+        assert sorted(t.name for t in ckpt.tensors) == sorted(k.split("/", 1)[1] for k in ref if k.startswith(case + "/"))
+        assert ckpt.extras["quantisation"]["dequantised"] == 2
+        for t in ckpt.tensors:
+            got = np.array(values(t, 0, t.numel), dtype=np.float32)
+            assert np.array_equal(got, ref[f"{case}/{t.name}"].reshape(-1)), t.name
+
+
 def test_an_unknown_subclass_is_listed_not_read_and_counted(written):
     with tensorloupe.open(written / "mx_unknown.pt") as ckpt:
         w = ckpt.tensor("w")
@@ -119,3 +131,24 @@ def test_cli_values_and_stats_are_torchaos(written, torch_reading, capsys):
     (entry,) = json.loads(capsys.readouterr().out)
     assert entry["exact"] and entry["dequantised_from"].startswith("torchao IntxUnpackedToInt8Tensor")
     assert entry["stats"]["min"] == want.min() and entry["stats"]["max"] == want.max()
+
+
+def test_torchao_metadata_that_does_not_fit_its_tensors_stays_as_stored(tmp_path):
+    """A file's metadata is data: not JSON, a class we do not know, or a block_size that does not
+    divide the weight leaves the stored tensors as they are, each with its reason."""
+    from safetensors.numpy import save_file
+    q = np.arange(24, dtype=np.int8).reshape(4, 6)
+    tensors = {"a._weight_qdata": q, "a._weight_scale": np.ones((4, 1), np.float32),
+               "b._weight_qdata": q, "b._weight_scale": np.ones((4, 1), np.float32)}
+    entry = {"_type": "Int8Tensor", "_data": {"block_size": [1, 4], "dtype": {"_type": "torch.dtype", "_data": "float32"}},
+             "_tensor_data_names": ["qdata", "scale"]}
+    metadata = {"tensor_names": json.dumps(["a.weight", "b.weight", "c.weight"]), "a.weight": json.dumps(entry),
+                "b.weight": json.dumps({**entry, "_type": "Int3\nTensor"}), "c.weight": "{not json"}
+    save_file(tensors, str(tmp_path / "m.safetensors"), metadata=metadata)
+    with tensorloupe.open(tmp_path / "m.safetensors") as ckpt:
+        assert sorted(t.name for t in ckpt.tensors) == sorted(tensors)
+        assert ckpt.tensor("a._weight_qdata").info["quantisation"] == \
+            "not read: torchao.Int8Tensor block_size [1, 4] does not divide its shape [4, 6]"
+        assert ckpt.tensor("b._weight_qdata").info["quantisation"].startswith(
+            "not read: 'Int3\\nTensor' is a tensor subclass whose layout tensorloupe does not know")
+        assert ckpt.extras["quantisation"]["packed"] == 2

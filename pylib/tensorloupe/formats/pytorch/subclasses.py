@@ -9,9 +9,6 @@ from __future__ import annotations
 import dataclasses
 
 from ...model import Tensor
-from ...quant import torchao
-from ...quant.logical import as_tensor
-from ...quant.records import Part
 from .allowlist import TORCH_DTYPES
 
 SOURCE = "the pickle's tensor subclasses"
@@ -50,6 +47,10 @@ def rebuild(tensors: list[Tensor]) -> tuple[list[Tensor], dict | None]:
 
 
 def _one(wrapper: Tensor, inner: list[Tensor]) -> Tensor:
+    # imported here: only a pickle with a tensor subclass needs the quantisation decoders
+    from ...quant import torchao
+    from ...quant.logical import as_tensor
+    from ...quant.records import Part
     prefix = wrapper.name + "."
     unreadable = next((p for p in inner if p.problem or not p.contiguous or p.source is None), None)
     mine = {ROLES.get(p.name[len(prefix):], p.name[len(prefix):]): Part(p.name, p.dtype, p.shape) for p in inner}
