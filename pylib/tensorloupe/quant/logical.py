@@ -21,6 +21,7 @@ from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource
 from . import mlx, quanto, torchao
+from .cells import cells
 from .decode import dequantise
 from .groups import Logical, Scheme, group
 
@@ -36,6 +37,8 @@ KEPT_BYTES = 4 << 20
 # A part read by columns (GPTQ, AWQ, MXFP4) is read whole, once, up to this size: one read, not a
 # read per packed row. Larger parts are read by one range per row (their column of it).
 WHOLE_PART_BYTES = 256 << 10
+# Positions below this many are read by whole rows (a handful of values: no lattice to speak of).
+CELLS_AT_LEAST = 16
 
 
 def describe(scheme: Scheme) -> str:
@@ -223,6 +226,45 @@ class DequantisedSource(ByteSource):
         except LOW_LEVEL_ERRORS as e:
             raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
                               file=self.name) from e
+
+    def cells(self, positions: list[int]) -> list | None:
+        """The values at these flat positions (a heatmap lattice: sampler/gather.py asks first),
+        decoding only the cells of their rows x columns (quant/cells.py); None where the
+        positions are not such a product or the layout has no cell decoder: then whole rows."""
+        cols = self.logical.rows_cols[1]
+        rows = sorted({p // cols for p in positions})
+        wanted = sorted({p % cols for p in positions})
+        if len(positions) < CELLS_AT_LEAST or len(rows) * len(wanted) > 2 * len(positions):
+            return None
+        t = self.logical
+        try:
+            grid = cells(t, self._reader, self._pick, rows, wanted)
+        except TensorloupeError as e:
+            raise e.located(file=self.name)
+        except LOW_LEVEL_ERRORS as e:
+            raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
+                              file=self.name) from e
+        if grid is None:
+            return None
+        at_row = {r: i for i, r in enumerate(rows)}
+        at_col = {c: j for j, c in enumerate(wanted)}
+        self.reads += 1
+        self.bytes_read += 4 * len(positions)
+        # float32 as the row decoders give them (an MXFP4 6 * 2**127 is inf there too)
+        return list(array("f", [grid[at_row[p // cols]][at_col[p % cols]] for p in positions]))
+
+    def _pick(self, name: str, rows: list[int], c0: int, c1: int) -> list[bytes]:
+        """Columns [c0, c1) of each of these stored rows of a part: one range per row, all
+        issued together."""
+        part = self.parts[name]
+        count = self.logical.part_rows.get(name) or part.shape[0]
+        item = max(1, int(lookup(part.dtype).bits) // 8)
+        row = part.nbytes // max(count, 1)
+        if not (0 <= c0 <= c1 <= row // item and all(0 <= r < count for r in rows)):
+            raise FormatError(f"tensor {name!r} has {count} rows of {row // item}: columns {c0}..{c1} "
+                              f"of rows {rows[0]}..{rows[-1]} cannot hold part of {self.logical.name!r}",
+                              file=self.name)
+        return part.source.read_many([(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in rows])
 
     def _read_cols(self, name: str, c0: int, c1: int, r0: int = 0, r1: int | None = None) -> bytes:
         """Columns [c0, c1) of rows [r0, r1) (default all) of a part, row after row: a GPTQ, AWQ

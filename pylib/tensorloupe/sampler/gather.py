@@ -60,6 +60,11 @@ def gather(tensor: Tensor, positions: list[int]) -> list:
     if not positions:
         return []
     info = dtype_of(tensor)
+    cells = getattr(tensor.source, "cells", None)   # a dequantised weight: only the cells asked
+    if cells is not None and tensor.contiguous:
+        found = cells(positions)
+        if found is not None:
+            return found
     if info.block_elems == 1 and all(map(operator.le, positions, islice(positions, 1, None))):
         return _gather_ascending(tensor, info, positions)
     be, bb = info.block_elems, info.block_bytes

@@ -1,0 +1,48 @@
+"""Heatmap lattices of dequantised weights decode only their cells (quant/cells.py): every cell
+equals the same element decoded by whole rows (quant/decode.py, itself checked element for
+element against each library in test_quant_values.py and test_quant_lib.py), and a lattice
+reads each stored row it needs once, not once per logical row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tensorloupe
+from tensorloupe.quant import logical
+from tensorloupe.sampler.sampling import grid, plan_grid, values
+
+import quant_files
+import quant_lib_files
+
+CELL_CASES = sorted(c for c in quant_files.CASES if c.startswith(("gptq", "mxfp4", "fp8_block")))
+MLX_CASES = sorted(c for c in quant_lib_files.MLX_CASES if "affine" in c)
+
+
+@pytest.fixture(scope="module")
+def out() -> Path:
+    return Path(__file__).resolve().parent.parent / "fixtures" / "out"   # fixtures/make.py
+
+
+@pytest.mark.parametrize("case", CELL_CASES + MLX_CASES)
+def test_every_cell_is_the_row_decoders_value(out, case):
+    folder = out / ("quant_lib" if case in quant_lib_files.MLX_CASES else "quant") / case
+    with tensorloupe.open(folder / "model.safetensors") as ckpt:
+        t = next(t for t in ckpt.tensors if t.parts)
+        plane = (1, 2) if len(t.shape) == 3 else None
+        plan_rows, plan_cols = (t.shape[1], t.shape[2]) if plane else (t.shape[0], t.numel // t.shape[0])
+        plan = plan_grid(t, min(plan_rows, 9), min(plan_cols, 7), plane=plane)
+        cells = t.source.cells(plan.positions)
+        assert cells is not None        # the cell path answers: no fall back to whole rows
+        flat = values(t, 0, t.numel)
+        want = [flat[p] for p in plan.positions]
+        assert [repr(v) for v in cells] == [repr(v) for v in want]      # bit for bit, inf and nan too
+        g = grid(t, min(plan_rows, 9), min(plan_cols, 7), plane=plane)
+        assert [repr(v) for v in g.floats()] == [repr(v) for v in want]
+
+
+def test_a_few_positions_are_read_by_rows(out):
+    with tensorloupe.open(out / "quant" / "fp8_block" / "model.safetensors") as ckpt:
+        t = next(t for t in ckpt.tensors if t.parts)
+        assert t.source.cells(list(range(logical.CELLS_AT_LEAST - 1))) is None
