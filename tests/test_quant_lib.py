@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import tensorloupe
-from tensorloupe.cli import main
 from tensorloupe.sampler.sampling import values
 
 import quant_lib_files
+from test_quant_wiring import run_json
 
 MLX = sorted(quant_lib_files.MLX_CASES)
 QUANTO = sorted(quant_lib_files.QUANTO_CASES)
@@ -29,13 +29,6 @@ def out(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("quant-lib")
     quant_lib_files.write_all(folder)
     return folder / "quant_lib"
-
-
-def run_json(capsys, *argv):
-    code = main([*map(str, argv), "--json"])
-    printed, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(printed)
 
 
 def mlx_reference(folder: Path) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from ..dtypes import lookup
-from .decode import E2M1, _group_index, _rows
+from .decode import E2M1, _rows, gptq_groups
 from .records import Logical
 from .rounding import round_to
 
@@ -36,13 +36,7 @@ def _gptq(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list
     sch = t.scheme
     qweight, qzeros, scales = t.parts["codes"], t.parts["qzeros"], t.parts["scales"]
     bits, mask = sch.bits, (1 << sch.bits) - 1
-    outs, ins = t.shape
-    ng = scales.shape[0]
-    gs = ins if sch.group_size == -1 else sch.group_size
-    if "g_idx" in t.parts:
-        gidx = _group_index(read, t.parts["g_idx"], ins, scales, ng, "groups")
-    else:
-        gidx = [i // gs for i in range(ins)]
+    gidx = gptq_groups(t, read)
     o0, o1 = rows[0], rows[-1] + 1
     words = sorted({w for i in cols for w in (i * bits // 32, ((i + 1) * bits - 1) // 32)})
     packed = dict(zip(words, (_WORDS.decode(b) for b in pick(qweight.name, words, o0, o1))))

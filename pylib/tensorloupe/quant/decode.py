@@ -227,6 +227,15 @@ def _words(raw: bytes) -> array:
     return w
 
 
+def gptq_groups(t: Logical, read: Read) -> list[int]:
+    """The group of each input of a GPTQ/AWQ weight: its act-order g_idx, else i // group_size."""
+    scales, ins = t.parts["scales"], t.shape[1]
+    if "g_idx" in t.parts:
+        return _group_index(read, t.parts["g_idx"], ins, scales, scales.shape[0], "groups")
+    gs = ins if t.scheme.group_size == -1 else t.scheme.group_size
+    return [i // gs for i in range(ins)]
+
+
 def _gptq_awq(t: Logical, read: Read, o0: int, o1: int) -> array:
     """Logical rows = output features [o0, o1): their columns of every packed part (read.cols)."""
     sch, layout = t.scheme, t.scheme.layout
@@ -235,11 +244,7 @@ def _gptq_awq(t: Logical, read: Read, o0: int, o1: int) -> array:
     outs, ins = t.shape
     mask = (1 << bits) - 1
     ng = scales.shape[0]
-    gs = ins if sch.group_size == -1 else sch.group_size
-    if "g_idx" in t.parts:
-        gidx = _group_index(read, t.parts["g_idx"], ins, scales, ng, "groups")
-    else:
-        gidx = [i // gs for i in range(ins)]
+    gidx = gptq_groups(t, read)
     s = _values(scales, read.cols(scales.name, o0, o1))          # [ng, n]
     # Zero points: `bits`-bit codes along each group's row; columns o0..o1 of it.
     if layout == "gptq":

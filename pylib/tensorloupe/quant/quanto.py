@@ -15,7 +15,6 @@ forwards), `tensor/packed.py` (pack_weights), `tensor/grouped.py` (group / ungro
 
 from __future__ import annotations
 
-import math
 from array import array
 
 from ..dtypes import lookup
