@@ -20,18 +20,13 @@ CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.
                if p.name.startswith(("gptq", "mxfp4", "fp8_block", "mlx_affine", "mlx_experts")))
 
 
-@pytest.fixture(scope="module")
-def out() -> Path:
-    return OUT
-
-
 def test_the_cases_are_there():
     assert len(CASES) >= 19, "run fixtures/make.py first"
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_every_cell_is_the_row_decoders_value(out, case):
-    folder = out / case
+def test_every_cell_is_the_row_decoders_value(case):
+    folder = OUT / case
     with tensorloupe.open(folder / "model.safetensors") as ckpt:
         t = next(t for t in ckpt.tensors if t.parts)
         plane = (1, 2) if len(t.shape) == 3 else None
@@ -46,7 +41,7 @@ def test_every_cell_is_the_row_decoders_value(out, case):
         assert [repr(v) for v in g.floats()] == [repr(v) for v in want]
 
 
-def test_a_few_positions_are_read_by_rows(out):
-    with tensorloupe.open(out / "quant" / "fp8_block" / "model.safetensors") as ckpt:
+def test_a_few_positions_are_read_by_rows():
+    with tensorloupe.open(OUT / "quant" / "fp8_block" / "model.safetensors") as ckpt:
         t = next(t for t in ckpt.tensors if t.parts)
         assert t.source.cells(list(range(logical.CELLS_AT_LEAST - 1))) is None
