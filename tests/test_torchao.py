@@ -1,6 +1,6 @@
 """torchao-quantised state_dicts saved with torch.save (issue 24, fixtures/torchao_files.py): every
 tensor torch.load sees is listed (a subclass was silently dropped before, with its inner
-tensors: 15 of 21 names vanished over these fixtures), and each weight torchao's layout we know
+tensors: on main 13 of the 20 names torch.load gives for these fixtures vanished), and each weight torchao's layout we know
 equals torchao's own dequantize() element for element. torch.load(weights_only=False) runs in a
 child process: it imports and runs torchao's classes, which tensorloupe never does."""
 
