@@ -1,7 +1,7 @@
 """torchao-quantised state_dicts saved with torch.save (issue 24, fixtures/torchao_files.py): every
-tensor torch.load sees is listed (a subclass was silently dropped before, with its inner
-tensors: on main 13 of the 20 names torch.load gives for these fixtures vanished), and each weight torchao's layout we know
-equals torchao's own dequantize() element for element. torch.load(weights_only=False) runs in a
+tensor torch.load sees is listed (a subclass was silently dropped before, with its inner tensors:
+on main 13 of the 20 names torch.load gives for these fixtures vanished), and each weight whose
+torchao layout we know equals torchao's own dequantize() element for element. torch.load(weights_only=False) runs in a
 child process: it imports and runs torchao's classes, which tensorloupe never does."""
 
 from __future__ import annotations
