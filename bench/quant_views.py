@@ -1,5 +1,5 @@
 """Benchmark: select -> stats and select -> heatmap of a quantised 4096 x 4096 weight (GPTQ 4-bit,
-FP8 128x128 blocks, gpt-oss MXFP4, MLX affine 4-bit), against the same views of an unquantised
+AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, MLX affine 4-bit), against the same views of an unquantised
 F16 tensor of that shape, in CPython.
 
     python bench/quant_views.py [--runs 3] [--side 4096]
@@ -48,6 +48,10 @@ def schemes(side: int) -> dict:
                                    ("w.g_idx", "I32", [side], None)],
                       {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
                        "sym": True, "checkpoint_format": "gptq"}),
+        "AWQ-4bit": ("w.weight", [("w.qweight", "I32", [side, side // 8], False),
+                                  ("w.qzeros", "I32", [g, side // 8], True),
+                                  ("w.scales", "F16", [g, side], True)],
+                     {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}),
         "FP8-block": ("w.weight", [("w.weight", "F8_E4M3", [side, side], False),
                                    ("w.weight_scale_inv", "F32", [g, g], True)],
                       {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}),

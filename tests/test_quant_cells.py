@@ -17,11 +17,11 @@ from tensorloupe.sampler.sampling import grid, plan_grid, values
 # this module also runs inside Pyodide (tests/pyodide), where the cell decoders run in the page
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out"
 CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.glob("quant_lib/*")]
-               if p.name.startswith(("gptq", "mxfp4", "fp8_block", "mlx_affine", "mlx_experts")))
+               if p.name.startswith(("gptq", "awq", "mxfp4", "fp8_block", "mlx_affine", "mlx_experts")))
 
 
 def test_the_cases_are_there():
-    assert len(CASES) >= 19, "run fixtures/make.py first"
+    assert len(CASES) >= 21, "run fixtures/make.py first"
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -5,7 +5,7 @@ Row decoders (decode.py) decode whole logical rows. That is right for a sample w
 256 x 256 lattice of a 4096 x 4096 weight picks every 16th value of 256 rows: whole-row decoding
 there costs 1M values in Python for 65,536 cells, and for layouts whose logical rows are columns
 of the stored parts (GPTQ, gpt-oss MXFP4) one read per stored row per logical row: 130,000 reads
-for a GPTQ lattice, a million for MXFP4 (bench/quant_views.py measured 5.3 s and 17 s). Here
+for a GPTQ lattice (AWQ alike), a million for MXFP4 (bench/quant_views.py measured 5.3 s and 17 s). Here
 each needed stored row is read once, as one range over the columns the cells need, all issued
 together (`pick`), and each cell is a few integer operations.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from ..dtypes import lookup
-from .decode import E2M1, _rows, gptq_groups
+from .decode import _AWQ_NIBBLE, E2M1, _rows, gptq_groups
 from .records import Logical
 from .rounding import round_to
 
@@ -62,6 +62,28 @@ def _gptq(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list
         for w, sh, g in at:
             word = packed[w][j] | ((packed[w + 1][j] << 32) if sh + bits > 32 else 0)
             vals.append(s[g][j] * (((word >> sh) & mask) - zo[g]))
+        out.append(round_to(scales.dtype, vals))
+    return out
+
+
+def _awq(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list]:
+    """rows: outputs o, cols: inputs i. qweight [in, out/8]: output o of input i is nibble
+    AWQ_NIBBLE[o % 8] of word o // 8 of row i; qzeros [groups, out/8] likewise; W = (q - z) * s."""
+    qweight, qzeros, scales = t.parts["codes"], t.parts["qzeros"], t.parts["scales"]
+    gidx = gptq_groups(t, read)
+    o0, o1 = rows[0], rows[-1] + 1
+    w0, w1 = o0 // 8, (o1 - 1) // 8 + 1
+    q = [_WORDS.decode(b) for b in pick(qweight.name, cols, w0, w1)]
+    groups = sorted({gidx[i] for i in cols})
+    s = dict(zip(groups, (_unpack(scales, b) for b in pick(scales.name, groups, o0, o1))))
+    z = dict(zip(groups, (_WORDS.decode(b) for b in pick(qzeros.name, groups, w0, w1))))
+    out = []
+    for o in rows:
+        w, shift = o // 8 - w0, 4 * _AWQ_NIBBLE[o % 8]
+        vals = []
+        for j, i in enumerate(cols):
+            g = gidx[i]
+            vals.append(s[g][o - o0] * (((q[j][w] >> shift) & 15) - ((z[g][w] >> shift) & 15)))
         out.append(round_to(scales.dtype, vals))
     return out
 
@@ -122,7 +144,7 @@ def _mlx(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list]
     return out
 
 
-CELLS = {"gptq": _gptq, "mxfp4": _mxfp4, "fp8-block": _fp8_block, "mlx": _mlx}
+CELLS = {"gptq": _gptq, "awq": _awq, "mxfp4": _mxfp4, "fp8-block": _fp8_block, "mlx": _mlx}
 
 
 def cells(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list] | None:
