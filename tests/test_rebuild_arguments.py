@@ -78,6 +78,8 @@ Q = "torch._utils._rebuild_qtensor"
 META = "torch._utils._rebuild_meta_tensor_no_storage"
 PARAM = "torch._utils._rebuild_parameter"
 FROM_TYPE = "torch._tensor._rebuild_from_type_v2"
+WRAP = "torch._utils._rebuild_wrapper_subclass"
+F32, TENSOR = Global("torch.float32"), Global("torch.Tensor")
 GOOD = Call(V2, S, 0, (4,), (1,), False, {})
 
 # (function, arguments, words the refusal must hold)
@@ -114,6 +116,10 @@ MALFORMED = [
     (FROM_TYPE, (Global(V2), Global("torch.Tensor")), "with 2 arguments; it takes 4"),
     (FROM_TYPE, (Global(Q), Global("torch.Tensor"), (S, 0, (4,), (1,), 5, False, {}), {}),
      Q + " with quantizer parameters that are not a tuple"),   # the inner call is named
+    (WRAP, (TENSOR, F32, (4,)), "with 3 arguments; it takes 8"),
+    (WRAP, (TENSOR, 5, (4,), (1,), 0, None, None, False), "a dtype that is no torch dtype"),
+    (WRAP, (TENSOR, F32, 4, (1,), 0, None, None, False), "size that is not a sequence of integers"),
+    (WRAP, (TENSOR, F32, (4, 1), (1,), 0, None, None, False), "2 sizes but 1 strides"),
     ("collections.OrderedDict", ([1, 2],), "not (key, value) pairs"),
     ("_codecs.encode", (), "with 0 arguments; it takes 1 to 2"),
     ("_codecs.encode", (5, "latin1"), "other arguments than a str"),

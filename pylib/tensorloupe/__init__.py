@@ -68,7 +68,7 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
         return ckpt
     from .opening import beside
     found = beside.config_for([_os.fspath(f) for f in local])
-    if isinstance(found.data, dict) and "quantization_config" in found.data:
+    if isinstance(found.data, dict) and ("quantization_config" in found.data or "quantization" in found.data):
         from .quant.logical import apply
         try:
             apply(ckpt, found.data, beside.CONFIG_NAME)

@@ -168,7 +168,8 @@ class Checkpoint:
     sources: list[ByteSource] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.by_name: dict[str, Tensor] = {t.name: t for t in self.tensors}
+        self.by_name: dict[str, Tensor] = {}
+        self.replace_tensors(self.tensors)     # a reader's dequantised tensors bring their parts
 
     def __repr__(self) -> str:
         return (f"<Checkpoint {self.format} {short(self.name, 120)!r}: "

@@ -24,6 +24,7 @@ HEADER_LENGTH = struct.Struct("<Q")
 # The reference implementation refuses headers above 100 MB (MAX_HEADER_SIZE in tensor.rs).
 MAX_HEADER_BYTES = 100_000_000
 METADATA_KEY = "__metadata__"
+TORCHAO_NAMES = "tensor_names"   # quant/aosafetensors.py: torchao's flatten_tensor_state_dict
 # Every dim and offset is a usize in the reference reader; torch tensors have at most 64 dims. Both
 # are checked before any arithmetic, so a shape's product is at most (2**64)**64 (1,233 digits:
 # printable, and math.prod of a million dims, quadratic, never runs).
@@ -142,8 +143,12 @@ def read(source: ByteSource) -> Checkpoint:
     for t in tensors:
         if t.problem:
             warnings.append(f"tensor {t.name!r}: {t.problem}")
-    return Checkpoint(FORMAT, name, size, tensors, metadata=metadata, warnings=warnings,
+    ckpt = Checkpoint(FORMAT, name, size, tensors, metadata=metadata, warnings=warnings,
                       extras={"header_bytes": header_len}, sources=[source])
+    if TORCHAO_NAMES in metadata:    # torchao's tensor subclasses, flattened with their metadata
+        from ..quant import aosafetensors
+        aosafetensors.apply(ckpt)
+    return ckpt
 
 
 def _tensor(source, key, entry, data_start, error) -> Tensor:

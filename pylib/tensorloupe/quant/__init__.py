@@ -12,7 +12,7 @@ from .groups import Logical, Part, Scheme, group
 
 # Layouts with a module of their own: each names its builders (groups.py) and decoders (decode.py).
 for _module in (bnb, hqq, modelopt, sparse24):
-    groups.BUILDERS.update(_module.BUILDERS)
+    groups.REGISTERED.update(_module.BUILDERS)
     decode.DECODERS.update(_module.DECODERS)
 
 __all__ = ["Logical", "Part", "Scheme", "dequantise", "group"]

@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..dtypes import lookup
 from ..errors import FormatError, UnsupportedError, UsageError
+from . import mlx, quanto, torchao
 from .groups import Logical
 
 Read = Callable[[str, int, int], bytes]
@@ -233,6 +234,15 @@ def _words(raw: bytes) -> array:
     return w
 
 
+def gptq_groups(t: Logical, read: Read) -> list[int]:
+    """The group of each input of a GPTQ/AWQ weight: its act-order g_idx, else i // group_size."""
+    scales, ins = t.parts["scales"], t.shape[1]
+    if "g_idx" in t.parts:
+        return _group_index(read, t.parts["g_idx"], ins, scales, scales.shape[0], "groups")
+    gs = ins if t.scheme.group_size == -1 else t.scheme.group_size
+    return [i // gs for i in range(ins)]
+
+
 def _gptq_awq(t: Logical, read: Read, o0: int, o1: int) -> array:
     """Logical rows = output features [o0, o1): their columns of every packed part (read.cols)."""
     sch, layout = t.scheme, t.scheme.layout
@@ -241,11 +251,7 @@ def _gptq_awq(t: Logical, read: Read, o0: int, o1: int) -> array:
     outs, ins = t.shape
     mask = (1 << bits) - 1
     ng = scales.shape[0]
-    gs = ins if sch.group_size == -1 else sch.group_size
-    if "g_idx" in t.parts:
-        gidx = _group_index(read, t.parts["g_idx"], ins, scales, ng, "groups")
-    else:
-        gidx = [i // gs for i in range(ins)]
+    gidx = gptq_groups(t, read)
     s = _values(scales, read.cols(scales.name, o0, o1))          # [ng, n]
     # Zero points: `bits`-bit codes along each group's row; columns o0..o1 of it.
     if layout == "gptq":
@@ -294,7 +300,8 @@ def _awq_columns(raw: bytes, skip: int, n: int) -> list:
 
 
 DECODERS = {"fp8-block": _fp8_block, "fp8-scaled": _fp8_scaled, "ct-pack": _ct_pack, "mxfp4": _mxfp4,
-            "nvfp4": _nvfp4, "gptq": _gptq_awq, "awq": _gptq_awq}
+            "nvfp4": _nvfp4, "gptq": _gptq_awq, "awq": _gptq_awq, "mlx": mlx.decode, "quanto": quanto.decode,
+            "torchao": torchao.decode}
 
 
 def dequantise(t: Logical, read: Read, r0: int, r1: int) -> array:

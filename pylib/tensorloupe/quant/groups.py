@@ -8,55 +8,22 @@ never as floats.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Callable
 
+from . import mlx, quanto
+from .records import Logical, Part, Scheme
 from .schemes import BLOCK_DEFAULT, LAYOUTS
+
+# Layouts whose grouping lives in their own module: (name, parts, config, source) -> Logical, or
+# None where the config says that module is not quantised.
+BUILDERS = {"mlx": mlx.build, "quanto": quanto.build}
 
 SCALE_DTYPES = ("F32", "BF16", "F16", "F64")
 CODE_BITS = {"I8": 8, "U8": 8, "I16": 16, "I32": 32}
 
 
-@dataclass(frozen=True)
-class Part:
-    name: str
-    dtype: str
-    shape: tuple
-
-
-@dataclass
-class Scheme:
-    layout: str
-    method: str
-    bits: int
-    group_size: int | None = None
-    symmetric: bool = True
-    act_order: bool = False
-    block: tuple | None = None
-    strategy: str | None = None
-    facts: dict = field(default_factory=dict)   # fact -> where it came from
-    params: dict = field(default_factory=dict)  # a layout's own numbers (bnb's nested offset, ...)
-
-
-@dataclass
-class Logical:
-    name: str
-    shape: tuple
-    scheme: Scheme | None
-    parts: dict                  # role suffix -> Part
-    reason: str | None = None    # set: packed, not dequantised
-    # A part read as this many rows (its dims but the last merged), not dim 0's: gpt-oss MXFP4
-    # blocks [E, R, G, 16] are E*R rows of G*16 bytes.
-    part_rows: dict = field(default_factory=dict)
-
-    @property
-    def rows_cols(self) -> tuple:
-        """The logical rows decoders produce, each of the last dim's values."""
-        return math.prod(self.shape[:-1]), self.shape[-1]
-
-
 def _method(config: dict) -> str:
-    return str(config.get("quant_method") or config.get("format") or "")
+    return str(config.get("quant_method") or config.get("format") or ("mlx" if mlx.is_mlx(config) else ""))
 
 
 def _ct_weights(config: dict) -> dict:
@@ -89,21 +56,27 @@ def group(descriptors, config: dict, source: str,
             if any(found[s] is None for s in layout.needs):
                 continue
             mine = {"codes": parts[name], **{s: p for s, p in found.items() if p is not None}}
-            used.update(p.name for p in mine.values())
             logical = stem + layout.logical if layout.logical else stem[: -len(layout.joiner)]
-            out.append(_build(layout.name, logical, mine, config, source, read_small))
+            if layout.name in BUILDERS:
+                made = BUILDERS[layout.name](logical, mine, config, source)
+            else:
+                made = _build(layout.name, logical, mine, config, source, read_small)
+            if made is not None:
+                used.update(p.name for p in mine.values())
+                out.append(made)
     return out
 
 
-# Layouts whose builder lives in its own module (bnb.py, hqq.py, ...): registered by the
-# package's __init__, which imports them (they import this module, so it cannot import them).
-BUILDERS: dict[str, Callable] = {}
+# Layouts whose builder lives in a module that imports this one (bnb.py, hqq.py, ...): registered
+# by the package's __init__ ((layout, name, parts, config, source, read_small) -> Logical);
+# mlx.py and quanto.py import only records.py and are in BUILDERS above.
+REGISTERED: dict[str, Callable] = {}
 
 
 def _build(layout, name, mine, config, source, read_small) -> Logical:
     codes = mine["codes"]
-    if layout in BUILDERS:
-        return BUILDERS[layout](name, mine, config, source, read_small)
+    if layout in REGISTERED:
+        return REGISTERED[layout](name, mine, config, source, read_small)
     if layout == "mxfp4":
         return _mxfp4(name, mine, source)
     if layout == "nvfp4":

@@ -20,10 +20,15 @@ from ..dtypes import lookup
 from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource
+from . import mlx, quanto, torchao
+from .cells import cells
 from .decode import dequantise
 from .groups import Logical, Scheme, group
 
+DESCRIBERS = {"mlx": mlx.describe, "quanto": quanto.describe, "torchao": torchao.describe}
+
 CONFIG_KEY = "quantization_config"
+MLX_KEY = "quantization"       # mlx-lm's own key (it also copies it to quantization_config)
 # Rows decoded at once by one read: bounds the floats held for a read (exact statistics read
 # 16 MiB ranges; a row of a wide weight is ~64 KB).
 MAX_RUN_BYTES = 16 << 20
@@ -32,12 +37,16 @@ KEPT_BYTES = 4 << 20
 # A part read by columns (GPTQ, AWQ, MXFP4) is read whole, once, up to this size: one read, not a
 # read per packed row. Larger parts are read by one range per row (their column of it).
 WHOLE_PART_BYTES = 256 << 10
+# Positions below this many are read by whole rows (a handful of values: no lattice to speak of).
+CELLS_AT_LEAST = 16
 
 
 def describe(scheme: Scheme) -> str:
     """The scheme in words, as the page's Tensor tab and the CLI say it."""
     if "described" in scheme.params:     # a layout with a module of its own says itself
         return scheme.params["described"]
+    if scheme.layout in DESCRIBERS:
+        return DESCRIBERS[scheme.layout](scheme)
     if scheme.layout == "fp8-block":
         return f"FP8 e4m3, {scheme.block[0]}x{scheme.block[1]} blocks"
     if scheme.layout in ("gptq", "awq"):
@@ -68,10 +77,13 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
     """Group the checkpoint's quantised weights by `config` (a config.json's object; its
     `quantization_config` says the scheme) into dequantised tensors. Without that key nothing
     changes; applied once (the page and the API may both offer the config)."""
-    qc = config.get(CONFIG_KEY) if isinstance(config, dict) else None
+    key = CONFIG_KEY
+    qc = config.get(key) if isinstance(config, dict) else None
+    if not isinstance(qc, dict) and isinstance(config, dict) and isinstance(config.get(MLX_KEY), dict):
+        key, qc = MLX_KEY, config[MLX_KEY]
     if not isinstance(qc, dict) or "quantisation" in ckpt.extras:
         return
-    said = f"{where} {CONFIG_KEY}"
+    said = f"{where} {key}"
     stored = {t.name: t for t in ckpt.tensors}
     readable = [(t.name, t.dtype, t.shape) for t in ckpt.tensors
                 if t.problem is None and t.contiguous and t.source is not None]
@@ -96,13 +108,9 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
             codes.info = {**codes.info, "quantisation": logical.reason}
             ckpt.warnings.append(f"tensor {codes.name!r}: {logical.reason}")
             continue
-        made[parts[0].name] = Tensor(
-            logical.name, "F32", logical.shape, 0, 4 * math.prod(logical.shape),
-            source=DequantisedSource(logical, {t.name: t for t in parts}),
-            info={"dequantised from": describe(logical.scheme), "scheme": _facts(logical.scheme)},
-            parts=parts)
+        made[parts[0].name] = as_tensor(logical, parts)
         dropped.update(t.name for t in parts)
-    method = str(qc.get("quant_method") or qc.get("format") or "?")
+    method = str(qc.get("quant_method") or qc.get("format") or ("mlx" if mlx.is_mlx(qc) else "?"))
     if not found:
         ckpt.warnings.append(f"{said} says quant_method {method!r}: no tensors of a layout "
                              "tensorloupe dequantises were found; they are shown packed, as stored")
@@ -112,6 +120,14 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "config.json") -> 
     schemes = sorted({t.info["dequantised from"] for t in made.values()})
     ckpt.extras["quantisation"] = {"method": method, "source": said, "schemes": schemes,
                                    "dequantised": len(made), "packed": packed}
+
+
+def as_tensor(logical: Logical, parts: tuple) -> Tensor:
+    """The float32 tensor of a decodable logical weight, its stored tensors as `parts`."""
+    return Tensor(logical.name, "F32", logical.shape, 0, 4 * math.prod(logical.shape),
+                  source=DequantisedSource(logical, {t.name: t for t in parts}),
+                  info={"dequantised from": describe(logical.scheme), "scheme": _facts(logical.scheme)},
+                  parts=parts)
 
 
 def _facts(scheme: Scheme) -> dict:
@@ -225,6 +241,45 @@ class DequantisedSource(RowsSource):
         except LOW_LEVEL_ERRORS as e:
             raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
                               file=self.name) from e
+
+    def cells(self, positions: list[int]) -> list | None:
+        """The values at these flat positions (a heatmap lattice: sampler/gather.py asks first),
+        decoding only the cells of their rows x columns (quant/cells.py); None where the
+        positions are not such a product or the layout has no cell decoder: then whole rows."""
+        cols = self.logical.rows_cols[1]
+        rows = sorted({p // cols for p in positions})
+        wanted = sorted({p % cols for p in positions})
+        if len(positions) < CELLS_AT_LEAST or len(rows) * len(wanted) > 2 * len(positions):
+            return None
+        t = self.logical
+        try:
+            grid = cells(t, self._reader, self._pick, rows, wanted)
+        except TensorloupeError as e:
+            raise e.located(file=self.name)
+        except LOW_LEVEL_ERRORS as e:
+            raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
+                              file=self.name) from e
+        if grid is None:
+            return None
+        at_row = {r: i for i, r in enumerate(rows)}
+        at_col = {c: j for j, c in enumerate(wanted)}
+        self.reads += 1
+        self.bytes_read += 4 * len(positions)
+        # float32 as the row decoders give them (an MXFP4 6 * 2**127 is inf there too)
+        return list(array("f", [grid[at_row[p // cols]][at_col[p % cols]] for p in positions]))
+
+    def _pick(self, name: str, rows: list[int], c0: int, c1: int) -> list[bytes]:
+        """Columns [c0, c1) of each of these stored rows of a part: one range per row, all
+        issued together."""
+        part = self.parts[name]
+        count = self.logical.part_rows.get(name) or part.shape[0]
+        item = max(1, int(lookup(part.dtype).bits) // 8)
+        row = part.nbytes // max(count, 1)
+        if not (0 <= c0 <= c1 <= row // item and all(0 <= r < count for r in rows)):
+            raise FormatError(f"tensor {name!r} has {count} rows of {row // item}: columns {c0}..{c1} "
+                              f"of rows {rows[0]}..{rows[-1]} cannot hold part of {self.logical.name!r}",
+                              file=self.name)
+        return part.source.read_many([(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in rows])
 
     def _read_cols(self, name: str, c0: int, c1: int, r0: int = 0, r1: int | None = None) -> bytes:
         """Columns [c0, c1) of rows [r0, r1) (default all) of a part, row after row: a GPTQ, AWQ

@@ -64,6 +64,13 @@ LAYOUTS = (
     Layout("sparse-24", "compressed", ("bitmask", "shape"), (), ("sparse-24-bitmask",)),
     # NVIDIA ModelOpt NVFP4 (modelopt.py): weight U8 + F8 weight_scale per 16, weight_scale_2 multiplies.
     Layout("modelopt-nvfp4", "weight", ("weight_scale", "weight_scale_2"), ("input_scale",), ("modelopt",)),
+    # MLX (mlx.core.dequantize; quant/mlx.py): weight U32 bit stream per row + scales (+ biases for
+    # affine); w = scales * q + biases in the scales' dtype; modes mxfp4, nvfp4, mxfp8 without biases.
+    Layout("mlx", "weight", ("scales",), ("biases", "global_scale"), ("mlx",)),
+    # optimum-quanto (tensor/qbytes.py, qbits.py; quant/quanto.py): <w>._data codes + <w>._scale;
+    # qint4/qint2 pack rows planar into <w>._data._data U8 and subtract a float <w>._shift.
+    Layout("quanto", "_data._data", ("_scale", "_shift"), (), ("quanto",), ".", ""),
+    Layout("quanto", "_data", ("_scale",), ("_shift",), ("quanto",), ".", ""),
 )
 
 BLOCK_DEFAULT = (128, 128)

@@ -63,6 +63,11 @@ def gather(tensor: Tensor, positions: list[int]) -> list:
     computed = getattr(tensor.source, "elements", None)   # an adapter's ΔW: cells, not rows
     if computed is not None and tensor.offset == 0 and tensor.strides is None:
         return computed(positions)
+    cells = getattr(tensor.source, "cells", None)   # a dequantised weight: only the cells asked
+    if cells is not None and tensor.contiguous:
+        found = cells(positions)
+        if found is not None:
+            return found
     if info.block_elems == 1 and all(map(operator.le, positions, islice(positions, 1, None))):
         return _gather_ascending(tensor, info, positions)
     be, bb = info.block_elems, info.block_bytes

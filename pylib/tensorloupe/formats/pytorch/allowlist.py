@@ -227,9 +227,23 @@ def _rebuild_qtensor(args, kwargs):
     return TensorRef(storage, offset, size, stride, storage.dtype, "quantized", {"quantizer": quantizer})
 
 
+def _rebuild_wrapper_subclass(args, kwargs):
+    # (cls, dtype, size, stride, storage_offset, layout, device, requires_grad): a tensor subclass
+    # (torchao's Int8Tensor, Float8Tensor, ...) with no storage of its own; its inner tensors come
+    # in the state _rebuild_from_type_v2 sets on it (torch/_tensor.py _rebuild_from_type_v2)
+    what = "torch._utils._rebuild_wrapper_subclass"
+    args = _arguments(what, args, 8)
+    cls, dtype = args[0], _dtype_argument(what, args[1])
+    size, stride = _ints(what, "size", args[2]), _ints(what, "stride", args[3])
+    if len(size) != len(stride):
+        raise BadCall(f"the pickle calls {what} with {len(size)} sizes but {len(stride)} strides")
+    name = cls.name if isinstance(cls, (StandIn, Marker)) else _kind(cls)
+    return TensorRef(None, 0, size, stride, dtype, "subclass", {"subclass": name})
+
+
 def _rebuild_from_type_v2(args, kwargs):
     # (func, new_type, args, state): func(*args), then the subclass and its state
-    func, new_type, inner_args, _state = _arguments("torch._tensor._rebuild_from_type_v2", args, 4)
+    func, new_type, inner_args, state = _arguments("torch._tensor._rebuild_from_type_v2", args, 4)
     if not isinstance(func, StandIn) or func.builder is _rebuild_from_type_v2:
         return Marker("torch._tensor._rebuild_from_type_v2", args)  # no nesting: no recursion
     if type(inner_args) not in (tuple, list):
@@ -238,7 +252,21 @@ def _rebuild_from_type_v2(args, kwargs):
     result = func.apply(tuple(inner_args), None)
     if isinstance(result, TensorRef) and isinstance(new_type, StandIn):
         result.info["subclass"] = new_type.name
+        if result.kind == "subclass" and type(state) is dict:
+            result.state = state     # its inner tensors and attributes, walked by find_tensors
+            result.info["inner"] = [k for k, v in state.items() if type(k) is str and type(v) is TensorRef]
+            result.info["attributes"] = {k: v for k, v in state.items() if type(k) is str and _plain(v)}
     return result
+
+
+def _plain(value) -> bool:
+    """An attribute a subclass's state may hold that is shown as it is: a number, a flag, a short
+    string, or a short list of integers (torchao's block_size)."""
+    if value is None or type(value) in (bool, int, float):
+        return type(value) is not int or -(1 << 63) <= value < 1 << 63
+    if type(value) is str:
+        return len(value) <= 64
+    return type(value) in (list, tuple) and len(value) <= 8 and all(type(v) is int and 0 <= v < 1 << 63 for v in value)
 
 
 def _rebuild_meta(args, kwargs):
@@ -316,6 +344,7 @@ _TENSOR_BUILDERS = {
     "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
     "torch._utils._rebuild_qtensor": _rebuild_qtensor,
     "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
+    "torch._utils._rebuild_wrapper_subclass": _rebuild_wrapper_subclass,
     "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta,
 }
 _DATA_BUILDERS = {

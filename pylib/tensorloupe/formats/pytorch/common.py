@@ -16,7 +16,7 @@ from typing import Callable
 from ...errors import FormatError, LimitError, TensorloupeError
 from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
-from . import allowlist, trainstate, weightsonly
+from . import allowlist, subclasses, trainstate, weightsonly
 from ...unpickling.objects import LIMITS, Limits, Marker, StandIn, shown
 from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
@@ -135,7 +135,8 @@ def find_tensors(root) -> list[tuple[str, TensorRef]]:
     def count(obj, depth: int) -> int:
         nonlocal pairs
         if type(obj) is TensorRef:
-            return 1
+            inner = _subclass_state(obj)
+            return 1 + (count(inner, depth + 1) if inner is not None else 0)
         known = counts.get(id(obj))
         if known is not None:
             return known
@@ -163,7 +164,8 @@ def find_tensors(root) -> list[tuple[str, TensorRef]]:
 
     def collect(obj) -> list:
         if type(obj) is TensorRef:
-            return [((), obj)]
+            inner = _subclass_state(obj)   # a subclass, then its inner tensors under its name
+            return [((), obj)] + (collect(inner) if inner is not None else [])
         known = done.get(id(obj))
         if known is not None:
             return known
@@ -178,6 +180,11 @@ def find_tensors(root) -> list[tuple[str, TensorRef]]:
         return out
 
     return [(".".join(path) or "tensor", ref) for path, ref in collect(root)]
+
+
+def _subclass_state(ref: TensorRef) -> dict | None:
+    """A tensor subclass's state (its inner tensors: torchao's qdata, scale, ...), if any."""
+    return ref.state if ref.kind == "subclass" and type(ref.state) is dict else None
 
 
 def detect_prefix(root, names: list[str]) -> str:
@@ -218,7 +225,10 @@ def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: b
     nbytes = span * itemsize
     offset = 0
     storage = ref.storage
-    if storage is None:
+    if storage is None and ref.kind == "subclass":
+        problem = problem or (f"not read: {ref.info.get('subclass')} is a tensor subclass whose layout "
+                              "tensorloupe does not know; its stored parts are listed under its name")
+    elif storage is None:
         problem = problem or "the tensor has no storage (a meta tensor): there are no values"
     else:
         info.update(storage=storage.key, storage_numel=storage.numel, storage_dtype=storage.dtype)
@@ -266,6 +276,7 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
             tensor.info["same_as"] = names[id(ref)]  # one tensor object saved under two names
         names.setdefault(id(ref), unique)
         tensors.append(tensor)
+    tensors, quantisation = subclasses.rebuild(tensors)
     prefix = detect_prefix(root, [t.name for t in tensors])
     main = root
     for part in prefix.rstrip(".").split(".") if prefix else ():
@@ -285,6 +296,8 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
         warnings.append(f"{len(problems) - MAX_PROBLEM_WARNINGS} more tensors cannot be read")
     extras = dict(extras or {}, safety=safety, prefix=prefix,
                   pickle={"protocol": pickles[-1].protocol if pickles else None})
+    if quantisation:
+        extras["quantisation"] = quantisation
     extras.update(trainstate.summaries(root))   # an optimizer's state_dict, a dataclass
     metadata = rendered if type(root) is dict else {"root": rendered}
     return Checkpoint(fmt, source.name, source.size, tensors, metadata=metadata,

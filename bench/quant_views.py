@@ -1,0 +1,164 @@
+"""Benchmark: select -> stats and select -> heatmap of a quantised 4096 x 4096 weight (GPTQ 4-bit,
+AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, MLX affine 4-bit), against the same views of an unquantised
+F16 tensor of that shape, in CPython.
+
+    python bench/quant_views.py [--runs 3] [--side 4096]
+
+Each file is sparse: its header, and random bytes only in the small parts (scales, zero points,
+block scales); the packed codes are holes (zero codes decode on the same path as any other
+codes, so the time is the decoders'). The views are the Tensor tab's first work: `sample` plus a
+64-bin histogram (stats), and the 256 x 256 `grid` lattice plus the colormap (heatmap; of expert
+0's matrix for the 3-D MXFP4 experts, against an F16 [1, side, side]), each on a freshly opened
+checkpoint. Printed per scheme: median times, the ratio to F16's, reads and
+bytes read, and whether the bytes read are within 2x the F16 view's (the bound we hold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "pylib")]
+
+import tensorloupe  # noqa: E402
+from tensorloupe import colormap  # noqa: E402
+from tensorloupe.sampler.sampling import grid, sample  # noqa: E402
+
+ITEM = {"F16": 2, "F32": 4, "I32": 4, "U8": 1, "U32": 4, "F8_E4M3": 1}
+
+
+def schemes(side: int) -> dict:
+    """scheme -> (the weight's logical name, [(stored name, dtype, shape, random?)], config)."""
+    g = side // 128
+    return {
+        "F16": ("w.weight", [("w.weight", "F16", [side, side], True)], None),
+        # gpt-oss experts are 3-D [E, G*32, R]: MXFP4 is measured against an F16 of its shape
+        "F16-3d": ("w.experts.gate_up_proj", [("w.experts.gate_up_proj", "F16", [1, side, side], True)], None),
+        "GPTQ-4bit": ("w.weight", [("w.qweight", "I32", [side * 4 // 32, side], False),
+                                   ("w.qzeros", "I32", [g, side * 4 // 32], True),
+                                   ("w.scales", "F16", [g, side], True),
+                                   ("w.g_idx", "I32", [side], None)],
+                      {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
+                       "sym": True, "checkpoint_format": "gptq"}),
+        "AWQ-4bit": ("w.weight", [("w.qweight", "I32", [side, side // 8], False),
+                                  ("w.qzeros", "I32", [g, side // 8], True),
+                                  ("w.scales", "F16", [g, side], True)],
+                     {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}),
+        "FP8-block": ("w.weight", [("w.weight", "F8_E4M3", [side, side], False),
+                                   ("w.weight_scale_inv", "F32", [g, g], True)],
+                      {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}),
+        "MXFP4": ("w.experts.gate_up_proj", [("w.experts.gate_up_proj_blocks", "U8", [1, side, side // 32, 16], False),
+                                             ("w.experts.gate_up_proj_scales", "U8", [1, side, side // 32], True)],
+                  {"quant_method": "mxfp4"}),
+        "MLX-4bit": ("w.weight", [("w.weight", "U32", [side, side * 4 // 32], False),
+                                  ("w.scales", "F16", [side, side // 64], True),
+                                  ("w.biases", "F16", [side, side // 64], True)],
+                     {"group_size": 64, "bits": 4}),
+    }
+
+
+def _random(dtype: str, count: int, seed: int) -> bytes:
+    import random
+    rnd = random.Random(seed)
+    if dtype == "F16":       # small normal values: no inf/nan scales
+        return struct.pack(f"<{count}e", *(rnd.gauss(0, 0.02) for _ in range(count)))
+    if dtype == "F32":
+        return struct.pack(f"<{count}f", *(rnd.uniform(0.5, 2) for _ in range(count)))
+    if dtype == "U8":        # E8M0 scales near 2**0
+        return bytes(rnd.randrange(118, 136) for _ in range(count))
+    return bytes(rnd.randrange(256) for _ in range(count * ITEM[dtype]))
+
+
+def write(folder: Path, parts: list, config: dict | None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    header, offset, writes = {}, 0, []
+    for i, (name, dtype, shape, fill) in enumerate(parts):
+        n = ITEM[dtype]
+        count = 1
+        for d in shape:
+            count *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n * count]}
+        if fill:
+            writes.append((offset, _random(dtype, count, i)))
+        elif fill is None:   # g_idx: i // group
+            writes.append((offset, struct.pack(f"<{count}i", *(j // 128 for j in range(count)))))
+        offset += n * count
+    text = json.dumps(header).encode()
+    path = folder / "model.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for at, blob in writes:
+            f.seek(8 + len(text) + at)
+            f.write(blob)
+        f.truncate(8 + len(text) + offset)
+    if config is not None:
+        key = "quantization" if "quant_method" not in config else "quantization_config"
+        (folder / "config.json").write_text(json.dumps({key: config}))
+    return path
+
+
+def timed(fn, runs: int):
+    times, result = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def views(path: Path, name: str, runs: int) -> dict:
+    def stats():
+        with tensorloupe.open(path) as ckpt:
+            header = ckpt.bytes_read()
+            s = sample(ckpt.tensor(name))
+            s.histogram(64)
+            return ckpt.bytes_read() - header, ckpt.reads()
+
+    def heatmap():
+        with tensorloupe.open(path) as ckpt:
+            header = ckpt.bytes_read()
+            t = ckpt.tensor(name)
+            # an expert tensor [E, rows, cols]: expert 0's matrix, as the page's plane picker shows it
+            g = grid(t, 256, 256, plane=(1, 2) if len(t.shape) == 3 else None)
+            colormap.rgba(g.floats(), g.amax)
+            return ckpt.bytes_read() - header, ckpt.reads()
+
+    return {"stats": timed(stats, runs), "heatmap": timed(heatmap, runs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--side", type=int, default=4096)
+    parser.add_argument("--only", nargs="*", help="schemes to run (F16 always runs)")
+    args = parser.parse_args()
+    print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores; {args.side} x {args.side}, "
+          f"median of {args.runs}")
+    with tempfile.TemporaryDirectory() as tmp:
+        table = schemes(args.side)
+        results = {}
+        for scheme, (name, parts, config) in table.items():
+            if args.only and not scheme.startswith("F16") and scheme not in args.only:
+                continue
+            path = write(Path(tmp) / scheme, parts, config)
+            results[scheme] = views(path, name, args.runs)
+        for scheme, got in results.items():
+            base = results["F16-3d" if scheme == "MXFP4" else "F16"]
+            for view in ("stats", "heatmap"):
+                t, (nbytes, reads) = got[view]
+                t0, (b0, _) = base[view]
+                bound = "ok" if nbytes <= 2 * b0 else "OVER 2x"
+                print(f"  {scheme:10s} select -> {view:7s} {t * 1e3:8.1f} ms  {t / t0:5.1f}x F16's  "
+                      f"{reads:4d} reads {nbytes / 1024:8.0f} KiB ({nbytes / b0:4.2f}x F16's: {bound})")
+
+
+if __name__ == "__main__":
+    main()

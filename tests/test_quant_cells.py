@@ -1,0 +1,47 @@
+"""Heatmap lattices of dequantised weights decode only their cells (quant/cells.py): every cell
+equals the same element decoded by whole rows (quant/decode.py, itself checked element for
+element against each library in test_quant_values.py and test_quant_lib.py), and a lattice
+reads each stored row it needs once, not once per logical row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tensorloupe
+from tensorloupe.quant import logical
+from tensorloupe.sampler.sampling import grid, plan_grid, values
+
+# fixtures/make.py's output (quant_files.py, quant_lib_files.py); no oracle is imported, so
+# this module also runs inside Pyodide (tests/pyodide), where the cell decoders run in the page
+OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out"
+CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.glob("quant_lib/*")]
+               if p.name.startswith(("gptq", "awq", "mxfp4", "fp8_block", "mlx_affine", "mlx_experts")))
+
+
+def test_the_cases_are_there():
+    assert len(CASES) >= 21, "run fixtures/make.py first"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_cell_is_the_row_decoders_value(case):
+    folder = OUT / case
+    with tensorloupe.open(folder / "model.safetensors") as ckpt:
+        t = next(t for t in ckpt.tensors if t.parts)
+        plane = (1, 2) if len(t.shape) == 3 else None
+        plan_rows, plan_cols = (t.shape[1], t.shape[2]) if plane else (t.shape[0], t.numel // t.shape[0])
+        plan = plan_grid(t, min(plan_rows, 9), min(plan_cols, 7), plane=plane)
+        cells = t.source.cells(plan.positions)
+        assert cells is not None        # the cell path answers: no fall back to whole rows
+        flat = values(t, 0, t.numel)
+        want = [flat[p] for p in plan.positions]
+        assert [repr(v) for v in cells] == [repr(v) for v in want]      # bit for bit, inf and nan too
+        g = grid(t, min(plan_rows, 9), min(plan_cols, 7), plane=plane)
+        assert [repr(v) for v in g.floats()] == [repr(v) for v in want]
+
+
+def test_a_few_positions_are_read_by_rows():
+    with tensorloupe.open(OUT / "quant" / "fp8_block" / "model.safetensors") as ckpt:
+        t = next(t for t in ckpt.tensors if t.parts)
+        assert t.source.cells(list(range(logical.CELLS_AT_LEAST - 1))) is None
