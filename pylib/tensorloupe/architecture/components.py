@@ -166,7 +166,7 @@ def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
             out.training.setdefault(group, Count()).add(t)
             continue
         out.not_training.append(t)
-        if BUFFER.search(t.name):
+        if BUFFER.search(t.name) or t.info.get("buffer"):   # by name, or as the file says
             out.buffers.add(t)
             continue
         key = view_key(t)

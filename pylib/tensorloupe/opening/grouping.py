@@ -13,6 +13,8 @@ A file's name puts it in one of four kinds:
     (a model file by its extension, or nothing);
   - a torch.distributed.checkpoint folder's files (`.metadata` and `__R_S.distcp`): one set
     per folder, which opens as one checkpoint (the .metadata says what the data files hold);
+  - a DeepSpeed ZeRO tag folder's files (`*_model_states.pt`, `*_optim_states.pt`): one set per
+    folder, opened as one model with its training state (opening/deepspeed.py);
   - a model file: any extension a reader takes (detect.EXTENSIONS);
   - anything else (README.md, .gitattributes): not a checkpoint.
 The CLI's folder targets (targets.py) and the page's file list (web/files.py) both group with
@@ -27,6 +29,7 @@ from .beside import CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from .detect import EXTENSIONS
 from .shards import PART_NAME
 from .training import is_part as is_training_part
+from .deepspeed import is_member as is_zero_file
 from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_dcp_file
 
 # A shard set's index, by the extension of the shards it names: transformers writes
@@ -34,9 +37,10 @@ from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_d
 INDEX_SUFFIXES = {".safetensors.index.json": "safetensors", ".bin.index.json": "bin"}
 BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
 
-PART, INDEX, ALONGSIDE, TRAINING, DCP, MODEL, OTHER = (
-    "part", "index", "beside", "training", "dcp", "model", "other")
+PART, INDEX, ALONGSIDE, TRAINING, DCP, ZERO, MODEL, OTHER = (
+    "part", "index", "beside", "training", "dcp", "zero", "model", "other")
 DCP_SET = (METADATA_NAME, DATA_EXTENSION.lstrip("."))     # a DCP folder's set key (stem, ext)
+ZERO_SET = ("*_states", "pt")                             # a DeepSpeed ZeRO tag folder's
 
 Item = TypeVar("Item")
 
@@ -58,6 +62,8 @@ def kind_of(name: str) -> str:
     lower = name.lower()
     if is_dcp_file(name):
         return DCP
+    if is_zero_file(name):
+        return ZERO
     if PART_NAME.match(name):
         return PART
     if is_index_name(name):
@@ -101,6 +107,8 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
             sets.setdefault((directory(item), m["stem"], m["ext"]), []).append(item)
         elif kind == DCP:
             sets.setdefault((directory(item), *DCP_SET), []).append(item)
+        elif kind == ZERO:
+            sets.setdefault((directory(item), *ZERO_SET), []).append(item)
         elif kind == INDEX:
             sets.setdefault((directory(item), *index_of(item_name)), []).append(item)
         elif kind == MODEL or (kind == OTHER and listed(item)):
@@ -112,6 +120,8 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
         if (stem, ext) == DCP_SET:
             data = sum(1 for m in members if name(m) != METADATA_NAME)
             label = f"{METADATA_NAME} + {data} {DATA_EXTENSION} (torch.distributed.checkpoint)"
+        elif (stem, ext) == ZERO_SET:
+            label = f"{len(members)} DeepSpeed ZeRO files (*_model_states.pt, *_optim_states.pt)"
         elif len(members) == 1:
             label = name(members[0])
         elif len(counts) == 1:
@@ -123,7 +133,7 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
     groups += [Group(directory(s), name(s), [s], False, position[id(s)]) for s in singles]
     for folder, files in state.items():
         models = [i for i, g in enumerate(groups) if g.directory == folder
-                  and kind_of(name(g.members[0])) in (PART, INDEX, DCP, MODEL)]
+                  and kind_of(name(g.members[0])) in (PART, INDEX, DCP, ZERO, MODEL)]
         files = sorted(files, key=name)
         if len(models) == 1:
             g = groups[models[0]]
