@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from . import training
+from .hubcache import small_text
 from ..errors import FormatError, TensorloupeError, UnsupportedError, UsageError
 from ..model import Checkpoint, Tensor
 from ..source.joined import JoinedSource, Piece
@@ -41,14 +42,8 @@ def is_member(name: str) -> bool:
 
 def read_tag(path: str) -> str | None:
     """The tag a `latest` file names (a folder name beside it), or None if it names none."""
-    with open(path, "rb") as f:
-        tag = f.read(MAX_TAG_BYTES + 1)
-    try:
-        tag = tag.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        return None
-    return tag if tag and len(tag) <= MAX_TAG_BYTES and "/" not in tag and "\\" not in tag \
-        and tag not in (".", "..") else None
+    tag = small_text(path, MAX_TAG_BYTES, "utf-8")
+    return tag if tag and "/" not in tag and "\\" not in tag and tag not in (".", "..") else None
 
 
 def _rank(name: str) -> tuple[str, int, int]:

@@ -91,10 +91,16 @@ def _ref(model: str, revision: str) -> str | None:
     # a revision is a name inside refs/, never a way out of it (`@../../x`)
     if ".." in revision.split("/") or not os.path.isfile(path):
         return None
+    commit = small_text(path, MAX_REF_BYTES, "ascii")
+    return commit if commit is not None and COMMIT.match(commit) else None
+
+
+def small_text(path: str, limit: int, encoding: str) -> str | None:
+    """A short text file's stripped contents (a ref, DeepSpeed's `latest`), or None if it is
+    longer than `limit` bytes or not text."""
     with open(path, "rb") as f:
-        text = f.read(MAX_REF_BYTES + 1)
+        data = f.read(limit + 1)
     try:
-        commit = text.decode("ascii").strip()
+        return data.decode(encoding).strip() if len(data) <= limit else None
     except UnicodeDecodeError:
         return None
-    return commit if COMMIT.match(commit) else None
