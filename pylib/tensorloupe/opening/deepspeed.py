@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 
 from . import training
-from .hubcache import small_text
-from ..errors import FormatError, TensorloupeError, UnsupportedError, UsageError
+from .beside import small_text
+from ..errors import FormatError, UnsupportedError, UsageError
 from ..model import Checkpoint, Tensor
 from ..source.joined import JoinedSource, Piece
 

@@ -18,6 +18,7 @@ import re
 from typing import NamedTuple
 
 from ..errors import UnreadableError, UsageError
+from .beside import small_text
 from .detect import EXTENSIONS
 
 # org/model[@revision]: Hub names are letters, digits, '-', '_' and '.' (the page's URL box
@@ -94,13 +95,3 @@ def _ref(model: str, revision: str) -> str | None:
     commit = small_text(path, MAX_REF_BYTES, "ascii")
     return commit if commit is not None and COMMIT.match(commit) else None
 
-
-def small_text(path: str, limit: int, encoding: str) -> str | None:
-    """A short text file's stripped contents (a ref, DeepSpeed's `latest`), or None if it is
-    longer than `limit` bytes or not text."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    try:
-        return data.decode(encoding).strip() if len(data) <= limit else None
-    except UnicodeDecodeError:
-        return None
