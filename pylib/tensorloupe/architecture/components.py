@@ -56,9 +56,9 @@ _TRAINING_SETS = [(group, where, fold, frozenset(words)) for group, where, fold,
 
 # Registered buffers that checkpoints store beside the weights but that are not parameters
 # (torch's model.parameters() leaves them out): BERT's position_ids, BatchNorm's statistics, RoPE's
-# inv_freq, GPT-2's causal mask.
+# inv_freq, GPT-2's causal mask, BART's final_logits_bias.
 BUFFER = re.compile(r"(^|\.)(position_ids|token_type_ids|num_batches_tracked|running_mean|"
-                    r"running_var|inv_freq|masked_bias)$")
+                    r"running_var|inv_freq|masked_bias|final_logits_bias)$")
 
 COMPONENTS = ("embeddings", "attention", "mlp", "experts", "shared_experts", "router", "norms",
               "output_head", "other")
