@@ -18,6 +18,7 @@ import deepspeed_files
 
 import tensorloupe
 from tensorloupe.architecture import summarize
+from tensorloupe.errors import FormatError
 from tensorloupe.opening import shards
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,3 +148,18 @@ def test_a_missing_rank_is_an_error_and_its_parameters_say_so(folders, tmp_path)
         assert "rank 1" in ckpt.tensor("a.weight").problem
         assert ckpt.tensor("scale").problem is None
     assert cli("inspect", "--strict", folder).returncode != 0
+
+
+def test_param_shapes_that_do_not_fit_the_partitions_are_a_clear_error(folders, tmp_path):
+    """A model-states file whose param_shapes name more elements than the flat partitions hold
+    (a.weight said to be 7x6) is refused, naming the file and the parameter that does not fit."""
+    folder = tmp_path / "global_step2"
+    shutil.copytree(folders["zero2"] / "global_step2", folder)
+    path = folder / "mp_rank_00_model_states.pt"
+    state = torch.load(path, weights_only=True)     # no DeepSpeed class in the model states
+    state["param_shapes"][0]["a.weight"] = torch.Size([7, 6])
+    torch.save(state, path)
+    with pytest.raises(FormatError) as raised:
+        tensorloupe.open(folder)
+    assert raised.value.file == "mp_rank_00_model_states.pt"
+    assert "parameter 'b.weight' reaches past the end of the flat partitions" in str(raised.value)

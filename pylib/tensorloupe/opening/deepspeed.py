@@ -32,7 +32,8 @@ MODEL_STATES, OPTIM_STATES = training.ZERO_MODEL_STATES, training.ZERO_OPTIM_STA
 # formats/pytorch/zerostate.py's roles (named without importing the torch readers)
 MODEL_ROLE, OPTIMIZER_ROLE = "model states", "optimizer states"
 MAX_TAG_BYTES = 4096
-MAX_RANKS = 1 << 16
+MAX_RANKS = 1 << 12          # data-parallel ranks (the largest ZeRO runs: a few thousand GPUs)
+MAX_LISTED = 20              # missing rank files named one by one; the rest are counted
 
 
 def is_member(name: str) -> bool:
@@ -104,7 +105,7 @@ def read_set(sources: list, read) -> Checkpoint:
               "deepspeed": {"stage": stage, "world_size": world, "ds_version": head["ds_version"],
                             "global_steps": head["global_steps"],
                             "files": sorted(sizes)},
-              "shards": {"count": world, "missing": sorted(problems), "errors": errors,
+              "shards": {"count": world, "missing": sorted(problems)[:MAX_LISTED], "errors": errors,
                          "missing_count": len(problems),
                          "parts": [{"no": None, "name": n, "size": sizes[n], "tensors": None}
                                    for n in sorted(sizes)]}}
@@ -142,9 +143,11 @@ def _missing(optims: dict, models: dict, world: int, stage: int, sources) -> tup
     if extra:
         raise FormatError(f"optimizer states of rank {extra[0]} were given, but the partition "
                           f"count is {world}", format=FORMAT)
-    for name, r in sorted(out.items()):
+    for name, r in sorted(out.items(), key=lambda item: item[1])[:MAX_LISTED]:
         errors.append(f"rank {r}'s file {name} is missing: the parameters with elements in it "
                       "cannot be read")
+    if len(out) > MAX_LISTED:
+        errors.append(f"{len(out) - MAX_LISTED} more rank files of the {world} ranks are missing")
     return errors, out
 
 

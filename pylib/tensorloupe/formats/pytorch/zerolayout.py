@@ -30,17 +30,19 @@ class Span(NamedTuple):
     count: int
 
 
-def _cut(bounds: list[int], start: int, count: int) -> list[tuple[int, int, int]]:
+def _cut(bounds: list[int], start: int, count: int, name: str) -> list[tuple[int, int, int]]:
     """(index, start within it, count) over consecutive runs whose starts are `bounds` (plus
-    the end as the last bound) covering `count` elements from `start`."""
+    the end as the last bound) covering `count` elements from `start`, of parameter `name`."""
+    if start + count > bounds[-1]:
+        raise FormatError(f"parameter {name!r} reaches past the end of the flat partitions: its "
+                          f"elements {start}..{start + count} of {bounds[-1]}",
+                          format="deepspeed-zero", expected=f"at most {bounds[-1]} elements",
+                          found=start + count)
     out = []
     i = 0
     while count > 0:
         while i + 1 < len(bounds) and bounds[i + 1] <= start:
             i += 1
-        if i + 1 >= len(bounds):
-            raise FormatError("a parameter reaches past the end of the flat partitions",
-                              format="deepspeed-zero", found=f"element {start}")
         take = min(count, bounds[i + 1] - start)
         out.append((i, start - bounds[i], take))
         start += take
@@ -70,7 +72,7 @@ def zero2(groups: list[list], lengths: list[list[int]], paddings: list[list[int]
         offset = 0
         for (name, shape), pad in zip(shapes, pads):
             numel = math.prod(shape)
-            out[name] = [Span(r, g, s, n) for r, s, n in _cut(bounds, offset, numel)]
+            out[name] = [Span(r, g, s, n) for r, s, n in _cut(bounds, offset, numel, name)]
             offset += numel + pad
         align = 2 * world
         used, avail = (align * math.ceil(x / align) for x in (offset, bounds[-1]))
@@ -93,7 +95,7 @@ def zero3(shapes: list, lengths: list[list[int]]) -> dict[str, list[Span]]:
         per_rank = math.ceil(numel / world)
         spans, left = [], numel
         for r in range(world):
-            for g, s, n in _cut(bounds, offset, per_rank):
+            for g, s, n in _cut(bounds, offset, per_rank, name):
                 take = min(n, left)
                 if take:
                     spans.append(Span(r, g, s, take))

@@ -1,0 +1,48 @@
+"""A torch.distributed.checkpoint folder (fixtures/dcp_files.py: two gloo ranks sharding DTensors,
+written by dcp.save) dropped on the page as a folder: it opens as one checkpoint with the numbers
+of `tensorloupe inspect --json` (tensors, parameters), and the safety card says what
+torch.load(weights_only=True) does with the .metadata, as the CLI does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dcp_files
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return dcp_files.write_sharded(tmp_path_factory.mktemp("dcp-page") / "dcp-sharded")
+
+
+def inspect_json(path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", "--json", str(path)],
+                          capture_output=True, text=True, cwd=ROOT, check=True,
+                          env={"PYTHONPATH": str(ROOT / "pylib"), "PATH": "/usr/bin:/bin"})
+    return json.loads(done.stdout)
+
+
+def test_the_dropped_dcp_folder_has_the_cli_s_numbers_and_verdict(app, folder):
+    doc = inspect_json(folder)
+    assert doc["format"] == "torch-dcp" and doc["errors"] == []
+    before = app.opened()
+    app.drop_paths(folder)
+    app.wait_model(doc["file"], before)
+    app.tab("summary")
+    assert app.fact("format") == "torch-dcp"
+    detail = app.page.inner_text("#panel-summary .fact[data-key=parameters] .fact-detail")
+    assert detail == f"{doc['parameters']:,}"
+    assert app.fact("tensor_count") == f"{doc['tensor_count']:,}"
+    loads = doc["extras"]["safety"]["weights_only"]
+    assert loads["loads"] is False and ".metadata" in loads["files"]
+    assert app.page.get_attribute("#safety .weights-only", "data-loads") == "false"
+    line = app.page.inner_text("#safety .weights-only")
+    assert line.startswith("torch.load(weights_only=True), torch's default since 2.6: refuses it")
+    assert loads["why"] in line
