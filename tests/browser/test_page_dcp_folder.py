@@ -5,16 +5,10 @@ torch.load(weights_only=True) does with the .metadata, as the CLI does."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import dcp_files
-
-ROOT = Path(__file__).resolve().parents[2]
+from page_checks import cli_inspect
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +16,8 @@ def folder(tmp_path_factory):
     return dcp_files.write_sharded(tmp_path_factory.mktemp("dcp-page") / "dcp-sharded")
 
 
-def inspect_json(path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", "--json", str(path)],
-                          capture_output=True, text=True, cwd=ROOT, check=True,
-                          env={"PYTHONPATH": str(ROOT / "pylib"), "PATH": "/usr/bin:/bin"})
-    return json.loads(done.stdout)
-
-
 def test_the_dropped_dcp_folder_has_the_cli_s_numbers_and_verdict(app, folder):
-    doc = inspect_json(folder)
+    doc = cli_inspect(folder)
     assert doc["format"] == "torch-dcp" and doc["errors"] == []
     before = app.opened()
     app.drop_paths(folder)

@@ -93,15 +93,15 @@ def read_set(sources: list, read) -> Checkpoint:
                           file=optims[min(optims)].name, format=FORMAT,
                           found=f"stage {stage}, partition_count {counts}")
     errors, problems = _missing(optims, models, world, stage, sources)
-    flat = _flat_groups(optims, world, first, problems)
+    flat = _flat_groups(optims, world, first)
     tensors, warnings = _tensors(models, head, stage, world, flat, first)
+    files = [c for ranks in by_role.values() for c in ranks.values()]
     parts = [training.Part(c.name, sizes[c.name], training.match(c.name)[0], checkpoint=c)
-             for rank_role, files in by_role.items() for c in files.values()]
+             for c in files]
     report, part_warnings = training.report(parts)
     from ..formats.multifile import merge_reports
     extras = {"training": report,
-              "safety": merge_reports([(c.name, c.extras.get("safety") or {})
-                                       for files in by_role.values() for c in files.values()]),
+              "safety": merge_reports([(c.name, c.extras.get("safety") or {}) for c in files]),
               "deepspeed": {"stage": stage, "world_size": world, "ds_version": head["ds_version"],
                             "global_steps": head["global_steps"],
                             "files": sorted(sizes)},
@@ -109,7 +109,6 @@ def read_set(sources: list, read) -> Checkpoint:
                          "missing_count": len(problems),
                          "parts": [{"no": None, "name": n, "size": sizes[n], "tensors": None}
                                    for n in sorted(sizes)]}}
-    files = [c for files in by_role.values() for c in files.values()]
     all_sources = [s for c in files for s in c.sources]
     name = f"{models[0].name} + {len(sizes) - 1} more (DeepSpeed ZeRO-{stage}, {world} ranks)"
     return Checkpoint(FORMAT, name, sum(sizes.values()), tensors,
@@ -151,7 +150,7 @@ def _missing(optims: dict, models: dict, world: int, stage: int, sources) -> tup
     return errors, out
 
 
-def _flat_groups(optims: dict, world: int, first: dict, problems: dict) -> list:
+def _flat_groups(optims: dict, world: int, first: dict) -> list:
     """flat[r][g]: rank r's flat group g Tensor, or None for a missing rank (whose lengths are
     taken to be those of a rank at hand: DeepSpeed partitions evenly)."""
     count = len(first["flat_groups"] or ())
