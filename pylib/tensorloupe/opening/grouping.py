@@ -40,7 +40,7 @@ BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)
 PART, INDEX, ALONGSIDE, TRAINING, DCP, ZERO, MODEL, OTHER = (
     "part", "index", "beside", "training", "dcp", "zero", "model", "other")
 DCP_SET = (METADATA_NAME, DATA_EXTENSION.lstrip("."))     # a DCP folder's set key (stem, ext)
-ZERO_SET = ("*_states", "pt")                             # a DeepSpeed ZeRO tag folder's
+ZERO_SET = ("*_states", "pt")                             # a ZeRO tag folder's set key
 
 Item = TypeVar("Item")
 
