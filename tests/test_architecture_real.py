@@ -55,8 +55,12 @@ def test_minilm_summary_matches_its_config_and_transformers(capsys, minilm):
     assert params["training_state"] == {}
     stored = next(w for w in doc["memory"]["weights"] if w["precision"] == "stored")
     assert stored["bytes"] == sum(p.numel() * p.element_size() for p in model.parameters())
-    per_token = {p["cache_type"]: p["bytes"] for p in doc["memory"]["kv_cache"]["per_token"]}
-    assert per_token["f16"] == config.num_hidden_layers * config.hidden_size * 2 * 2 == 9216
+    # an encoder-only model: no KV cache, no context beyond its maximum, no LM head to tie
+    kv = doc["memory"]["kv_cache"]
+    assert kv["none"] is True and "per_token" not in kv
+    assert max(kv["contexts"]) == config.max_position_embeddings == 512
+    assert fields["stacks"][0] == "encoder-only" and fields["lm_head"][0] == "no LM head"
+    assert "tied_embeddings" not in fields
 
 
 def test_minilm_tokenizer_matches_tokenizers(capsys, minilm):

@@ -1,5 +1,6 @@
 """tensorloupe's "weights_only" verdict against torch itself: over every pickle file the fixture
-writers make (torch_files, hostile_files, polyglot_files, bin_shard_files, training_files), a child
+writers make (torch_files, hostile_files, polyglot_files, bin_shard_files, training_files,
+dcp_files' .metadata, deepspeed_files' rank files), a child
 process runs torch.load(path, weights_only=True) (never weights_only=False) in a throwaway cwd and
 records whether it loads, the global its message names, and for ZIP files
 torch.serialization.get_unsafe_globals_in_checkpoint; any file where tensorloupe says otherwise
@@ -18,6 +19,8 @@ import pytest
 import torch  # noqa: F401 (the oracle: this module is skipped where torch does not exist)
 
 import bin_shard_files
+import dcp_files
+import deepspeed_files
 import hostile_files
 import polyglot_files
 import torch_files
@@ -28,7 +31,8 @@ from tensorloupe.errors import TensorloupeError
 from tensorloupe.formats.pytorch import weightsonly
 
 ROOT = Path(__file__).resolve().parent.parent
-WRITERS = (torch_files, hostile_files, polyglot_files, bin_shard_files, training_files)
+WRITERS = (torch_files, hostile_files, polyglot_files, bin_shard_files, training_files, dcp_files,
+           deepspeed_files)
 # Files that are no pickle for torch.load: it hands *.safetensors to safetensors, and JSON is
 # read by the libraries that wrote it (an index.json opens its shard set here, not one file).
 NOT_PICKLES = (".safetensors", ".json")
@@ -156,7 +160,9 @@ def test_every_pickle_fixture_s_verdict_agrees_with_torch(written, torch_says):
             "state_dict.pt", "legacy.pt", "legacy_tar.pt", "torchscript.jit", "module.pt",
             "hostile.pt", "plain_evil.pkl", "bad_crc.pt", "safetensors_pickle.bin",
             "gguf_pickle.gguf", "pytorch_model-00001-of-00003.bin", "record_longer.pt",
-            "protocol4.pt"} <= set(compared)
+            "protocol4.pt", ".metadata", "mp_rank_00_model_states.pt",
+            "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+            "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"} <= set(compared)
     assert len(compared) >= 45, (compared, unopened)
     outcomes = {torch_says["files"][str(p)]["loads"] for p in written if p.name in compared}
     assert outcomes == {True, False}

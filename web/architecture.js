@@ -99,6 +99,7 @@ function weightsTable(weights) {
 }
 
 function kvCache(kv) {
+  if (kv.none) return el("p", {id: "kv-none", text: `KV cache: none (${kv.reason}).`});
   if (!kv.available) return el("p", {id: "kv-unknown", text: `KV cache: cannot be estimated: ${kv.reason}.`});
   const types = kv.per_token.map((p) => p.cache_type);
   const at = new Map(kv.at.map((a) => [`${a.context} ${a.cache_type}`, a]));

@@ -26,6 +26,16 @@ export function show(model) {
 // The architecture cards replace the note that stood in for them.
 export function details(model) {
   document.getElementById("architecture-pending")?.replaceWith(...architectureCards(model, ctx.request));
+  modelParameters(model.architecture?.parameters);
+}
+
+// When the file stores more values than the model has parameters (buffers, training state, a tied
+// view counted once: architecture/components.py), the header says so, as `inspect` does.
+function modelParameters(params) {
+  const stored = document.querySelector("#panel-summary .fact[data-key=parameters]");
+  if (!stored || !params || params.total === Number(stored.dataset.values)) return;
+  stored.querySelector(".fact-label").textContent = "values stored";
+  stored.after(fact("model_parameters", "parameters", count(params.total), grouped(params.total)));
 }
 
 export function io(io) {
@@ -215,6 +225,8 @@ function render(container, summary, io) {
   clear(container);
   const byDtype = Object.entries(summary.parameters_by_dtype);
   const top = Math.max(1, ...byDtype.map((d) => d[1]));
+  const parameters = fact("parameters", "parameters", count(summary.parameters), grouped(summary.parameters));
+  parameters.dataset.values = String(summary.parameters);   // modelParameters compares with it
   container.append(
     el("div", {class: "summary-head"},
       el("h2", {class: "file-name", text: summary.file}),
@@ -222,7 +234,7 @@ function render(container, summary, io) {
         fact("format", "format", summary.format),
         fact("size", "size", bytes(summary.size), `${grouped(summary.size)} bytes`),
         fact("tensor_count", "tensors", grouped(summary.tensor_count)),
-        fact("parameters", "parameters", count(summary.parameters), grouped(summary.parameters)),
+        parameters,
         el("div", {class: "fact", id: "io", dataset: {key: "io"}},
           el("div", {class: "fact-label", text: "read so far"}),
           el("div", {class: "fact-value", id: "io-value", text: io ? bytes(io.bytes_read) : "—"}),

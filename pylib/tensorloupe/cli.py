@@ -369,7 +369,7 @@ def run_inspect(args) -> int:
                 print()
             arch_report.print_block(block)
             print()
-            report.print_inspect(ckpt)
+            report.print_inspect(ckpt, block["architecture"]["parameters"])
         safety = ckpt.extras.get("safety") or {}
         dangerous = safety.get("dangerous") or []
         if args.strict and dangerous:

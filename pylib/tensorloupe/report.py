@@ -86,7 +86,9 @@ def inspect_json(ckpt: Checkpoint) -> dict:
     return checkpoint_json(ckpt)
 
 
-def print_inspect(ckpt: Checkpoint) -> None:
+def print_inspect(ckpt: Checkpoint, parameters: dict | None = None) -> None:
+    """`parameters`: the architecture block's count (architecture/components.py), which says
+    how many of the values stored are model parameters."""
     ckpt.locate_all()
     # a dtype is a name from the file where the reader does not know it (a storage class)
     by_dtype = ", ".join(f"{escaped(d)} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
@@ -103,7 +105,7 @@ def print_inspect(ckpt: Checkpoint) -> None:
     print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)"
           + (f" in {counted(len(files), 'file')}" if len(files) > 1 else ""))
     print(f"  tensors     {exact_count(len(ckpt.tensors))}")
-    print(f"  parameters  {exact_count(ckpt.parameter_count)} ({by_dtype})")
+    print_counts(ckpt, by_dtype, parameters)
     quantised = ckpt.extras.get("quantisation")
     if quantised and (quantised["dequantised"] or quantised["packed"]):
         print(f"  quantised   {escaped('; '.join(quantised['schemes']) or quantised['method'])} "
@@ -231,6 +233,21 @@ def print_pipeline(pipeline: dict) -> None:
         if c.get("config"):
             print("    " + short(", ".join(f"{escaped(str(k))}={escaped(str(v))}" for k, v in c["config"].items()
                                           if k != "_class_name"), 110))
+def print_counts(ckpt: Checkpoint, by_dtype: str, parameters: dict | None) -> None:
+    """The header's count: "parameters" when every value stored is one; else the values
+    stored, then the model's parameters with what is kept apart (buffers, training state, a
+    tied view counted once)."""
+    stored = ckpt.parameter_count
+    if parameters is None or parameters["total"] == stored:
+        print(f"  parameters  {exact_count(stored)} ({by_dtype})")
+        return
+    apart = [(label, c["parameters"]) for label, c in
+             [("buffers", parameters["buffers"]), ("tied views", parameters["tied"]),
+              *parameters["training_state"].items()] if c["parameters"]]
+    print(f"  values      {exact_count(stored)} stored ({by_dtype})")
+    print(f"  parameters  {exact_count(parameters['total'])} (the model's weights"
+          + (f"; apart: {', '.join(f'{escaped(k)} {exact_count(n)}' for k, n in apart)}"
+             if apart else "") + ")")
 
 
 def print_training(training: dict) -> None:

@@ -72,6 +72,17 @@ def assert_lattice_pixels(app, selector: str, grid, scale: float, extra_cells=()
     assert len(set(got)) > 1 or len(set(floats)) == 1, f"{selector} is blank"
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli_inspect(path) -> dict:
+    """`tensorloupe inspect --json PATH` of this checkout, run as a separate process."""
+    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", "--json", str(path)],
+                          capture_output=True, text=True, cwd=ROOT, check=True,
+                          env={"PYTHONPATH": str(ROOT / "pylib"), "PATH": "/usr/bin:/bin"})
+    return json.loads(done.stdout)
+
+
 def cli_stats(path: Path, tensor: str) -> dict:
     """`tensorloupe stats FILE TENSOR --json`, run as a separate process."""
     # this checkout's CLI (an editable install elsewhere would otherwise answer)

@@ -4,11 +4,7 @@ folder with a shard deleted leads its Health tab with that missing shard as an e
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,11 +12,10 @@ import bin_shard_files
 import tensorloupe
 
 from conftest import STEP_TIMEOUT_MS
-from page_checks import assert_stats_equal
+from page_checks import assert_stats_equal, cli_inspect
 
 SET = "pytorch_model-{00001..00003}-of-00003.bin"
 GONE = "pytorch_model-00002-of-00003.bin"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +27,9 @@ def folders(tmp_path_factory):
     return paths["bin_shards_folder"], broken
 
 
-def inspect_json(folder) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", "--json", str(folder)],
-                          capture_output=True, text=True, cwd=ROOT, check=True,
-                          env={"PYTHONPATH": str(ROOT / "pylib"), "PATH": "/usr/bin:/bin"})
-    return json.loads(done.stdout)
-
-
 def test_the_dropped_bin_folder_has_the_cli_s_numbers(app, folders):
     folder, _ = folders
-    doc = inspect_json(folder)
+    doc = cli_inspect(folder)
     before = app.opened()
     app.drop_paths(folder)
     app.wait_model(SET, before)

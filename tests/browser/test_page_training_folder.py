@@ -5,18 +5,12 @@ trainer state, training arguments) with each pickle part's own safety verdict.""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import training_files
 
 from conftest import STEP_TIMEOUT_MS
-
-ROOT = Path(__file__).resolve().parents[2]
+from page_checks import cli_inspect
 
 
 @pytest.fixture(scope="module")
@@ -24,15 +18,8 @@ def folder(tmp_path_factory):
     return training_files.write_trainer(tmp_path_factory.mktemp("training-page") / "trainer")
 
 
-def inspect_json(path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tensorloupe.cli", "inspect", "--json", str(path)],
-                          capture_output=True, text=True, cwd=ROOT, check=True,
-                          env={"PYTHONPATH": str(ROOT / "pylib"), "PATH": "/usr/bin:/bin"})
-    return json.loads(done.stdout)
-
-
 def test_the_dropped_trainer_folder_has_the_cli_s_model_and_training_parts(app, folder):
-    doc = inspect_json(folder)
+    doc = cli_inspect(folder)
     before = app.opened()
     app.drop_paths(folder)
     app.wait_model(doc["file"], before)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .. import moe as moe_detect
-from . import inferred
+from . import inferred, stacks
 from .components import Breakdown, breakdown
 from ..model import Checkpoint
 
@@ -33,6 +33,15 @@ class Spec(NamedTuple):
 
 FIELDS = [
     Spec("family", "Family", "str", ("model_type", "architectures"), ("general.architecture",)),
+    # encoder-decoder and encoder-only models (stacks.py): set by _stacks, never read directly
+    Spec("stacks", "Stacks", "str", (), ()),
+    Spec("encoder_layers", "Encoder layers", "int", (), ()),
+    Spec("decoder_layers", "Decoder layers", "int", (), ()),
+    Spec("encoder_heads", "Encoder attention heads", "int", (), ()),
+    Spec("decoder_heads", "Decoder attention heads", "int", (), ()),
+    Spec("encoder_intermediate_size", "Encoder intermediate size", "int", (), ()),
+    Spec("decoder_intermediate_size", "Decoder intermediate size", "int", (), ()),
+    Spec("source_length", "Encoder positions", "int", (), ()),
     Spec("layers", "Layers", "int", ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
          ("{arch}.block_count",)),
     Spec("hidden_size", "Hidden size", "int",
@@ -44,13 +53,13 @@ FIELDS = [
     Spec("kv_heads", "KV heads", "int",
          ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num", "kv_n_heads"),
          ("{arch}.attention.head_count_kv",)),
-    Spec("head_dim", "Head dim", "int", ("head_dim", "kv_channels"), ("{arch}.attention.key_length",)),
+    Spec("head_dim", "Head dim", "int", ("head_dim", "kv_channels", "d_kv"), ("{arch}.attention.key_length",)),
     Spec("value_head_dim", "Value head dim", "int", ("v_head_dim",), ("{arch}.attention.value_length",)),
     Spec("vocab_size", "Vocabulary", "int", ("vocab_size", "n_vocab", "padded_vocab_size"),
          ("{arch}.vocab_size",)),
     Spec("context_length", "Context length", "int",
          ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx",
-          "max_sequence_length"), ("{arch}.context_length",)),
+          "max_sequence_length", "max_target_positions"), ("{arch}.context_length",)),
     Spec("rope_theta", "RoPE base", "number", ("rope_theta", "rotary_emb_base"), ("{arch}.rope.freq_base",)),
     Spec("rope_scaling", "RoPE scaling", "any", ("rope_scaling",), ()),
     Spec("sliding_window", "Sliding window", "int", ("sliding_window",), ("{arch}.attention.sliding_window",)),
@@ -69,6 +78,7 @@ FIELDS = [
     Spec("qk_rope_head_dim", "MLA qk_rope_head_dim", "int", ("qk_rope_head_dim",), ()),
     Spec("qk_nope_head_dim", "MLA qk_nope_head_dim", "int", ("qk_nope_head_dim",), ()),
     Spec("tied_embeddings", "Tied embeddings", "bool", ("tie_word_embeddings",), ()),
+    Spec("lm_head", "LM head", "str", (), ()),
 ]
 SPECS = {s.key: s for s in FIELDS}
 # Multimodal and wrapper configs keep the language model's numbers one level down.
@@ -148,6 +158,7 @@ def summarize(checkpoint: Checkpoint, config: dict | None = None, config_where: 
                                                parameters.not_training).items():
         fields.setdefault(key, Value(value, source))
     _derive(fields, configs, checkpoint.metadata, arch)
+    _stacks(fields, configs, parameters)
     ordered = {s.key: fields[s.key] for s in FIELDS if s.key in fields}
     sources = ([config_where] if isinstance(config, dict) else []) + [label for label, _ in configs
                                                                       if label != "config.json"]
@@ -273,6 +284,32 @@ def _sliding_layers_from_config(fields, configs) -> Value | None:
         k = SWA_PATTERN_DEFAULTS[family.value]
         return Value(_every_nth_global(n, k), f"{family.value} default: every {k}th layer global")
     return Value(list(range(n)) if n else None, f"{window.source} (every layer)") if n else None
+
+
+def _stacks(fields: dict[str, Value], configs, parameters: Breakdown) -> None:
+    """Both stacks of an encoder-decoder model, or an encoder-only model (stacks.py)."""
+    kind, where = stacks.kind(fields, configs, parameters.not_training)
+    if kind is None:
+        return
+    fields["stacks"] = Value(kind, where)
+    if kind == stacks.ENCODER_DECODER:
+        for key, (value, source) in stacks.stack_fields(configs, parameters.not_training).items():
+            fields.setdefault(key, Value(value, source))
+        fields.pop("layers", None)     # one stack's count (T5's num_layers) or the other's (inferred)
+        for generic, pair in (("intermediate_size", "intermediate_size"), ("heads", "heads"),
+                              ("kv_heads", "heads")):
+            if f"encoder_{pair}" in fields and f"decoder_{pair}" in fields:
+                fields.pop(generic, None)   # each stack says its own
+        heads, hidden = fields.get("decoder_heads"), fields.get("hidden_size")
+        if "head_dim" not in fields and heads is not None and hidden is not None and \
+                isinstance(hidden.value, int) and heads.value:
+            fields["head_dim"] = Value(hidden.value // heads.value, "derived: hidden size / decoder "
+                                       f"heads ({hidden.value} / {heads.value})")
+    has_head = "output_head" in parameters.components
+    value, source = stacks.lm_head(kind, has_head, fields.get("tied_embeddings"))
+    fields["lm_head"] = Value(value, source)
+    if kind == stacks.ENCODER_ONLY and not has_head:
+        fields.pop("tied_embeddings", None)   # nothing to tie: the config's default says nothing
 
 
 def _derive(fields: dict[str, Value], configs, meta: dict, arch) -> None:

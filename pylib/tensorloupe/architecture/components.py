@@ -25,7 +25,7 @@ from ..roles import role_of
 
 # (group, where, ignore case, words), first match wins: the name has one of the words as a whole
 # path segment, anywhere, as its last segment or as its first.
-ANY, LAST, FIRST = "any", "last", "first"
+ANY, LAST, FIRST, WHOLE = "any", "last", "first", "whole"
 TRAINING_STATE = [
     ("optimizer", ANY, True, ("optimizer_state", "optimizer_states", "optimizer", "optimizers", "optim",
                               "optimizer_state_dict", "opt_state", "optim_state")),
@@ -37,8 +37,16 @@ TRAINING_STATE = [
                               "lr_scheduler_state")),
     ("loss scaler", ANY, True, ("grad_scaler", "scaler", "amp_scaler")),
     ("trainer state", FIRST, False, ("callbacks", "loops")),
+    # RNG states: torch.get_rng_state() is a 5,056-byte uint8 tensor, CUDA's one per device
+    ("rng", ANY, True, ("rng_state", "rng_states", "random_state", "random_states", "rng",
+                        "cpu_rng_state", "cuda_rng_state", "cuda_rng_states", "torch_rng_state",
+                        "generator_state")),
+    # a counter saved as a tensor at the top of a training dict ({"step": torch.tensor(7)})
+    ("counters", WHOLE, False, ("step", "steps", "global_step", "global_steps", "epoch",
+                                "iteration", "iter", "num_updates", "num_steps")),
 ]
-_ANCHORS = {ANY: (r"(^|\.)(", r")(\.|$)"), LAST: (r"(^|\.)(", r")$"), FIRST: (r"^(", r")(\.|$)")}
+_ANCHORS = {ANY: (r"(^|\.)(", r")(\.|$)"), LAST: (r"(^|\.)(", r")$"), FIRST: (r"^(", r")(\.|$)"),
+            WHOLE: (r"^(", r")$")}
 # The same rows as regular expressions, for names that are not ASCII (where re.IGNORECASE also
 # matches a few non-ASCII letters, e.g. the Kelvin sign with k, that str.lower() does not give).
 _TRAINING_RE = [(group, re.compile(_ANCHORS[where][0] + "|".join(words) + _ANCHORS[where][1],
@@ -48,9 +56,9 @@ _TRAINING_SETS = [(group, where, fold, frozenset(words)) for group, where, fold,
 
 # Registered buffers that checkpoints store beside the weights but that are not parameters
 # (torch's model.parameters() leaves them out): BERT's position_ids, BatchNorm's statistics, RoPE's
-# inv_freq, GPT-2's causal mask.
+# inv_freq, GPT-2's causal mask, BART's final_logits_bias.
 BUFFER = re.compile(r"(^|\.)(position_ids|token_type_ids|num_batches_tracked|running_mean|"
-                    r"running_var|inv_freq|masked_bias)$")
+                    r"running_var|inv_freq|masked_bias|final_logits_bias)$")
 
 COMPONENTS = ("embeddings", "attention", "mlp", "experts", "shared_experts", "router", "norms",
               "output_head", "other")
@@ -88,6 +96,9 @@ def training_group(name: str) -> str | None:
         parts = folded if fold else segments
         if where == ANY:
             if not words.isdisjoint(parts):
+                return group
+        elif where == WHOLE:
+            if len(parts) == 1 and parts[0] in words:
                 return group
         elif parts[-1 if where == LAST else 0] in words:
             return group
@@ -166,7 +177,7 @@ def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
             out.training.setdefault(group, Count()).add(t)
             continue
         out.not_training.append(t)
-        if BUFFER.search(t.name):
+        if BUFFER.search(t.name) or t.info.get("buffer"):   # by name, or as the file says
             out.buffers.add(t)
             continue
         key = view_key(t)

@@ -11,6 +11,10 @@ the Q8_0 / Q4_0 blocks of `--cache-type-k/-v`). GQA is the kv_heads factor. A sl
 never holds more than `window` tokens, so at context C it costs min(C, window) tokens; models
 that mix sliding and global layers (Gemma 2/3) are summed layer by layer. DeepSeek's MLA caches
 one compressed row per layer, kv_lora_rank + qk_rope_head_dim elements (no separate V).
+An encoder-decoder model (stacks.py) caches in its decoder: self-attention K and V per decoder
+token, and cross-attention K and V per source token, for every decoder layer (transformers'
+EncoderDecoderCache); the source is max_source_positions tokens where the config fixes it
+(Whisper's 1,500 audio frames), else as long as the context. An encoder-only model keeps none.
 
 The fits table counts weights + KV cache only; compute buffers, activations and the runtime's own
 memory come on top (typically a few hundred MB to a GB), so a "fits" with little room to spare is
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import Architecture
+from . import Architecture, stacks
 from ..dtypes import lookup
 from ..display import human_bytes
 
@@ -47,9 +51,11 @@ class LayerGroup:
 
 @dataclass
 class KvShape:
-    kind: str                    # "MLA", "GQA", "MHA" or "MQA"
+    kind: str                    # "MLA", "GQA", "MHA", "MQA" or "encoder-decoder"
     groups: list[LayerGroup]
     describe: dict               # the architecture values used, for formulas
+    cross: LayerGroup | None = None   # an encoder-decoder's cross-attention rows, per source token
+    source: int | None = None         # its source tokens (None: as many as the context)
 
     def row_bytes(self, group: LayerGroup, cache_dtype: str) -> int:
         dtype = lookup(cache_dtype)
@@ -60,7 +66,15 @@ class KvShape:
         total = sum(g.count * self.row_bytes(g, cache_dtype) for g in self.groups)
         bits = lookup(cache_dtype).bits
         terms = [self._term(g, bits) for g in self.groups]
-        return total, f"{' + '.join(terms)} = {total:,} B per token ({cache})"
+        if self.cross is None:
+            return total, f"{' + '.join(terms)} = {total:,} B per token ({cache})"
+        cross = self.cross.count * self.row_bytes(self.cross, cache_dtype)
+        if self.source is None:    # a source token for each context token
+            return total + cross, (f"self-attention {terms[0]} + cross-attention "
+                                   f"{self._term(self.cross, bits)} (a source token per token) "
+                                   f"= {total + cross:,} B per token ({cache})")
+        return total, (f"self-attention {terms[0]} = {total:,} B per token ({cache}); "
+                       f"cross-attention {cross:,} B per source token × {self.source:,}")
 
     def _layers(self, g: LayerGroup) -> str:
         mixed = any(other.window for other in self.groups)
@@ -86,11 +100,22 @@ class KvShape:
             total += g.count * row * tokens
             held = f"{tokens:,} tokens" if g.window is None else f"min({context:,}, window {g.window:,}) tokens"
             parts.append(f"{self._layers(g)} × {row:,} B × {held}")
+        if self.cross is not None:
+            tokens = context if self.source is None else self.source
+            row = self.row_bytes(self.cross, cache_dtype)
+            total += self.cross.count * row * tokens
+            parts.append(f"cross-attention {self._layers(self.cross)} × {row:,} B × "
+                         f"{tokens:,} source tokens")
         return total, f"{' + '.join(parts)} = {total:,} B ({cache})"
 
 
 def kv_shape(arch: Architecture) -> tuple[KvShape | None, str | None]:
     """The cache layout, or (None, why it cannot be estimated)."""
+    if arch.get("stacks") == stacks.ENCODER_ONLY:
+        return None, (f"an encoder-only model ({arch.get('family') or 'no family named'}) keeps no "
+                      "KV cache: it reads its input whole and generates no tokens")
+    if arch.get("stacks") == stacks.ENCODER_DECODER:
+        return _decoder_cache(arch)
     layers = arch.get("layers")
     if not isinstance(layers, int) or layers <= 0:
         return None, "the layer count is unknown"
@@ -120,6 +145,23 @@ def kv_shape(arch: Architecture) -> tuple[KvShape | None, str | None]:
                                   "kv_heads_by_k": {n * head_dim: n for n in unique}}), None
 
 
+def _decoder_cache(arch: Architecture) -> tuple[KvShape | None, str | None]:
+    """An encoder-decoder model's decoder: self- and cross-attention rows per layer (these
+    families have no GQA: as many KV heads as attention heads)."""
+    layers = arch.get("decoder_layers")
+    heads = arch.get("decoder_heads") or arch.get("heads")
+    head_dim = arch.get("head_dim")
+    if not isinstance(layers, int) or layers <= 0:
+        return None, "the decoder's layer count is unknown"
+    if not isinstance(heads, int) or not isinstance(head_dim, int):
+        return None, "the decoder's attention shape (heads, head dim) is unknown"
+    row = LayerGroup(layers, heads * head_dim, heads * head_dim, None)
+    source = arch.get("source_length")
+    return KvShape("encoder-decoder", [row], {"head_dim": head_dim, "value_head_dim": head_dim,
+                                              "kv_heads_by_k": {heads * head_dim: heads}},
+                   cross=row, source=source if isinstance(source, int) else None), None
+
+
 def estimate(arch: Architecture, context: int | None = None, cache_type: str = "f16") -> dict:
     """The memory report as JSON (see README, "JSON output")."""
     params = arch.parameters.total
@@ -138,9 +180,12 @@ def estimate(arch: Architecture, context: int | None = None, cache_type: str = "
     if context is None:
         context = min(DEFAULT_CONTEXT, max_context) if max_context else DEFAULT_CONTEXT
     contexts = sorted(set(CONTEXTS + ((max_context,) if max_context else ()) + (context,)))
+    if max_context and arch.get("stacks") is not None:
+        # learned positions (BERT's, Whisper's decoder, BART's): nothing beyond the maximum
+        contexts = [n for n in contexts if n <= max_context]
     shape, reason = kv_shape(arch)
     kv: dict = {"available": shape is not None, "reason": reason, "contexts": contexts,
-                "max_context": max_context}
+                "max_context": max_context, "none": arch.get("stacks") == stacks.ENCODER_ONLY}
     cache = dict(CACHE_TYPES)
     if cache_type not in cache:
         cache_type = "f16"
@@ -158,7 +203,8 @@ def estimate(arch: Architecture, context: int | None = None, cache_type: str = "
                   "fits": w["bytes"] + kv_bytes <= gb * GIB} for w in weights]
         rows.append({"memory_gb": gb, "memory_bytes": gb * GIB, "cells": cells})
     fits = {"context": context, "cache_type": cache_type, "kv_bytes": kv_bytes,
-            "kv_included": shape is not None, "rows": rows}
+            "kv_included": shape is not None, "rows": rows,
+            "no_kv": "encoder-only" if arch.get("stacks") == stacks.ENCODER_ONLY else "unknown"}
     return {"weights": weights, "kv_cache": kv, "fits": fits, "note": NOTE}
 
 

@@ -78,7 +78,9 @@ def print_memory(mem: dict) -> None:
     for w in mem["weights"]:
         print(f"  weights {w['precision']:<8} {memory.human(w['bytes']):>12}   {w['formula']}")
     kv = mem["kv_cache"]
-    if not kv["available"]:
+    if kv.get("none"):
+        print(f"  KV cache: none ({kv['reason']})")
+    elif not kv["available"]:
         print(f"  KV cache: cannot be estimated: {kv['reason']}")
     else:
         print(f"  KV cache ({kv['kind']})")
@@ -92,7 +94,8 @@ def print_memory(mem: dict) -> None:
             print(f"    {n:>9,}    " + "".join(f"{memory.human(cells[t]):>14}" for t in types) + mark)
     fits = mem["fits"]
     kv_text = (f"{fits['cache_type']} KV cache at {fits['context']:,} tokens "
-               f"({memory.human(fits['kv_bytes'])})" if fits["kv_included"] else "no KV cache (unknown)")
+               f"({memory.human(fits['kv_bytes'])})" if fits["kv_included"]
+               else f"no KV cache ({fits.get('no_kv', 'unknown')})")
     print(f"  Fits? weights + {kv_text}")
     precisions = [c["precision"] for c in fits["rows"][0]["cells"]]
     print("    memory  " + "".join(f"{p:>12}" for p in precisions))

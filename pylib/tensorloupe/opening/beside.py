@@ -134,3 +134,14 @@ def load(where: str, name: str | None = None) -> dict:
 def what_is(name: str) -> str | None:
     """What a file that goes beside a model is, in words (None for any other name)."""
     return ROLES.get(os.path.basename(name).lower())
+
+
+def small_text(path: str, limit: int, encoding: str) -> str | None:
+    """A short text file's stripped contents (a ref, DeepSpeed's `latest`), or None if it is
+    longer than `limit` bytes or not text."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    try:
+        return data.decode(encoding).strip() if len(data) <= limit else None
+    except UnicodeDecodeError:
+        return None

@@ -186,6 +186,9 @@ def _part_of(ckpt: Checkpoint) -> Checkpoint:
         kind, whose = found
         said = (f"this is the {kind} of a training run ({whose or 'a training checkpoint'}), not "
                 "a model: its values are training state; open its folder to see it beside the model")
+        if whose == training.DEEPSPEED:
+            from . import deepspeed
+            said = deepspeed.lone_sentence(ckpt.name)
         ckpt.warnings.append(said)
         ckpt.extras["part_of"] = {"kind": kind, "of": whose, "warning": said}
     return ckpt

@@ -16,6 +16,8 @@ A file's name puts it in one of four kinds:
     per folder, which opens as one checkpoint (the .metadata says what the data files hold);
   - an ONNX model's external data (`model.onnx.data`, `model.onnx_data`: detect.BESIDE_DATA):
     it goes with the one .onnx model of its folder, whose entry opens both;
+  - a DeepSpeed ZeRO tag folder's files (`*_model_states.pt`, `*_optim_states.pt`): one set per
+    folder, opened as one model with its training state (opening/deepspeed.py);
   - a model file: any extension a reader takes (detect.EXTENSIONS);
   - anything else (README.md, .gitattributes): not a checkpoint.
 The CLI's folder targets (targets.py) and the page's file list (web/files.py) both group with
@@ -31,6 +33,7 @@ from .detect import EXTENSIONS, is_external_data
 from .pipeline import MODEL_INDEX, is_index as is_pipeline_index, preferred
 from .shards import PART_NAME
 from .training import is_part as is_training_part
+from .deepspeed import is_member as is_zero_file
 from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_dcp_file
 
 # A shard set's index, by the extension of the shards it names: transformers writes
@@ -39,9 +42,10 @@ INDEX_SUFFIXES = {".safetensors.index.json": "safetensors", ".bin.index.json": "
 BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, ADAPTER_CONFIG_NAME)
 ONNX_EXTENSION = ".onnx"
 
-PART, INDEX, ALONGSIDE, TRAINING, DCP, MODEL, OTHER, DATA = (
-    "part", "index", "beside", "training", "dcp", "model", "other", "data")
+PART, INDEX, ALONGSIDE, TRAINING, DCP, ZERO, MODEL, OTHER, DATA = (
+    "part", "index", "beside", "training", "dcp", "zero", "model", "other", "data")
 DCP_SET = (METADATA_NAME, DATA_EXTENSION.lstrip("."))     # a DCP folder's set key (stem, ext)
+ZERO_SET = ("*_states", "pt")                             # a ZeRO tag folder's set key
 
 Item = TypeVar("Item")
 
@@ -63,6 +67,8 @@ def kind_of(name: str) -> str:
     lower = name.lower()
     if is_dcp_file(name):
         return DCP
+    if is_zero_file(name):
+        return ZERO
     if PART_NAME.match(name):
         return PART
     if is_index_name(name):
@@ -112,6 +118,8 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
             sets.setdefault((directory(item), m["stem"], m["ext"]), []).append(item)
         elif kind == DCP:
             sets.setdefault((directory(item), *DCP_SET), []).append(item)
+        elif kind == ZERO:
+            sets.setdefault((directory(item), *ZERO_SET), []).append(item)
         elif kind == INDEX:
             sets.setdefault((directory(item), *index_of(item_name)), []).append(item)
         elif kind == MODEL or (kind == OTHER and listed(item)):
@@ -123,6 +131,8 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
         if (stem, ext) == DCP_SET:
             data = sum(1 for m in members if name(m) != METADATA_NAME)
             label = f"{METADATA_NAME} + {data} {DATA_EXTENSION} (torch.distributed.checkpoint)"
+        elif (stem, ext) == ZERO_SET:
+            label = f"{len(members)} DeepSpeed ZeRO files (*_model_states.pt, *_optim_states.pt)"
         elif len(members) == 1:
             label = name(members[0])
         elif len(counts) == 1:
@@ -134,7 +144,7 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
     groups += [Group(directory(s), name(s), [s], False, position[id(s)]) for s in singles]
     for folder, files in state.items():
         models = [i for i, g in enumerate(groups) if g.directory == folder
-                  and kind_of(name(g.members[0])) in (PART, INDEX, DCP, MODEL)]
+                  and kind_of(name(g.members[0])) in (PART, INDEX, DCP, ZERO, MODEL)]
         files = sorted(files, key=name)
         if len(models) == 1:
             g = groups[models[0]]

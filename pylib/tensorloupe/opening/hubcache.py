@@ -18,6 +18,7 @@ import re
 from typing import NamedTuple
 
 from ..errors import UnreadableError, UsageError
+from .beside import small_text
 from .detect import EXTENSIONS
 
 # org/model[@revision]: Hub names are letters, digits, '-', '_' and '.' (the page's URL box
@@ -91,10 +92,6 @@ def _ref(model: str, revision: str) -> str | None:
     # a revision is a name inside refs/, never a way out of it (`@../../x`)
     if ".." in revision.split("/") or not os.path.isfile(path):
         return None
-    with open(path, "rb") as f:
-        text = f.read(MAX_REF_BYTES + 1)
-    try:
-        commit = text.decode("ascii").strip()
-    except UnicodeDecodeError:
-        return None
-    return commit if COMMIT.match(commit) else None
+    commit = small_text(path, MAX_REF_BYTES, "ascii")
+    return commit if commit is not None and COMMIT.match(commit) else None
+

@@ -36,7 +36,7 @@ import re
 from operator import attrgetter
 from typing import Callable, NamedTuple
 
-from . import beside, detect, pipeline, training
+from . import beside, deepspeed, detect, pipeline, training
 from ..errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, UnsupportedError,
                       UsageError)
 from ..model import Checkpoint, Tensor
@@ -91,6 +91,8 @@ def open_all(sources: list[ByteSource], read: Callable | None = None) -> Checkpo
             for source in sources:
                 source.close()
             raise
+    if any(deepspeed.is_member(s.name) for s in sources):
+        return _open_zero(sources, read or read_one)
     # A training run's files beside the model (opening/training.py) are its training state.
     state = [s for s in sources if training.is_part(s.name)]
     files = [s for s in sources if not is_index(s.name) and s not in state]
@@ -151,6 +153,20 @@ def _open_dcp(sources: list[ByteSource]) -> Checkpoint:
                     raise UsageError("the same data file was given twice", file=name)
                 data[name] = s
         return distcp.read_set(metadata[0], data)
+    except BaseException:
+        for source in sources:
+            source.close()
+        raise
+
+
+def _open_zero(sources: list[ByteSource], read: Callable) -> Checkpoint:
+    """A DeepSpeed ZeRO tag folder's files, as one model (opening/deepspeed.py)."""
+    try:
+        others = [s for s in sources if not deepspeed.is_member(s.name)]
+        if others:
+            raise UsageError("the files are not all of one DeepSpeed ZeRO checkpoint folder",
+                             found=", ".join(s.name for s in others[:3]))
+        return deepspeed.read_set(sources, read)
     except BaseException:
         for source in sources:
             source.close()

@@ -22,6 +22,7 @@ from .grouping import METADATA_NAME, group, is_index_name
 from .pipeline import MODEL_INDEX
 from .hubcache import Cached, find as find_cached, is_hub_name
 from .shards import read_index
+from .deepspeed import LATEST, is_member as is_zero_file, read_tag
 
 
 class Target(NamedTuple):
@@ -95,6 +96,19 @@ def _shards_of(index: str) -> list[str]:
     return present
 
 
+def _zero_tag(folder: str, names: list[str]) -> list[str] | None:
+    """A DeepSpeed save folder (`latest` naming a tag folder of ZeRO files beside it): that tag
+    folder's ZeRO files. Its zero_to_fp32.py is never run."""
+    if LATEST not in names:
+        return None
+    tag = read_tag(os.path.join(folder, LATEST))
+    inner = os.path.join(folder, tag) if tag else None
+    if inner is None or not os.path.isdir(inner):
+        return None
+    files = sorted(n for n in os.listdir(inner) if is_zero_file(n))
+    return [os.path.join(inner, n) for n in files] or None
+
+
 def _folder(folder: str) -> list[str]:
     """The one checkpoint a folder holds (grouping.py's rule, as the page lists a dropped folder):
     its index and shards, one set of parts, or one file."""
@@ -102,6 +116,9 @@ def _folder(folder: str) -> list[str]:
                    if (not n.startswith(".") or n == METADATA_NAME)
                    and os.path.isfile(os.path.join(folder, n)))
     label = os.path.basename(os.path.normpath(folder)) or folder
+    zero = _zero_tag(folder, names)
+    if zero is not None:
+        return zero
     if MODEL_INDEX in names:     # a diffusers folder: its components' files, one level down
         names += sorted(f"{d}/{n}" for d in os.listdir(folder)
                         if not d.startswith(".") and os.path.isdir(os.path.join(folder, d))

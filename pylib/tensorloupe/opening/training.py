@@ -31,7 +31,14 @@ from ..source import ByteSource
 OPTIMIZER, SCHEDULER, RNG, ARGS, STATE, SCALER, SAMPLER, CUSTOM = (
     "optimizer", "scheduler", "rng", "training arguments", "trainer state", "loss scaler",
     "sampler", "custom state")
-TRAINER, ACCELERATE = "transformers Trainer", "accelerate"
+TRAINER, ACCELERATE, DEEPSPEED = "transformers Trainer", "accelerate", "DeepSpeed ZeRO"
+MODEL_STATES = "model states"
+# deepspeed/runtime/engine.py _get_ckpt_name, _get_zero_ckpt_name (bf16_ from the bf16 optimizer):
+# a ZeRO checkpoint's files (opening/deepspeed.py opens them together)
+ZERO_MODEL_STATES = re.compile(r"(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)"
+                               r"_model_states\.pt")
+ZERO_OPTIM_STATES = re.compile(r"(?P<bf16>bf16_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)"
+                               r"_optim_states\.pt")
 
 # (name pattern, kind, whose file): transformers' trainer.py constants (OPTIMIZER_NAME,
 # SCHEDULER_NAME, TRAINING_ARGS_NAME, TRAINER_STATE_NAME, SCALER_NAME, rng_state[_N].pth) and
@@ -49,6 +56,8 @@ FILES = [
     (re.compile(r"sampler(_\d+)?\.bin"), SAMPLER, ACCELERATE),
     (re.compile(r"custom_checkpoint_\d+\.pkl"), CUSTOM, ACCELERATE),
     (re.compile(r"scaler\.pt"), SCALER, None),
+    (ZERO_OPTIM_STATES, OPTIMIZER, DEEPSPEED),
+    (ZERO_MODEL_STATES, MODEL_STATES, DEEPSPEED),
 ]
 JSON_KINDS = (STATE,)
 MAX_STATE_BYTES = 64 << 20     # trainer_state.json: a few KB, a long run's log history a few MB

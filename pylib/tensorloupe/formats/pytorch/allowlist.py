@@ -385,7 +385,8 @@ DCP_CLASSES = frozenset(
         "BytesStorageMetadata", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")]
     + ["torch.distributed.checkpoint.filesystem._StorageInfo"])
 DCP_REASON = ("torch.distributed.checkpoint's metadata dataclass, read as data by tensorloupe "
-              "(torch reads .metadata with pickle.load, which imports it)")
+              "(torch.load(weights_only=True) refuses it: not on torch's weights_only allow-list; "
+              "torch's DCP reader reads .metadata with pickle.load, which imports it)")
 
 
 def normalize(module: str, name: str) -> tuple[str, str]:

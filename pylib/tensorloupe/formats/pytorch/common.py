@@ -16,7 +16,7 @@ from typing import Callable
 from ...errors import FormatError, LimitError, TensorloupeError
 from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
-from . import allowlist, subclasses, trainstate, weightsonly
+from . import allowlist, subclasses, trainstate, weightsonly, zerostate
 from ...unpickling.objects import LIMITS, Limits, Marker, StandIn, shown
 from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
@@ -299,6 +299,7 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
     if quantisation:
         extras["quantisation"] = quantisation
     extras.update(trainstate.summaries(root))   # an optimizer's state_dict, a dataclass
+    extras.update(zerostate.summaries(root, lambda ref: names.get(id(ref))))   # DeepSpeed ZeRO
     metadata = rendered if type(root) is dict else {"root": rendered}
     return Checkpoint(fmt, source.name, source.size, tensors, metadata=metadata,
                       warnings=warnings, extras=extras, sources=[source])

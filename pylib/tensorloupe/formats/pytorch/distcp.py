@@ -36,7 +36,7 @@ from ...model import Checkpoint, Tensor
 from ...source import ByteSource
 from ...source.base import SliceSource
 from ...unpickling.objects import Marker, SafeKey
-from . import zipped
+from . import weightsonly, zipped
 from ..multifile import (FORMAT, METADATA_NAME, is_member, is_metadata, lone_data_file,
                          merge_reports)
 from .allowlist import DCP_METADATA, TORCH_DTYPES, dtype_of, resolve
@@ -88,7 +88,7 @@ def read_set(metadata: ByteSource, data: dict[str, ByteSource]) -> Checkpoint:
     if type(entries) is not dict or type(where) is not dict:
         raise error("the Metadata has no state_dict_metadata or storage_data dict")
     located = _storage(where, error)
-    tensors, listing, objects, reports, warnings = [], [], {}, [(name, safety_report([pickled]))], []
+    tensors, listing, objects, reports, warnings = [], [], {}, [(name, _metadata_report(pickled))], []
     missing: dict[str, int] = {}
     for key, entry in entries.items():
         fqn = _text(key, error, "a state_dict key")
@@ -125,6 +125,16 @@ def read_set(metadata: ByteSource, data: dict[str, ByteSource]) -> Checkpoint:
     return Checkpoint(FORMAT, name, sum(s.size for s in sources), tensors,
                       metadata={"checkpoint": render(_metadata_shown(state), {})},
                       warnings=errors + warnings, extras=extras, sources=sources)
+
+
+def _metadata_report(pickled) -> dict:
+    """The .metadata's safety report, with what torch.load(weights_only=True) does with it: a
+    plain pickle (no torch magic number), of protocol 4 or 5 as DCP's pickle.dump writes it, of
+    DCP's dataclasses, none of them on torch's default weights_only allow-list (torch's DCP
+    reader itself uses pickle.load). Like any pickle, the verdict comes from weightsonly.py."""
+    report = safety_report([pickled])
+    report["weights_only"] = weightsonly.report([pickled], weightsonly.PLAIN)
+    return report
 
 
 def _no_persistent_ids(pid):
