@@ -129,8 +129,8 @@ def group(items: list, name: Callable[[object], str], directory: Callable[[objec
         counts = sorted({int(m["count"]) for m in map(PART_NAME.match, map(name, members)) if m})
         members = sorted(members, key=name)
         if (stem, ext) == DCP_SET:
-            data = sum(1 for m in members if name(m) != METADATA_NAME)
-            label = f"{METADATA_NAME} + {data} {DATA_EXTENSION} (torch.distributed.checkpoint)"
+            held = sum(1 for m in members if name(m) != METADATA_NAME)
+            label = f"{METADATA_NAME} + {held} {DATA_EXTENSION} (torch.distributed.checkpoint)"
         elif (stem, ext) == ZERO_SET:
             label = f"{len(members)} DeepSpeed ZeRO files (*_model_states.pt, *_optim_states.pt)"
         elif len(members) == 1:
