@@ -104,16 +104,23 @@ def check_report(app, cli):
             (p["layer"], p["snr_db"], p["tensors"], p["identical"]) for p in want]
 
 
-def test_two_files_dropped_together_are_compared(app, cli_q8):
+def open_pair(app, cli, how) -> None:
+    """HF and Q8 given together (`how`: the App's open_with_drop or open_with_input): A opens and
+    the Compare tab compares it with B, as `diff` does."""
     before = app.opened()
-    app.open_with_drop(HF, Q8)
+    how(HF, Q8)
     app.wait_model(HF.name, before)
     wait_done(app)
     page = app.page
     assert page.get_attribute("#tab-compare", "aria-selected") == "true"
     assert page.get_attribute("#compare", "data-b") == Q8.name
     assert page.inner_text("#compare-a-name") == HF.name
-    check_report(app, cli_q8)
+    check_report(app, cli)
+
+
+def test_two_files_dropped_together_are_compared(app, cli_q8):
+    open_pair(app, cli_q8, app.open_with_drop)
+    page = app.page
     assert cli_q8["summary"]["counts"]["byte_identical"] == 5 and cli_q8["name_map"] == "llama"
     # the two norms are identical in every layer: named once, the seven others charted
     assert page.query_selector_all("#compare-chart canvas").__len__() == 7
@@ -129,14 +136,7 @@ def test_two_files_picked_together_are_compared(page_factory, server, cli_q8):
     context, app, requests, errors = page_factory(server)
     try:
         app.goto()
-        before = app.opened()
-        app.open_with_input(HF, Q8)
-        app.wait_model(HF.name, before)
-        wait_done(app)
-        page = app.page
-        assert page.get_attribute("#tab-compare", "aria-selected") == "true"
-        assert page.get_attribute("#compare", "data-b") == Q8.name
-        check_report(app, cli_q8)
+        open_pair(app, cli_q8, app.open_with_input)
         assert all(url.startswith(server) for url in requests.urls)
     finally:
         context.close()
