@@ -397,6 +397,19 @@ def app_address(host: str, port: int, files: dict[str, Path]) -> str:
     return f"{base}?{query}"
 
 
+def checkpoints_among(files: dict[str, Path]) -> list[tuple[str, dict[str, Path]]]:
+    """(label, files) for each checkpoint among the served files, by tensorloupe's own rule of
+    which files form one (opening/grouping.py: shards with their index and config.json): unrelated
+    files get an address each, instead of one address that would open them as shards of one."""
+    sys.path.insert(0, str(PYLIB))
+    from tensorloupe.opening.grouping import group
+    groups = group(list(files), name=lambda n: n, directory=lambda n: "", listed=lambda n: True)
+    if len(groups) <= 1:
+        return [(groups[0].name if groups else "", files)]
+    # config.json and the like go with one model, which several cannot say: left out (main says so)
+    return [(g.name, {n: files[n] for n in g.members}) for g in groups]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", nargs="?", choices=("build", "serve"), default="build")
@@ -420,11 +433,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         server = make_server(args.out, args.host, args.port, quiet=False, files=files)
         host, port = server.server_address[:2]
-        address = app_address(host, port, files)
         print(f"serving {args.out} on http://{host}:{port}/  (Ctrl+C stops)", flush=True)
         for name, path in files.items():
             print(f"serving {path} as {FILES_PREFIX}{name}", flush=True)
-        if files:
+        found = checkpoints_among(files) if files else [("", {})]
+        address = app_address(host, port, found[0][1])
+        if len(found) > 1:
+            print(f"these files are {len(found)} checkpoints, not the shards of one: an address each", flush=True)
+            for label, members in found:
+                print(f"open {app_address(host, port, members)}  ({label})", flush=True)
+            beside = sorted(set(files) - {n for _, members in found for n in members})
+            if beside:
+                print(f"not in any address: {', '.join(beside)} (it goes with one model: serve that "
+                      "model's files alone to open it with them)", flush=True)
+        elif files:
             print(f"open {address}", flush=True)
         if args.open:
             import webbrowser

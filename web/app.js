@@ -144,9 +144,10 @@ function adopt(entry, payload, startedAt) {
   state.current = entry;
   entry.failed = false;
   hideError();
-  const parts = model.files && model.files.length > 1 ? ` · ${model.files.length} files` : "";
+  const parts = filesNote(model);
+  entry.opened = parts;          // the file list says the same (entryNote)
   clear($("current-file")).append(el("strong", {text: model.file}),
-    el("span", {class: "muted", text: ` · ${model.format}${parts} · ${bytes(model.size)}`}));
+    el("span", {class: "muted", text: ` · ${model.format}${parts ? ` · ${parts}` : ""} · ${bytes(model.size)}`}));
   document.body.dataset.openBytes = String(ctx.io ? ctx.io.bytes_read : 0);
   showModel(model);
   renderFiles();
@@ -358,13 +359,25 @@ function closeEntry(entry) {
   renderFiles();
 }
 
+// How many files the checkpoint was read from, said once for the header and the file list: a
+// shard set with parts missing says "2 of 3 shards" (its index and config.json are not shards).
+function filesNote(model) {
+  const shards = model.extras?.shards;
+  const read = model.files?.length || 0;
+  if (shards && Number.isInteger(shards.count) && shards.count > 1) {
+    return read === shards.count ? `${read} shards` : `${read} of ${shards.count} shards`;
+  }
+  return read > 1 ? `${read} files` : "";
+}
+
 function entryNote(entry) {
   if (entry.demo) return "synthetic MoE";
   const parts = [];
   if (entry.hub) parts.push(entry.host);
   else if (entry.remote) parts.push(new URL(entry.paths[0]).host);   // the same name on two servers
   if (entry.failed) return [...parts, "cannot open"].join(" · ");
-  if (entry.files.length > 1) parts.push(`${entry.files.length} files`);
+  if (entry.opened) parts.push(entry.opened);            // what opening it found (filesNote)
+  else if (entry.files.length > 1) parts.push(`${entry.files.length} files`);
   if (entry.config) parts.push("+ config.json");
   parts.push(entry.size === null ? "URL" : bytes(entry.size));
   return parts.join(" · ");

@@ -114,6 +114,8 @@ function render(doc) {
   const next = el("button", {type: "button", class: "button", id: "token-next", text: "next ▶",
                              disabled: searching || start + PAGE >= doc.size,
                              onclick: () => load({start: start + PAGE, count: PAGE})});
+  const scored = doc.scores !== false;
+  const typed = doc.types !== false;
   clear(panel).append(
     summaryCard(doc),
     el("section", {class: "card", id: "vocabulary"},
@@ -123,12 +125,14 @@ function render(doc) {
       el("h4", {id: "token-heading", dataset: {mode: searching ? "find" : "page"}, text: heading}),
       el("p", {class: "small muted", text: "Shown with invisible characters made visible: a space as ␣, control "
         + "characters as <0x0A>, other invisible code points as <U+200B>."}),
+      // A column the vocabulary has no data for (BPE stores no scores) is left out, not shown empty.
       el("table", {class: "grid-table", id: "token-table"},
         el("thead", {}, el("tr", {}, el("th", {class: "num", text: "id"}), el("th", {text: "token"}),
-                                el("th", {text: "type"}), el("th", {class: "num", text: "score"}))),
+                                typed ? el("th", {text: "type"}) : null,
+                                scored ? el("th", {class: "num", text: "score"}) : null)),
         el("tbody", {}, rows.map((t) => el("tr", {dataset: {id: String(t.id)}},
           el("td", {class: "num", text: String(t.id)}),
           el("td", {}, el("code", {class: "token", text: t.shown})),
-          el("td", {text: t.type ?? ""}),
-          el("td", {class: "num", text: t.score === null || t.score === undefined ? "" : String(t.score)})))))));
+          typed ? el("td", {text: t.type ?? ""}) : null,
+          scored ? el("td", {class: "num", text: t.score === null || t.score === undefined ? "" : String(t.score)}) : null))))));
 }

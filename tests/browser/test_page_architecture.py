@@ -231,6 +231,10 @@ def test_tokenizer_json_picked_with_the_model(app, folder):
     shown = page.eval_on_selector_all("#token-table tbody tr", "rows => rows.map(r => [Number(r.dataset.id),"
                                       " r.querySelector('code').textContent])")
     assert shown == [[t["id"], t["shown"]] for t in doc["tokens"]]
+    # a BPE vocabulary stores no scores: no empty "score" column (nor "type" without types)
+    headers = page.eval_on_selector_all("#token-table thead th", "ths => ths.map(t => t.textContent)")
+    assert doc["scores"] is False and "score" not in headers
+    assert ("type" in headers) == doc["types"]
     assert page.inner_text("#special-tokens tr[data-special=eos] code") == doc["special"]["eos"]["shown"] == "<|im_end|>"
     assert page.text_content("#chat-template pre") == doc["chat_template"]["text"]
     # Another model without a tokenizer: the tab goes away and the Summary is shown.

@@ -42,7 +42,7 @@ def test_shards_dropped_as_files_open_as_one_checkpoint(app, shards, merged):
     assert app.page.locator("#warnings").count() == 0
     entries = app.entries()
     assert entries[1] == SET_NAME and not any(n.startswith("model-0000") or n == "config.json" for n in entries)
-    assert "4 files" in app.page.inner_text(f'#file-list .file[data-file="{SET_NAME}"]')
+    assert "3 shards" in app.page.inner_text(f'#file-list .file[data-file="{SET_NAME}"]')
     app.select(IN_SHARD_2)
     expected = tensorloupe.sample(merged.tensor(IN_SHARD_2)).to_json()
     assert_stats_equal(app.stats(), expected["stats"])
@@ -79,6 +79,9 @@ def test_a_missing_shard_is_named(app, shards):
     assert "part 2 of 3 (model-00002-of-00003.safetensors) is missing" in warnings
     assert oracle.warnings[0] in warnings
     assert top_k(app)[0] == "not in metadata"          # no config.json this time
+    # the header and the file list say the same count (they said "2 files" and "3 files")
+    assert "2 of 3 shards" in app.page.inner_text("#current-file")
+    assert "2 of 3 shards" in app.page.inner_text("#file-list .file.current")
     app.tab("summary")
     app.screenshot("summary-missing-shard")
 
@@ -118,4 +121,4 @@ def test_a_folder_picked_with_open_folder(app, shards):
     app.wait_model("tiny-split-{00001..00003}-of-00003.gguf", before)
     assert app.fact("tensor_count") == "7"
     assert app.entries()[1] == "tiny-split-*-of-00003.gguf"
-    assert "3 files" in app.page.inner_text('#file-list .file[data-file="tiny-split-*-of-00003.gguf"]')
+    assert "3 shards" in app.page.inner_text('#file-list .file[data-file="tiny-split-*-of-00003.gguf"]')

@@ -177,3 +177,17 @@ def test_serve_files_are_under_files_with_range_support(dist, tmp_path):
     assert build.app_address("127.0.0.1", 8000, {}) == "http://127.0.0.1:8000/"
     assert build.app_address("0.0.0.0", 9000, {model.name: model, "b.gguf": model}) == \
         "http://127.0.0.1:9000/?url=files/a%20b.safetensors&url=files/b.gguf"
+
+
+def test_serve_gives_unrelated_files_an_address_each(tmp_path):
+    # `build.py serve A B C`: shards (with their index and config.json) are one checkpoint and
+    # one address; unrelated files are not shards of one, so each gets its own address
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+             "model.safetensors.index.json", "config.json", "other.gguf", "third.pt"]
+    files = {n: tmp_path / n for n in names}
+    found = build.checkpoints_among(files)
+    assert [sorted(members) for _, members in found] == [
+        ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"],
+        ["other.gguf"], ["third.pt"]]     # config.json: in no address (main says so)
+    shards = {n: files[n] for n in names[:3]}
+    assert [sorted(m) for _, m in build.checkpoints_among(shards)] == [sorted(shards)]
