@@ -14,4 +14,6 @@ fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 npm ci --no-audit --no-fund --loglevel=error
 python3 fixtures/make.py >/dev/null
-python3 -m pytest "$@"
+# Two workers (pytest-xdist, one per core on the 2-core machines this runs on), each test file
+# kept in one worker (--dist loadfile): a module's browser page and its fixtures stay together.
+python3 -m pytest -n auto --dist loadfile "$@"

@@ -182,6 +182,7 @@ def test_serve_files_are_under_files_with_range_support(dist, tmp_path):
 def test_serve_gives_unrelated_files_an_address_each(tmp_path):
     # `build.py serve A B C`: shards (with their index and config.json) are one checkpoint and
     # one address; unrelated files are not shards of one, so each gets its own address
+    build = _build()
     names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
              "model.safetensors.index.json", "config.json", "other.gguf", "third.pt"]
     files = {n: tmp_path / n for n in names}

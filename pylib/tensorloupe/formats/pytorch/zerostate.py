@@ -33,8 +33,16 @@ OPTIMIZER_KEYS = ("base_optimizer_state", "optimizer_state_dict")   # ZeRO 1/2, 
 FLAT_KEYS = ("single_partition_of_fp32_groups", "fp32_flat_groups")
 
 
+# Non-negative ints below the hash modulus hash to themselves, so no two collide: only those are
+# unwrapped. Any other wrapped key stays a SafeKey (its hash is not the file's to choose), or a
+# hostile pickle's 40,000 keys that all hash to 0 would make building this dict quadratic.
+DISTINCT_HASHES = (1 << 61) - 1
+
+
 def _plain(value):
-    return value.value if type(value) is SafeKey else value
+    if type(value) is SafeKey and type(value.value) is int and 0 <= value.value < DISTINCT_HASHES:
+        return value.value
+    return value
 
 
 def _dict(value) -> dict | None:
