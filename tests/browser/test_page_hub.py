@@ -112,7 +112,7 @@ def test_the_hub_shortcut_opens_the_model_through_resolve_urls(hub_page, hub, sh
     app.wait_model(SET, before)
     merged = tensorloupe.open(shards["sharded_folder"])
     assert app.fact("tensor_count") == str(len(merged.tensors)) == "48"
-    assert "· 3 files ·" in page.inner_text("#current-file")
+    assert "· 3 shards ·" in page.inner_text("#current-file")
     app.select("model.layers.2.self_attn.q_proj.weight")          # in the third shard
     assert page.inner_text("#tensor-file") == "in model-00003-of-00003.safetensors"
     app.tab("moe")
