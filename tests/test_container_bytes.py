@@ -48,6 +48,15 @@ def test_onnx_raw_typed_and_packed_values():
     assert ckpt.tensor("f").known_file_offset == data.index(struct.pack("<2f", 0.5, -3.0))
 
 
+def test_onnx_varint_where_a_fixed32_float_belongs():
+    # fuzz finding (input 146180 of the onnx corpus): float_data (field 4) given as a varint of
+    # 63 bits reached struct.pack('<I', ...) raw; it is the file's error, named
+    data = onnx_model(onnx_tensor(b"f", [1], 1) + b"\x20" + varint(8386092846516015107))
+    with pytest.raises(FormatError, match="does not fit a FLOAT element"):
+        ckpt = onnx.read(MemorySource(data, "m.onnx"))
+        tensorloupe.values(ckpt.tensor("f"), 0, 1)
+
+
 def test_packed_integer_dtypes():
     assert DTYPES["I4"].decode(bytes([0x8F]), False) == [-1, -8]
     assert DTYPES["U4"].decode(bytes([0x8F]), False) == [15, 8]

@@ -175,6 +175,12 @@ class TypedSource(ByteSource):
         return self._count(self._data[offset:offset + n])
 
 
+def short_value(value) -> str:
+    """A number from the file, cut for a message (a varint may have thousands of digits)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def decode_typed(wire: Wire, kind: OnnxType, values: list, numel: int) -> bytes:
     """The entries of a typed field as raw_data's bytes: packed fixed-width runs as they are,
     varints masked to the element's bits (or read as int64) and packed as raw_data packs them."""
@@ -189,7 +195,13 @@ def decode_typed(wire: Wire, kind: OnnxType, values: list, numel: int) -> bytes:
                                  f"most {MAX_TYPED_VALUES:,}")
             out += wire.bytes(value, value.length, "a typed field")
         elif width:
-            out += struct.pack(kind.pack, value)
+            # One entry read by its own wire type: a varint where a fixed32/64 belongs can hold
+            # any number, which must fit the element before it is packed.
+            try:
+                out += struct.pack(kind.pack, value)
+            except (struct.error, OverflowError, TypeError):
+                raise wire.error(FormatError, f"tensor entry {short_value(value)} does not fit a "
+                                 f"{kind.name} element", expected=f"a {width}-byte {kind.name}") from None
         elif isinstance(value, Span):
             numbers += wire.packed_varints(value, MAX_TYPED_VALUES - len(numbers) + 1,
                                            "a typed field")
