@@ -150,15 +150,18 @@ async function step(job) {
 // The demo: the file build.py shipped (fetched from our origin, or the service worker's cache
 // offline), mounted and read in place like a dropped file. Python builds it only if the file
 // cannot be had (a build without it, a failed fetch).
+// Fetched and mounted once: opening the demo again reads the same mounted file.
+let demoPath = null;
 async function openDemo(id) {
-  let path = null;
-  try {
-    const response = await fetch(new URL(`./${DEMO}`, import.meta.url));
-    if (response.ok) [{path}] = mount([{file: new File([await response.blob()], DEMO), rel: DEMO}]);
-  } catch (error) {
-    console.warn(`the demo file could not be fetched (${messageOf(error)}): building it`);
+  if (!demoPath) {
+    try {
+      const response = await fetch(new URL(`./${DEMO}`, import.meta.url));
+      if (response.ok) [{path: demoPath}] = mount([{file: new File([await response.blob()], DEMO), rel: DEMO}]);
+    } catch (error) {
+      console.warn(`the demo file could not be fetched (${messageOf(error)}): building it`);
+    }
   }
-  const {envelope, buffers} = await call("open_demo", path ? {path} : {});
+  const {envelope, buffers} = await call("open_demo", demoPath ? {path: demoPath} : {});
   reply(id, envelope, buffers);
 }
 
