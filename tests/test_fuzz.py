@@ -1,7 +1,7 @@
 """A short pass of the fuzz harness (bench/fuzz.py) over every format: 2,000 mutated inputs each
 (500 for ONNX, NumPy, DDUF and llamafile),
 in one worker under an address-space limit, with no exception but the library's own, no input
-over its time limit and none over 200 MB of RSS. README.md says how to run the long pass."""
+over its time limit and none over 200 MB of RSS. docs/development.md says how to run the long pass."""
 
 import sys
 from pathlib import Path
