@@ -57,6 +57,7 @@ def cache(tmp_path, monkeypatch):
     def no_network(*args, **kwargs):
         raise AssertionError("the network was used")
     monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # what is not cached is not looked for on the Hub
     return root, weights
 
 
@@ -106,13 +107,15 @@ def test_hf_home_and_the_default_path(tmp_path, monkeypatch):
 
 
 def test_a_missing_model_says_it_is_not_in_the_cache_and_where_it_looked(cache, capsys):
+    # offline (the fixture sets huggingface_hub's HF_HUB_OFFLINE): the cache's answer stands
+    # (online, the Hub is asked: tests/test_hub_remote.py)
     root, _ = cache
     code = main(["inspect", "other-org/absent"])
     err = capsys.readouterr().err
     assert code == 3   # as for a path that does not exist (the README's "cannot be read")
     assert f"other-org/absent is not in the Hugging Face cache (looked for " \
            f"{root}/models--other-org--absent" in err and "is no file or folder here" in err
-    assert "nothing is downloaded" in err
+    assert "HF_HUB_OFFLINE is set, so the Hub is not asked" in err
     code = main(["inspect", "tiny-org/tiny-model@v9"])
     err = capsys.readouterr().err
     assert code == 3 and "revision 'v9' of tiny-org/tiny-model is not in the Hugging Face " \

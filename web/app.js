@@ -249,7 +249,7 @@ async function openPair([a, b]) {
 // page's address; relative ones are relative to the page. The page never fetches them itself:
 // the worker reads them by Range requests, and they are the only other server it contacts.
 // The Hub the `org/model` shortcut reads from: a mirror given as ?hub=, else (null) the
-// Hugging Face Hub, whose address lives in Python (web/hub.py): this file names no host.
+// Hugging Face Hub, whose address lives in Python (opening/hubfiles.py): this file names no host.
 const HUB = new URLSearchParams(location.search).get("hub") || null;
 
 async function openUrls(texts) {

@@ -259,7 +259,7 @@ async function openUrls(id, args, op = "open_url") {
   }
 }
 
-// A Hugging Face model (`org/model[@rev]`, or its page's URL): Python (web/hub.py hub_plan, asked by
+// A Hugging Face model (`org/model[@rev]`, or its page's URL): Python (opening/hubfiles.py hub_plan, asked by
 // the page when the name was typed, once) says which /resolve/ URLs to try; the index (small JSON) is fetched whole and names the shards, else the
 // single model.safetensors (or the file the user pointed at) is the model; a config.json beside
 // it gives top-k. Then the files open as any URLs do. Only the Hub the page names is contacted.

@@ -44,8 +44,9 @@ def open(target, name: str | None = None, *, follow_redirects: bool = False) -> 
         # read as soon as it arrives.
         resolved = targets.resolve(target)
         files = resolved.files
+        follow = resolved.follows(follow_redirects)
         return _from_cache(_dequantised(_say_redirects(shards.open_each(
-            files, lambda t: open_source(t, follow_redirects=follow_redirects))), files), resolved.hub)
+            files, lambda t: open_source(t, follow_redirects=follow))), files), resolved.hub)
     source = open_source(target, name, follow_redirects=follow_redirects)
     try:
         return _dequantised(_say_redirects(detect.read(source)), [target])
@@ -94,9 +95,10 @@ def _adapted(ckpt: Checkpoint, files: list[str]) -> None:
 
 
 def _from_cache(ckpt: Checkpoint, hub) -> Checkpoint:
-    """A model named org/model: the checkpoint says it was read from the Hugging Face cache."""
+    """A model named org/model: the checkpoint says it was read from the Hugging Face cache, or
+    from the Hub."""
     if hub is not None:
-        ckpt.extras["hub_cache"] = hub.to_json()
+        ckpt.extras[hub.EXTRAS_KEY] = hub.to_json()
         ckpt.warnings.insert(0, f"opened {hub.said()}")
     return ckpt
 

@@ -154,8 +154,9 @@ def split_files(items: list[str], keep: int = 0) -> tuple[list[str], list[str]]:
 
 def open_files(items, args) -> Checkpoint:
     """Open what the user named as one checkpoint (see opening/targets.py), for any command."""
-    return open_checkpoint(resolve(items).files,
-                           follow_redirects=getattr(args, "follow_redirects", False))
+    target = resolve(items)
+    return open_checkpoint(target.files,
+                           follow_redirects=target.follows(getattr(args, "follow_redirects", False)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -348,9 +349,9 @@ def run_inspect(args) -> int:
         raise UsageError("--context must be at least 1")
     target = resolve(args.items)
     found = _config(args, target.files)
-    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+    with open_checkpoint(target.files, follow_redirects=target.follows(args.follow_redirects)) as ckpt:
         if target.hub is not None:   # org/model: said in the header (report.print_inspect)
-            ckpt.extras["hub_cache"] = target.hub.to_json()
+            ckpt.extras[target.hub.EXTRAS_KEY] = target.hub.to_json()
         if found.problem:
             ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
         dequantise(ckpt, found.data, found.where)   # --config or a URL's (a local one is applied)
@@ -452,7 +453,7 @@ def run_prune(args) -> int:
     size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
     target = resolve(items)
     found = _config(args, target.files)
-    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+    with open_checkpoint(target.files, follow_redirects=target.follows(args.follow_redirects)) as ckpt:
         if _refused(ckpt, args):
             return EXIT_DANGEROUS
         dequantise(ckpt, found.data, found.where)
@@ -485,7 +486,7 @@ def run_tokens(args) -> int:
     if args.start < 0 or args.count < 0:
         raise UsageError("--start and --count must be >= 0")
     target = resolve(args.items)
-    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+    with open_checkpoint(target.files, follow_redirects=target.follows(args.follow_redirects)) as ckpt:
         vocab = tokens.vocabulary(ckpt, target.files)
         if args.find is not None:
             out = vocab.search(args.find, args.count or DEFAULT_PAGE)
@@ -609,7 +610,7 @@ def run_moe(args) -> int:
     config = _config(args, target.files).data
     if not -1.0 <= args.threshold <= 1.0 or args.samples < 1:
         raise UsageError("--threshold must be within [-1, 1] and --samples at least 1")
-    with open_checkpoint(target.files, follow_redirects=args.follow_redirects) as ckpt:
+    with open_checkpoint(target.files, follow_redirects=target.follows(args.follow_redirects)) as ckpt:
         with progress_line(args, "moe", "experts", ckpt.bytes_read) as meter:
             analysis = analyse(ckpt, args.threshold, args.samples, config, meter)
         if args.json:

@@ -98,6 +98,10 @@ def print_inspect(ckpt: Checkpoint, parameters: dict | None = None) -> None:
     if hub:
         print(f"  from        the Hugging Face cache: {escaped(hub['repo'])}@{escaped(hub['revision'])}, "
               f"commit {hub['commit'][:12]}, {escaped(hub['folder'])}")
+    remote = ckpt.extras.get("hub_remote")
+    if remote:
+        print(f"  from        the Hub by HTTP Range (not in the Hugging Face cache): "
+              f"{escaped(remote['repo'])}@{escaped(remote['revision'])}, {escaped(remote['endpoint'])}")
     container = ckpt.extras.get("container")   # a format inside another (a llamafile's GGUF)
     print(f"  format      {ckpt.format}" + (f" (in a {container['format']}: member "
                                             f"{escaped(container['member'])} at byte "

@@ -3,84 +3,23 @@ Face shortcut `org/model[@rev]` (or a Hub page URL), read through the Hub's /res
 URLs from a local server that imitates the Hub's URL layout and headers (no network here). The
 page itself still talks to its own origin only; the worker to the Hub it was given."""
 
-import http.server
-import threading
 import urllib.parse
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-import build
 import tensorloupe
 from conftest import STEP_TIMEOUT_MS
+from hub_server import serve_hub
 
 REPO, REVISION = "tiny-org/tiny-moe", "main"
 
 
-class HubHandler(build.Handler):
-    """/<org>/<model>/resolve/<rev>/<file>: small files answered directly, large ones (LFS on the
-    Hub) by a 302 to a CDN-like path, as huggingface.co does; 404 with X-Error-Code otherwise.
-    CORS as the Hub sends it (any origin; Content-Range and friends exposed)."""
-
-    folder: Path = Path(".")
-    log: list = []
-
-    def route(self):
-        path = urllib.parse.unquote(urlsplit(self.path).path)
-        prefix = f"/{REPO}/resolve/"
-        if path.startswith("/cdn/"):
-            return self.folder / path[len("/cdn/"):], None
-        if path.startswith(prefix):
-            revision, _, name = path[len(prefix):].partition("/")
-            if revision == REVISION and (self.folder / name).is_file():
-                lfs = name.endswith(".safetensors")
-                return self.folder / name, (f"/cdn/{name}" if lfs else None)
-        return None, None
-
-    def translate_path(self, path):
-        found, _ = self.route()
-        return str(found) if found else str(self.folder / "__missing__")
-
-    def send_head(self):
-        self.log.append((self.command, self.path, self.headers.get("Range")))
-        found, redirect = self.route()
-        if found is None:
-            self.send_response(404)
-            self.send_header("X-Error-Code", "EntryNotFound")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return None
-        if redirect:
-            self.send_response(302)
-            self.send_header("Location", redirect)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return None
-        return super().send_head()
-
-    def end_headers(self):
-        self.send_header("Access-Control-Allow-Origin", "*")
-        self.send_header("Access-Control-Expose-Headers", "Content-Range, Content-Length, ETag, X-Repo-Commit")
-        self.send_header("X-Repo-Commit", "0" * 40)
-        super().end_headers()
-
-    def do_OPTIONS(self):
-        self.send_response(204)
-        self.send_header("Access-Control-Allow-Headers", "Range")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-
 @pytest.fixture(scope="module")
 def hub(shards):
-    handler = type("Hub", (HubHandler,), {"folder": Path(shards["sharded_folder"]), "log": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", handler.log
-    server.shutdown()
-    server.server_close()
+    with serve_hub(Path(shards["sharded_folder"]), REPO, REVISION) as (base, log):
+        yield base, log
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tensorloupe.web.hub import parse, plan, shard_urls
+from tensorloupe.opening.hubfiles import parse, plan, shard_urls
 
 HUB = "https://huggingface.co"
 

@@ -8,7 +8,8 @@ commit hash a branch or tag points at, `snapshots/<commit>/` holds the model's f
 `blobs/`, or copies where symlinks are not allowed). A revision that is a commit hash names its
 snapshot directly.
 
-Names and small ref files only: nothing here reads a checkpoint, and nothing asks the Hub.
+Names and small ref files only: nothing here reads a checkpoint, and nothing asks the Hub (a
+model that is not cached is read from the Hub by opening/hubremote.py, unless HF_HUB_OFFLINE).
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ from .beside import small_text
 from .detect import EXTENSIONS
 
 # org/model[@revision]: Hub names are letters, digits, '-', '_' and '.' (the page's URL box
-# takes the same, web/hub.py).
+# takes the same, opening/hubfiles.py).
 SHORTCUT = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev>[^\s@]+))?$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 DEFAULT_REVISION = "main"
 MAX_REF_BYTES = 256        # a ref file holds one hash; anything longer is not one
+
+
+class NotCached(UnreadableError):
+    """The model, or that revision of it, is not in the cache (opening/hubremote.py may then read
+    it from the Hub)."""
 
 
 class Cached(NamedTuple):
@@ -34,6 +40,7 @@ class Cached(NamedTuple):
     revision: str
     commit: str
     folder: str            # the snapshot: snapshots/<commit>
+    EXTRAS_KEY = "hub_cache"   # where a checkpoint's extras say it (report.print_inspect)
 
     def said(self) -> str:
         return (f"{self.repo}@{self.revision} from the Hugging Face cache, commit "
@@ -73,17 +80,16 @@ def find(name: str, env=None) -> Cached:
     model = os.path.join(root, "models--" + repo.replace("/", "--"))
     if not os.path.isdir(model):
         # exit 3 as for a path that does not exist: it may well be a mistyped local folder
-        raise UnreadableError(f"{repo} is not in the Hugging Face cache (looked for {model}; "
-                              "the cache is HF_HUB_CACHE, else HF_HOME/hub, else "
-                              "~/.cache/huggingface/hub) and is no file or folder here; "
-                              "nothing is downloaded")
+        raise NotCached(f"{repo} is not in the Hugging Face cache (looked for {model}; "
+                        "the cache is HF_HUB_CACHE, else HF_HOME/hub, else "
+                        "~/.cache/huggingface/hub) and is no file or folder here")
     commit = revision if COMMIT.match(revision) else _ref(model, revision)
     folder = os.path.join(model, "snapshots", commit or "")
     if commit is None or not os.path.isdir(folder):
         known = sorted(os.listdir(os.path.join(model, "refs"))) \
             if os.path.isdir(os.path.join(model, "refs")) else []
-        raise UnreadableError(f"revision {revision!r} of {repo} is not in the Hugging Face cache "
-                         f"(looked in {model}; cached refs: {', '.join(known) or 'none'})")
+        raise NotCached(f"revision {revision!r} of {repo} is not in the Hugging Face cache "
+                        f"(looked in {model}; cached refs: {', '.join(known) or 'none'})")
     return Cached(repo, revision, commit, folder)
 
 

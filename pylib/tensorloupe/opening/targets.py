@@ -4,7 +4,8 @@ Every command (and `tensorloupe.open`) accepts the same things: one file; severa
 parts of one checkpoint (safetensors shards, split GGUF parts, with or without the index); a
 folder holding one checkpoint; a `*.safetensors.index.json` or `*.bin.index.json` (its shards are the files it names,
 beside it); and URLs of any of these files (an index URL's shards are resolved relative to it).
-A `config.json` beside the model is found too (moe reads its top-k).
+A `config.json` beside the model is found too (moe reads its top-k). `org/model[@revision]` is
+the snapshot in the local Hugging Face cache, else the model's files on the Hub (hubremote.py).
 
 Names only, plus the index's JSON: nothing here reads a checkpoint.
 """
@@ -20,14 +21,20 @@ from ..source import is_url, open_source
 from .detect import EXTENSIONS
 from .grouping import METADATA_NAME, group, is_index_name
 from .pipeline import MODEL_INDEX
-from .hubcache import Cached, find as find_cached, is_hub_name
+from .hubcache import Cached, NotCached, find as find_cached, is_hub_name
 from .shards import read_index
 from .deepspeed import LATEST, is_member as is_zero_file, read_tag
 
 
 class Target(NamedTuple):
     files: list[str]          # paths or URLs to open together (tensorloupe.open([...]))
-    hub: Cached | None = None  # where an org/model name was found in the Hugging Face cache
+    # where an org/model name was found: the Hugging Face cache, or else the Hub (hubremote.OnHub)
+    hub: Cached | None = None
+
+    def follows(self, asked: bool) -> bool:
+        """Whether to follow a redirect to another site: if asked, and for a model read from the
+        Hub, which sends weight files from another host (its CDN) by a redirect."""
+        return asked or (self.hub is not None and self.hub.EXTRAS_KEY == "hub_remote")
 
 
 def resolve(items) -> Target:
@@ -37,8 +44,13 @@ def resolve(items) -> Target:
     items = [os.fspath(i) if isinstance(i, os.PathLike) else i for i in items]
     hub = None
     if len(items) == 1 and is_hub_name(items[0]):   # org/model[@rev]: its cached snapshot
-        hub = find_cached(items[0])
-        items = [hub.folder]
+        try:
+            hub = find_cached(items[0])
+            items = [hub.folder]
+        except NotCached as missing:                # else the Hub's files, by HTTP Range
+            from .hubremote import locate
+            hub = locate(items[0], missing)
+            items = hub.files
     expanding = [isinstance(i, str) and _expands(i) for i in items]
     # An index given with shards beside it names the set; the shards given are the ones wanted.
     alone = all(expanding) or not any(isinstance(i, str) and is_index_name(i)

@@ -141,4 +141,6 @@ def http_failed(name: str, status: int, reason: str = "") -> FetchError:
             reason = http.HTTPStatus(status).phrase
         except ValueError:
             reason = ""
-    return FetchError(f"the server answered {status} {reason}".rstrip(), file=name)
+    error = FetchError(f"the server answered {status} {reason}".rstrip(), file=name)
+    error.status = status     # a caller may tell "not there" (404) from a failure
+    return error

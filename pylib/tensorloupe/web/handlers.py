@@ -260,11 +260,11 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps, SaveOps):
 
     def op_hub_plan(self, args):
         """The URLs to try for a Hub model, or null when `text` is an ordinary URL."""
-        from . import hub   # urllib.parse: a slow import in Pyodide, for the Hub shortcut only
+        from ..opening import hubfiles as hub   # urllib.parse: slow to import in Pyodide; Hub only
         return hub.plan(str(args.get("text", "")), str(args.get("hub") or hub.HUB)), []
 
     def op_hub_shards(self, args):
-        from . import hub
+        from ..opening import hubfiles as hub
         return {"urls": hub.shard_urls(str(args["index"]), str(args["text"]))}, []
 
     # --- export: files the page offers for download ----------------------------------------

@@ -17,8 +17,8 @@ from typing import NamedTuple
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import FormatError, UsageError
-from ..opening.detect import EXTENSIONS
-from ..opening.hubcache import SHORTCUT   # org/model[@revision], as the CLI takes it
+from .detect import EXTENSIONS
+from .hubcache import SHORTCUT   # org/model[@revision], as the CLI takes it
 
 HUB = "https://huggingface.co"
 HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
