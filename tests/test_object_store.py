@@ -149,6 +149,22 @@ def test_the_api_opens_an_object_reading_its_header_only(s3):
         local.close()
 
 
+def test_a_vectored_read_runs_side_by_side_at_most_concurrency_at_once(s3):
+    data = (OUT / "demo-moe.safetensors").read_bytes()
+    ranges = [(200_000 + i * 100_000, 4096 + i) for i in range(32)]   # far apart: 32 requests
+    source = objectstore.ObjectStoreSource(url("demo/demo-moe.safetensors"))
+    s3.counter.most_in_flight = 0
+    mark = s3.counter.mark()
+    assert source.read_many(ranges) == [data[o:o + n] for o, n in ranges]
+    assert s3.counter.since(mark) == (32, sum(n for _, n in ranges))
+    assert 2 <= s3.counter.most_in_flight <= objectstore.CONCURRENCY
+    assert (source.reads, source.bytes_read) == (32, sum(n for _, n in ranges))
+    # ranges that touch are one request; empty ones none
+    mark = s3.counter.mark()
+    assert source.read_many([(0, 10), (10, 10), (50, 0)]) == [data[:10], data[10:20], b""]
+    assert s3.counter.since(mark) == (1, 20)
+
+
 @pytest.mark.parametrize("lie, found", [("short", "65526 bytes"), ("whole", "7403624 bytes")])
 def test_a_reply_of_another_length_is_refused_naming_the_url_and_the_range(s3, lie, found):
     key = f"/{BUCKET}/lying/demo-moe.safetensors"
