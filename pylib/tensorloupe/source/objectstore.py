@@ -128,17 +128,11 @@ class ObjectStoreSource(ByteSource):
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """At most CONCURRENCY ranged requests at once; ranges that touch are one request (each
         request one counted read); a failure raises the first failing request's error."""
-        from .http_pool import merge_touching
-        out = [b""] * len(ranges)
+        from .http_pool import merge_touching, scatter
         wanted = [i for i, (_, n) in enumerate(ranges) if n]
         requests = merge_touching([ranges[i] for i in wanted])
         bodies = self._map(lambda r: self._range(r[0], r[1]), requests)
-        for (offset, _, members), body in zip(requests, bodies):
-            self._count(body)
-            for k in members:
-                o, n = ranges[wanted[k]]
-                out[wanted[k]] = body[o - offset:o - offset + n]
-        return out
+        return scatter(ranges, wanted, requests, bodies, [b""] * len(ranges), self._count)
 
     @staticmethod
     def _map(fn, items: list) -> list:
