@@ -182,6 +182,22 @@ def test_a_reply_of_another_length_is_refused_naming_the_url_and_the_range(s3, l
     assert f"expected bytes 0-65535; found {found}" in str(caught.value)
 
 
+def test_a_store_that_never_answers_fails_within_the_deadline(s3):
+    import time
+    key = f"/{BUCKET}/lying/demo-moe.safetensors"
+    source = objectstore.ObjectStoreSource(url("lying/demo-moe.safetensors"), timeout=1)
+    s3.counter.stall.add(key)
+    start = time.monotonic()
+    try:
+        with pytest.raises(FetchError, match=r"the store did not answer "
+                           r"s3://models/lying/demo-moe\.safetensors within 1 s"):
+            source.read(0, 100)
+    finally:
+        s3.counter.stall.clear()
+        s3.counter.release.set()
+    assert time.monotonic() - start < 5
+
+
 def test_a_missing_object_a_prefix_without_slash_and_an_empty_prefix(s3, capsys):
     with pytest.raises(UnreadableError, match="no such object in the store"):
         tensorloupe.open(url("one/nope.safetensors"))

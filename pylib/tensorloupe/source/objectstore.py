@@ -6,7 +6,9 @@ when such a URL is opened: the page never uses them, and nothing here is importe
 file or an http(s) URL. The guarantees are HttpSource's: the size comes from the store's own
 answer (`info`), every read asks for exactly its range (`cat_file(path, start=, end=)`, never the
 whole object), a reply that is not exactly that many bytes is refused (http_reply.wrong_range),
-and a vectored read runs at most CONCURRENCY requests at once. Credentials and endpoints come from
+a vectored read runs at most CONCURRENCY requests at once, and each request of an asynchronous
+backend (s3fs, gcsfs, adlfs: fsspec cancels it) has HttpSource's total deadline, `timeout` seconds
+plus one per MB asked for, retries included. Credentials and endpoints come from
 where each backend already looks (AWS_* variables and ~/.aws for S3, fsspec's config:
 FSSPEC_S3_ENDPOINT_URL, ~/.config/fsspec/*.json) and are never put in a message.
 """
@@ -74,8 +76,12 @@ def missing(url: str, backend: Backend, package: str) -> UnreadableError:
                            f"package, which is not installed: {extra}", file=url)
 
 
-def failed(url: str, e: BaseException, what: str = "read") -> UnreadableError:
-    """The error for a backend exception: not found, not permitted, or the store's own words."""
+def failed(url: str, e: BaseException, what: str = "read", deadline=None) -> UnreadableError:
+    """The error for a backend exception: not found, not permitted, too slow, or the store's own
+    words."""
+    if isinstance(e, TimeoutError) and deadline is not None:
+        return FetchError(f"the store did not answer {url} within {deadline.seconds:.0f} s",
+                          file=url)
     if isinstance(e, FileNotFoundError):
         return UnreadableError("no such object in the store", file=url)
     if isinstance(e, PermissionError):
@@ -84,22 +90,36 @@ def failed(url: str, e: BaseException, what: str = "read") -> UnreadableError:
     return FetchError(f"cannot {what} {url}: {type(e).__name__}: {e}", file=url)
 
 
+def deadline_for(fs, timeout: float, n: int):
+    """(the Deadline of a request for n bytes, the keyword that sets it): fsspec's sync wrapper of
+    an async backend takes `timeout` and cancels the request when it passes; a synchronous
+    backend (huggingface_hub's) keeps its own timeouts."""
+    from .http_reply import Deadline
+    if not getattr(fs, "async_impl", False):
+        return None, {}
+    deadline = Deadline(timeout, n)
+    return deadline, {"timeout": deadline.seconds}
+
+
 class ObjectStoreSource(ByteSource):
     """An object in a bucket, read by ranged requests through fsspec (see the module)."""
 
     waits = True
 
-    def __init__(self, url: str, name: str | None = None, storage_options: dict | None = None):
+    def __init__(self, url: str, name: str | None = None, storage_options: dict | None = None,
+                 timeout: float = 10.0):
         super().__init__()
         from .remote import url_name
         self.url = url
         self.name = name or url_name(url)
         self.storage_options = storage_options
+        self.timeout = timeout
         self.fs, self.path = filesystem(url, storage_options)
+        deadline, within = deadline_for(self.fs, timeout, 0)
         try:
-            info = self.fs.info(self.path)
+            info = self.fs.info(self.path, **within)
         except Exception as e:
-            raise failed(url, e, "find") from e
+            raise failed(url, e, "find", deadline) from e
         if info.get("type") == "directory":
             raise UnreadableError("the URL names a folder (a prefix), not an object: end it with "
                                   "'/' to open the checkpoint it holds", file=url)
@@ -112,10 +132,11 @@ class ObjectStoreSource(ByteSource):
     def _range(self, offset: int, n: int) -> bytes:
         """Bytes offset..offset+n-1, refused unless the store sent exactly those n bytes."""
         from .http_reply import wrong_range
+        deadline, within = deadline_for(self.fs, self.timeout, n)
         try:
-            data = self.fs.cat_file(self.path, start=offset, end=offset + n)
+            data = self.fs.cat_file(self.path, start=offset, end=offset + n, **within)
         except Exception as e:
-            raise failed(self.url, e) from e
+            raise failed(self.url, e, deadline=deadline) from e
         if not isinstance(data, (bytes, bytearray)) or len(data) != n:
             found = f"{len(data)} bytes" if isinstance(data, (bytes, bytearray)) else \
                 type(data).__name__
@@ -145,7 +166,8 @@ class ObjectStoreSource(ByteSource):
         return [f.result() for f in futures]
 
     def _beside(self, name: str) -> ByteSource:
-        return ObjectStoreSource(sibling(self.url, name), storage_options=self.storage_options)
+        return ObjectStoreSource(sibling(self.url, name), storage_options=self.storage_options,
+                                 timeout=self.timeout)
 
 
 def sibling(url: str, name: str) -> str:
@@ -153,15 +175,16 @@ def sibling(url: str, name: str) -> str:
     return f"{url.rsplit('/', 1)[0]}/{name}"
 
 
-def listing(url: str, storage_options: dict | None = None) -> list[str]:
+def listing(url: str, storage_options: dict | None = None, timeout: float = 10.0) -> list[str]:
     """The names of the objects directly under a folder URL (`s3://bucket/prefix/`), sorted."""
     fs, path = filesystem(url, storage_options)
+    deadline, within = deadline_for(fs, timeout, 0)
     try:
-        entries = fs.ls(path, detail=True)
+        entries = fs.ls(path, detail=True, **within)
     except FileNotFoundError as e:
         raise UnreadableError("nothing is stored under this prefix", file=url) from e
     except Exception as e:
-        raise failed(url, e, "list") from e
+        raise failed(url, e, "list", deadline) from e
     prefix = path.rstrip("/") + "/"
     return sorted(e["name"][len(prefix):] if e["name"].startswith(prefix) else
                   e["name"].rsplit("/", 1)[-1]
