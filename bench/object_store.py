@@ -39,7 +39,8 @@ COMMANDS = [   # (label, argv with {} for the folder's URL)
 
 
 def layout(folder: Path) -> dict[str, bytes]:
-    files = {name: (OUT / name).read_bytes() for name in ("demo-moe.safetensors", "tiny-llama.gguf")}
+    files = {name: (OUT / name).read_bytes()
+             for name in ("demo-moe.safetensors", "tiny-llama.gguf")}
     files.update({f"sharded/{p.name}": p.read_bytes()
                   for p in (OUT / "sharded-moe").iterdir() if p.is_file()})
     for key, data in files.items():

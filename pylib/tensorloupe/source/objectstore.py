@@ -2,15 +2,19 @@
 reads through fsspec and the backend package of its scheme.
 
 fsspec and its backends are an optional extra (`pip install 'tensorloupe[remote]'`), imported only
-when such a URL is opened: the page never uses them, and nothing here is imported for a local
-file or an http(s) URL. The guarantees are HttpSource's: the size comes from the store's own
-answer (`info`), every read asks for exactly its range (`cat_file(path, start=, end=)`, never the
-whole object), a reply that is not exactly that many bytes is refused (http_reply.wrong_range),
-a vectored read runs at most CONCURRENCY requests at once, and each request of an asynchronous
-backend (s3fs, gcsfs, adlfs: fsspec cancels it) has HttpSource's total deadline, `timeout` seconds
-plus one per MB asked for, retries included. Credentials and endpoints come from
-where each backend already looks (AWS_* variables and ~/.aws for S3, fsspec's config:
-FSSPEC_S3_ENDPOINT_URL, ~/.config/fsspec/*.json) and are never put in a message.
+when such a URL is opened: the page never uses them, and a local file or an http(s) URL never
+imports them. The guarantees are HttpSource's: the size comes from the store's own answer
+(`info`), every read asks for exactly its range (`cat_file(path, start=, end=)`, never the whole
+object), a reply that is not exactly that many bytes is refused (http_reply.wrong_range), a
+vectored read runs at most CONCURRENCY requests at once, and each request of an asynchronous
+backend (s3fs, gcsfs, adlfs: fsspec cancels it) has HttpSource's total deadline, `timeout`
+seconds plus one per MB asked for, retries included. One difference: the backends read a reply
+whole before returning it, so a server that ignores Range (no real store does) is refused after
+its body has arrived, where HttpSource stops reading one byte past the range.
+
+Credentials and endpoints come from where each backend already looks (for S3: AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, ~/.aws; fsspec's own config: FSSPEC_S3_ANON=true, ~/.config/fsspec/*.json),
+and are never put in a message.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ def filesystem(url: str, storage_options: dict | None = None):
     try:
         fs = cls(**(storage_options or {}))
     except Exception as e:    # a backend's own complaint about its configuration
-        raise failed(url, e) from e
+        raise UnreadableError(f"{backend.package} refuses its settings: {type(e).__name__}: {e}",
+                              file=url) from e
     return fs, cls._strip_protocol(url)
 
 
@@ -76,18 +81,18 @@ def missing(url: str, backend: Backend, package: str) -> UnreadableError:
                            f"package, which is not installed: {extra}", file=url)
 
 
-def failed(url: str, e: BaseException, what: str = "read", deadline=None) -> UnreadableError:
+def failed(url: str, e: BaseException, what: str = "read the object",
+           deadline=None) -> UnreadableError:
     """The error for a backend exception: not found, not permitted, too slow, or the store's own
     words."""
     if isinstance(e, TimeoutError) and deadline is not None:
-        return FetchError(f"the store did not answer {url} within {deadline.seconds:.0f} s",
-                          file=url)
+        return FetchError(f"the store did not answer within {deadline.seconds:.0f} s", file=url)
     if isinstance(e, FileNotFoundError):
         return UnreadableError("no such object in the store", file=url)
     if isinstance(e, PermissionError):
         return FetchError("the store refuses access (check the credentials it is given: "
                           "environment variables or fsspec's config)", file=url)
-    return FetchError(f"cannot {what} {url}: {type(e).__name__}: {e}", file=url)
+    return FetchError(f"the store failed to {what}: {type(e).__name__}: {e}", file=url)
 
 
 def deadline_for(fs, timeout: float, n: int):
@@ -119,7 +124,7 @@ class ObjectStoreSource(ByteSource):
         try:
             info = self.fs.info(self.path, **within)
         except Exception as e:
-            raise failed(url, e, "find", deadline) from e
+            raise failed(url, e, "describe the object", deadline) from e
         if info.get("type") == "directory":
             raise UnreadableError("the URL names a folder (a prefix), not an object: end it with "
                                   "'/' to open the checkpoint it holds", file=url)
@@ -184,7 +189,7 @@ def listing(url: str, storage_options: dict | None = None, timeout: float = 10.0
     except FileNotFoundError as e:
         raise UnreadableError("nothing is stored under this prefix", file=url) from e
     except Exception as e:
-        raise failed(url, e, "list", deadline) from e
+        raise failed(url, e, "list the prefix", deadline) from e
     prefix = path.rstrip("/") + "/"
     return sorted(e["name"][len(prefix):] if e["name"].startswith(prefix) else
                   e["name"].rsplit("/", 1)[-1]
