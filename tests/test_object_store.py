@@ -105,6 +105,8 @@ def test_a_shard_set_by_its_prefix_or_its_index_equals_the_local_folder(s3, caps
     assert [s.rsplit("/", 1)[-1] for s in remote["architecture"]["sources"]] == \
         [s.rsplit("/", 1)[-1] for s in local["architecture"]["sources"]]
     same_apart_from_where(remote, local, url("sharded"), OUT / "sharded-moe")
+    with tensorloupe.open(url(target)) as ckpt:     # the Python API takes the same URLs
+        assert len(ckpt.tensors) == local["tensor_count"] and len(ckpt.sources) == 3
 
 
 def test_values_of_a_tensor_equal_safetensors_reading(s3, capsys):
@@ -127,6 +129,10 @@ def test_stats_health_diff_and_tokens_take_the_url(s3, capsys):
                             str(OUT / "small.safetensors"))
     remote = cli_json(capsys, "tokens", url("one/tiny-llama.gguf"))
     assert remote == cli_json(capsys, "tokens", str(OUT / "tiny-llama.gguf"))
+    # a quantised GGUF tensor's values (the local reading is gguf-py's, tests/test_gguf.py)
+    argv = ["values", "{}", "blk.0.attn_q.weight", "--start", "4000", "--count", "600"]
+    remote = cli_json(capsys, *[a.format(url("one/tiny-llama.gguf")) for a in argv])
+    assert remote == cli_json(capsys, *[a.format(OUT / "tiny-llama.gguf") for a in argv])
 
 
 def test_the_api_opens_an_object_reading_its_header_only(s3):
