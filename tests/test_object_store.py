@@ -18,7 +18,8 @@ from safetensors import safe_open
 
 import tensorloupe
 from tensorloupe.cli import main
-from tensorloupe.errors import FetchError, FormatError, UnreadableError, UsageError
+from tensorloupe.errors import (FetchError, FormatError, TensorloupeError, UnreadableError,
+                                UsageError)
 from tensorloupe.source import objectstore
 
 from object_store import S3Server
@@ -55,7 +56,8 @@ def s3(no_network):
     demo = (OUT / "demo-moe.safetensors").read_bytes()
     files = {"one/small.safetensors": (OUT / "small.safetensors").read_bytes(),
              "one/tiny-llama.gguf": (OUT / "tiny-llama.gguf").read_bytes(),
-             "demo/demo-moe.safetensors": demo, "lying/demo-moe.safetensors": demo}
+             "demo/demo-moe.safetensors": demo, "lying/demo-moe.safetensors": demo,
+             "empty/empty.safetensors": b""}
     files.update({f"sharded/{p.name}": p.read_bytes()
                   for p in (OUT / "sharded-moe").iterdir() if p.is_file()})
     server.upload(BUCKET, files)
@@ -158,16 +160,20 @@ def test_the_api_opens_an_object_reading_its_header_only(s3):
 def test_a_vectored_read_runs_side_by_side_at_most_concurrency_at_once(s3):
     data = (OUT / "demo-moe.safetensors").read_bytes()
     ranges = [(200_000 + i * 100_000, 4096 + i) for i in range(32)]   # far apart: 32 requests
+    mark = s3.counter.mark()
     source = objectstore.ObjectStoreSource(url("demo/demo-moe.safetensors"))
+    # opening: the size (HEAD) and the first 64 KiB, asked side by side
+    assert s3.counter.since(mark) == (2, 1 << 16) and source.reads == 1
     s3.counter.most_in_flight = 0
     mark = s3.counter.mark()
     assert source.read_many(ranges) == [data[o:o + n] for o, n in ranges]
     assert s3.counter.since(mark) == (32, sum(n for _, n in ranges))
     assert 2 <= s3.counter.most_in_flight <= objectstore.CONCURRENCY
-    assert (source.reads, source.bytes_read) == (32, sum(n for _, n in ranges))
-    # ranges that touch are one request; empty ones none
+    assert (source.reads, source.bytes_read) == (33, (1 << 16) + sum(n for _, n in ranges))
+    # ranges that touch are one request; empty ones none; the first 64 KiB are known already
     mark = s3.counter.mark()
-    assert source.read_many([(0, 10), (10, 10), (50, 0)]) == [data[:10], data[10:20], b""]
+    assert source.read_many([(300_000, 10), (300_010, 10), (50, 0), (10, 5)]) == \
+        [data[300_000:300_010], data[300_010:300_020], b"", data[10:15]]
     assert s3.counter.since(mark) == (1, 20)
 
 
@@ -197,7 +203,7 @@ def test_a_store_that_never_answers_fails_within_the_deadline(s3):
     try:
         with pytest.raises(FetchError, match=r"^s3://models/lying/demo-moe\.safetensors: the "
                            "store did not answer within 1 s$"):
-            source.read(0, 100)
+            source.read(100_000, 100)     # (the first 64 KiB came with the size, at open)
     finally:
         s3.counter.stall.clear()
         s3.counter.release.set()
@@ -215,6 +221,17 @@ def test_a_missing_object_a_prefix_without_slash_and_an_empty_prefix(s3, capsys)
         tensorloupe.open(url("nothing-here/"))
     assert main(["inspect", url("one/nope.safetensors")]) == 3
     assert "s3://models/one/nope.safetensors: no such object" in capsys.readouterr().err
+
+
+def test_an_empty_object_is_the_readers_error_as_an_empty_file_is(s3, tmp_path):
+    (tmp_path / "empty.safetensors").write_bytes(b"")
+    with pytest.raises(TensorloupeError) as local:
+        tensorloupe.open(tmp_path / "empty.safetensors")
+    with pytest.raises(TensorloupeError) as remote:
+        tensorloupe.open(url("empty/empty.safetensors"))
+    assert type(remote.value) is type(local.value)
+    assert str(remote.value) == str(local.value).replace(str(tmp_path / "empty.safetensors"),
+                                                          url("empty/empty.safetensors"))
 
 
 def test_a_bucket_that_does_not_exist(s3):

@@ -114,17 +114,15 @@ class ObjectStoreSource(ByteSource):
     def __init__(self, url: str, name: str | None = None, storage_options: dict | None = None,
                  timeout: float = 10.0):
         super().__init__()
-        from .remote import url_name
+        from .remote import HEAD_BYTES, url_name
         self.url = url
         self.name = name or url_name(url)
         self.storage_options = storage_options
         self.timeout = timeout
         self.fs, self.path = filesystem(url, storage_options)
-        deadline, within = deadline_for(self.fs, timeout, 0)
-        try:
-            info = self.fs.info(self.path, **within)
-        except Exception as e:
-            raise failed(url, e, "describe the object", deadline) from e
+        # The size and the bytes every reader starts with, asked side by side: opening takes one
+        # round trip, as HttpSource's first request (which brings both).
+        info, head = self._map(lambda ask: ask(), [self._info, self._first])
         if info.get("type") == "directory":
             raise UnreadableError("the URL names a folder (a prefix), not an object: end it with "
                                   "'/' to open the checkpoint it holds", file=url)
@@ -133,32 +131,62 @@ class ObjectStoreSource(ByteSource):
             raise FetchError("the store does not say the object's size", file=url,
                              expected="a size in bytes", found=repr(size))
         self.size = size
+        self._head = b""
+        if size:
+            if isinstance(head, Exception):
+                raise head
+            self._head = self._count(self._checked(0, min(HEAD_BYTES, size), head))
 
-    def _range(self, offset: int, n: int) -> bytes:
-        """Bytes offset..offset+n-1, refused unless the store sent exactly those n bytes."""
-        from .http_reply import wrong_range
+    def _info(self) -> dict:
+        deadline, within = deadline_for(self.fs, self.timeout, 0)
+        try:
+            return self.fs.info(self.path, **within)
+        except Exception as e:
+            raise failed(self.url, e, "describe the object", deadline) from e
+
+    def _first(self):
+        """The first HEAD_BYTES (fewer if the object is smaller), or the error asking raised
+        (for an empty object or a prefix, which info() decides first)."""
+        from .remote import HEAD_BYTES
+        try:
+            return self._fetch(0, HEAD_BYTES)
+        except UnreadableError as e:
+            return e
+
+    def _fetch(self, offset: int, n: int):
         deadline, within = deadline_for(self.fs, self.timeout, n)
         try:
-            data = self.fs.cat_file(self.path, start=offset, end=offset + n, **within)
+            return self.fs.cat_file(self.path, start=offset, end=offset + n, **within)
         except Exception as e:
             raise failed(self.url, e, deadline=deadline) from e
+
+    def _checked(self, offset: int, n: int, data) -> bytes:
+        """The reply to a request for bytes offset..offset+n-1, refused unless it is n bytes."""
+        from .http_reply import wrong_range
         if not isinstance(data, (bytes, bytearray)) or len(data) != n:
             found = f"{len(data)} bytes" if isinstance(data, (bytes, bytearray)) else \
                 type(data).__name__
             raise wrong_range(self.name, self.url, offset, n, found)
         return bytes(data)
 
+    def _range(self, offset: int, n: int) -> bytes:
+        return self._checked(offset, n, self._fetch(offset, n))
+
     def _read(self, offset: int, n: int) -> bytes:
+        known = self._head[offset:offset + n]    # fetched (and counted) at open
+        if len(known) == n:
+            return known
         return self._count(self._range(offset, n))
 
     def _read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """At most CONCURRENCY ranged requests at once; ranges that touch are one request (each
         request one counted read); a failure raises the first failing request's error."""
         from .http_pool import merge_touching, scatter
-        wanted = [i for i, (_, n) in enumerate(ranges) if n]
+        out = [self._head[o:o + n] if o + n <= len(self._head) else b"" for o, n in ranges]
+        wanted = [i for i, (o, n) in enumerate(ranges) if n and o + n > len(self._head)]
         requests = merge_touching([ranges[i] for i in wanted])
         bodies = self._map(lambda r: self._range(r[0], r[1]), requests)
-        return scatter(ranges, wanted, requests, bodies, [b""] * len(ranges), self._count)
+        return scatter(ranges, wanted, requests, bodies, out, self._count)
 
     @staticmethod
     def _map(fn, items: list) -> list:
