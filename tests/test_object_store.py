@@ -276,9 +276,13 @@ def test_without_fsspec_the_extra_to_install_is_named(monkeypatch):
         tensorloupe.open("s3://bucket/m.safetensors")
 
 
-def test_access_denied_and_store_errors_say_the_url_without_secrets():
-    error = objectstore.failed("s3://b/m.gguf", PermissionError("Access Denied"))
-    assert isinstance(error, FetchError) and "refuses access" in str(error)
+def test_an_anonymous_client_of_a_private_bucket_is_refused_access(s3):
+    with pytest.raises(FetchError, match=r"^s3://models/one/small\.safetensors: the store "
+                       "refuses access"):
+        objectstore.ObjectStoreSource(url("one/small.safetensors"), storage_options={"anon": True})
+
+
+def test_a_store_error_is_one_line_naming_the_url_and_what_failed():
     error = objectstore.failed("s3://b/m.gguf", RuntimeError("boom"))
     assert str(error) == "s3://b/m.gguf: the store failed to read the object: RuntimeError: boom"
 
