@@ -18,6 +18,7 @@ from typing import NamedTuple
 from ..errors import FormatError, LimitError, TensorloupeError, UsageError
 from ..source.remote import HttpSource, sibling_url
 from ..source import is_url
+from ..source.objectstore import ObjectStoreSource, is_object_url, sibling as object_sibling
 
 CONFIG_NAME = "config.json"
 TOKENIZER_NAME = "tokenizer.json"
@@ -46,6 +47,8 @@ class Found(NamedTuple):
 
 def sibling(target: str, name: str) -> str:
     """The path or URL of file `name` in the same folder as `target`."""
+    if is_object_url(target):
+        return object_sibling(target, name)
     if is_url(target):
         return sibling_url(target, name)
     return os.path.join(os.path.dirname(os.path.abspath(target)), name)
@@ -74,7 +77,7 @@ def read_bounded(where: str, limit: int) -> bytes | None:
     name = where.rsplit("/", 1)[-1]
     if is_url(where):
         try:
-            source = HttpSource(where)
+            source = ObjectStoreSource(where) if is_object_url(where) else HttpSource(where)
         except UsageError:
             return None
         try:

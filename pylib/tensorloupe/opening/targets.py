@@ -3,7 +3,9 @@
 Every command (and `tensorloupe.open`) accepts the same things: one file; several files that are
 parts of one checkpoint (safetensors shards, split GGUF parts, with or without the index); a
 folder holding one checkpoint; a `*.safetensors.index.json` or `*.bin.index.json` (its shards are the files it names,
-beside it); and URLs of any of these files (an index URL's shards are resolved relative to it).
+beside it); and URLs of any of these files (an index URL's shards are resolved relative to it),
+object store URLs too (s3://, gs://, az://, hf://), where a folder is a URL ending in '/' (its
+objects are listed).
 A `config.json` beside the model is found too (moe reads its top-k). `org/model[@revision]` is
 the snapshot in the local Hugging Face cache, else the model's files on the Hub (hubremote.py).
 
@@ -18,6 +20,7 @@ from typing import NamedTuple
 from ..display import some_of
 from ..errors import UsageError
 from ..source import is_url, open_source
+from ..source.objectstore import is_object_url
 from .detect import EXTENSIONS
 from .grouping import METADATA_NAME, group, is_index_name
 from .pipeline import MODEL_INDEX
@@ -76,13 +79,22 @@ def needs_resolving(target) -> bool:
 
 
 def _expands(item: str) -> bool:
-    return is_index_name(item) or (not is_url(item) and os.path.isdir(item))
+    return is_index_name(item) or _is_folder(item)
+
+
+def _is_folder(item: str) -> bool:
+    """A local folder, or an object store prefix (a URL ending in '/')."""
+    if is_object_url(item):
+        return item.endswith("/")
+    return not is_url(item) and os.path.isdir(item)
 
 
 def _expand(item: str) -> list[str]:
     if is_index_name(item):
         return [item] + _shards_of(item)
-    if not is_url(item) and os.path.isdir(item):
+    if is_object_url(item) and item.endswith("/"):
+        return _prefix(item)
+    if _is_folder(item):
         return _folder(item)
     return [item]
 
@@ -96,6 +108,9 @@ def _shards_of(index: str) -> list[str]:
     finally:
         source.close()
     names = sorted(set(weight_map.values()))
+    if is_object_url(index):
+        from ..source.objectstore import sibling
+        return [sibling(index, name) for name in names]
     if is_url(index):
         from urllib.parse import urljoin   # URLs only (urllib.parse brings ipaddress: slow in Pyodide)
         return [urljoin(index, name) for name in names]
@@ -124,9 +139,8 @@ def _zero_tag(folder: str, names: list[str]) -> list[str] | None:
 def _folder(folder: str) -> list[str]:
     """The one checkpoint a folder holds (grouping.py's rule, as the page lists a dropped folder):
     its index and shards, one set of parts, or one file."""
-    names = sorted(n for n in os.listdir(folder)     # hidden files, but DCP's .metadata
-                   if (not n.startswith(".") or n == METADATA_NAME)
-                   and os.path.isfile(os.path.join(folder, n)))
+    names = sorted(n for n in os.listdir(folder)
+                   if _visible(n) and os.path.isfile(os.path.join(folder, n)))
     label = os.path.basename(os.path.normpath(folder)) or folder
     zero = _zero_tag(folder, names)
     if zero is not None:
@@ -136,6 +150,25 @@ def _folder(folder: str) -> list[str]:
                         if not d.startswith(".") and os.path.isdir(os.path.join(folder, d))
                         for n in os.listdir(os.path.join(folder, d))
                         if not n.startswith(".") and os.path.isfile(os.path.join(folder, d, n)))
+    return _one_checkpoint(names, label, lambda n: os.path.join(folder, n))
+
+
+def _prefix(url: str) -> list[str]:
+    """The one checkpoint the objects directly under an object store prefix make up (the same
+    rule as a local folder's)."""
+    from ..source.objectstore import listing
+    label = url.rstrip("/").rsplit("/", 1)[-1] or url
+    return _one_checkpoint([n for n in listing(url) if _visible(n)], label, lambda n: url + n)
+
+
+def _visible(name: str) -> bool:
+    """Not a hidden file, but DCP's .metadata."""
+    return not name.startswith(".") or name == METADATA_NAME
+
+
+def _one_checkpoint(names: list[str], label: str, join) -> list[str]:
+    """The files of the one checkpoint among a folder's `names`: its index and shards, one set of
+    parts, or one file; `join` makes a name the folder's path or URL."""
     found = group(names, name=lambda n: n.rsplit("/", 1)[-1],
                   directory=lambda n: n.rsplit("/", 1)[0] if "/" in n else "", listed=lambda n: False)
     if len(found) > 1:
@@ -149,6 +182,6 @@ def _folder(folder: str) -> list[str]:
     if indexes:
         # The index's shards, then the set's other parts in the folder: a shard the index does
         # not name is opened too, and shards.py says the index leaves it out.
-        named = _expand(os.path.join(folder, indexes[0]))
-        return named + [p for p in (os.path.join(folder, n) for n in members) if p not in named]
-    return [os.path.join(folder, n) for n in members]
+        named = _expand(join(indexes[0]))
+        return named + [p for p in map(join, members) if p not in named]
+    return [join(n) for n in members]

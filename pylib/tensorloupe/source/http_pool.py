@@ -43,6 +43,17 @@ def merge_touching(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[i
     return merged
 
 
+def scatter(ranges, wanted: list[int], requests, bodies, out: list, count) -> list:
+    """out[i] for each asked range `wanted[k]` cut from its merged request's body (merge_touching
+    of those ranges), each body passed to `count` once (one request, one counted read)."""
+    for (offset, _, members), body in zip(requests, bodies):
+        count(body)
+        for k in members:
+            o, n = ranges[wanted[k]]
+            out[wanted[k]] = body[o - offset:o - offset + n]
+    return out
+
+
 def new_connection(url: str, deadline: Deadline) -> http.client.HTTPConnection:
     parts = urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection

@@ -100,7 +100,7 @@ class HttpSource(ByteSource):
         """Concurrent Range requests over a few keep-alive connections (http_pool), each checked,
         redirected and timed as a single read's; ranges that touch are one request, each request
         is one counted read."""
-        from .http_pool import ConnectionPool, merge_touching
+        from .http_pool import ConnectionPool, merge_touching, scatter
         out = [self._head[o:o + n] if o + n <= len(self._head) else b"" for o, n in ranges]
         wanted = [i for i, (o, n) in enumerate(ranges) if n and o + n > len(self._head)]
         requests = merge_touching([ranges[i] for i in wanted])
@@ -108,12 +108,7 @@ class HttpSource(ByteSource):
             self._pool = ConnectionPool(self.name)
         pool = self._pool
         bodies = pool.map(lambda r: self._range(r[0], r[1], exchange=pool.exchange)[0], requests)
-        for (offset, length, members), body in zip(requests, bodies):
-            self._count(body)
-            for k in members:
-                o, n = ranges[wanted[k]]
-                out[wanted[k]] = body[o - offset:o - offset + n]
-        return out
+        return scatter(ranges, wanted, requests, bodies, out, self._count)
 
     def close(self) -> None:
         if self._pool is not None:
