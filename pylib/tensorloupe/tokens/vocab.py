@@ -52,6 +52,32 @@ class Vocabulary:
     def summary(self) -> dict:
         raise NotImplementedError
 
+    def encoder(self):
+        """The Encoder (encoder.py) for this tokenizer, built once (it needs the whole
+        vocabulary: a GGUF one is read in full the first time)."""
+        raise NotImplementedError
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """`text` as token ids, as the `tokenizers` library / llama.cpp encode it; with
+        `add_special` the ids the tokenizer adds around a sequence (BOS, [CLS] ... [SEP])."""
+        return self.encoder().encode(text, add_special)
+
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """Token ids as text (special tokens kept unless `skip_special`)."""
+        return self.encoder().decode(list(ids), skip_special)
+
+    def encoding(self, text: str, add_special: bool = True) -> dict:
+        """What `tokens --encode` and the Tokens tab show: the ids and each token made visible."""
+        ids = self.encode(text, add_special)
+        pieces = self.encoder().pieces(ids)
+        return {"encode": text, "ids": ids, "pieces": [shown(p) for p in pieces],
+                "count": len(ids), "characters": len(text)}
+
+    def decoding(self, ids: list[int], skip_special: bool = False) -> dict:
+        text = self.decode(ids, skip_special)
+        return {"decode": list(ids), "text": text,
+                "decode_pieces": [shown(p) for p in self.encoder().pieces(list(ids))]}
+
     def page(self, start: int, count: int = DEFAULT_PAGE) -> dict:
         if start < 0 or count < 0:
             raise UsageError("start and count must be >= 0")
