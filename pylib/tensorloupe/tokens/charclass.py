@@ -54,11 +54,9 @@ def ranges(prop: str) -> str:
     return "".join(_escape(a) if a == b else f"{_escape(a)}-{_escape(b)}" for a, b in spans)
 
 
-@functools.cache
-def category_set(prop: str) -> frozenset:
-    """The code points of a category, as characters (for per-character tests)."""
-    return frozenset(chr(cp) for cat, found in _by_category().items() if cat.startswith(prop)
-                     for a, b in found for cp in range(a, b + 1))
+def has(ch: str, prop: str) -> bool:
+    """Whether a character is in a general category (`C`) or one of its parts (`Mn`)."""
+    return unicodedata.category(ch).startswith(prop)
 
 
 def _property(pattern: str, i: int) -> tuple[str, int]:

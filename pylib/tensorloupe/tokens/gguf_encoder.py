@@ -169,8 +169,7 @@ def _wpm(ckpt: Checkpoint, ids: dict[str, int]):
     accents = _flag(ckpt, "normalizer.strip_accents", lower)
     longest = max(map(len, ids), default=1)
     unk = _meta(ckpt, "unknown_token_id", 100)
-    punct, symbol = charclass.category_set("P"), charclass.category_set("S")
-    control, marks = charclass.category_set("C"), charclass.category_set("Mn")
+    has = charclass.has
 
     def words(text: str) -> list[str]:
         if accents:
@@ -182,10 +181,10 @@ def _wpm(ckpt: Checkpoint, ids: dict[str, int]):
                     out.append("".join(word))
                     word = []
                 continue
-            if ch in "\x00\ufffd" or ch in control or (accents and ch in marks):
+            if ch in "\x00\ufffd" or has(ch, "C") or (accents and has(ch, "Mn")):
                 continue
             s = lowercase(ch) if lower else ch
-            if ch in punct or (ord(ch) < 0x7F and ch in symbol) or is_cjk(ch):
+            if has(ch, "P") or (ord(ch) < 0x7F and has(ch, "S")) or is_cjk(ch):
                 if word:
                     out.append("".join(word))
                     word = []

@@ -74,8 +74,8 @@ class Bpe(Cached):
             if token is not None:
                 out.append(token)
                 continue
-            if self.missing == "bytes":
-                out += [t for t in (self.ids.get(ch) for ch in s) if t is not None]
+            if self.missing == "bytes":   # llama.cpp: each byte as a one-byte token, if one is
+                out += [self.ids[chr(b)] for b in s.encode("utf-8") if b < 0x80 and chr(b) in self.ids]
                 continue
             fallback = byte_tokens(self.ids, s) if self.byte_fallback else None
             if fallback is not None:

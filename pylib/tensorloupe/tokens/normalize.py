@@ -37,8 +37,7 @@ def lowercase(text: str) -> str:
 
 def strip_accents(text: str) -> str:
     """NFD, then drop the nonspacing marks (Mn)."""
-    marks = charclass.category_set("Mn")
-    return "".join(ch for ch in unicodedata.normalize("NFD", text) if ch not in marks)
+    return "".join(ch for ch in unicodedata.normalize("NFD", text) if not charclass.has(ch, "Mn"))
 
 
 def _bert(spec: dict):
@@ -46,12 +45,11 @@ def _bert(spec: dict):
     lower = spec.get("lowercase", True)
     accents = spec.get("strip_accents")
     accents = lower if accents is None else accents
-    other = charclass.category_set("C")
 
     def run(text: str) -> str:
         if clean:
             text = "".join(" " if is_whitespace(ch) else ch for ch in text
-                           if ch not in "\x00\ufffd" and (ch in KEEP_CONTROL or ch not in other))
+                           if ch not in "\x00\ufffd" and (ch in KEEP_CONTROL or not charclass.has(ch, "C")))
         if chinese:
             text = "".join(f" {ch} " if is_cjk(ch) else ch for ch in text)
         if accents:

@@ -163,7 +163,7 @@ def _metaspace(spec: dict):
 def is_punctuation(ch: str) -> bool:
     """Rust's is_ascii_punctuation or a Unicode P* character (bert.rs, punctuation.rs)."""
     return (ch.isascii() and not ch.isalnum() and ch.isprintable() and ch != " ") \
-        or ch in charclass.category_set("P")
+        or charclass.has(ch, "P")
 
 
 def _bert(spec: dict):
@@ -189,7 +189,7 @@ PRE_TOKENIZERS = {
     "BertPreTokenizer": _bert,
     "WhitespaceSplit": lambda spec: _char_split(is_whitespace, "Removed"),
     "Punctuation": lambda spec: _char_split(is_punctuation, spec.get("behavior", "Isolated")),
-    "Digits": lambda spec: _char_split(lambda ch: ch in charclass.category_set("N"),
+    "Digits": lambda spec: _char_split(lambda ch: charclass.has(ch, "N"),
                                        "Isolated" if spec.get("individual_digits") else "Contiguous"),
     "Sequence": _sequence,
 }
