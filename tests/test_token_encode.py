@@ -30,24 +30,7 @@ import tokenizer_encode_files as made
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "fixtures" / "out" / "tokenizers"
-CORPUS = [
-    "", " ", "Hello world", "The quick brown fox jumps over the lazy dog.",
-    # Unicode: accents, CJK, Hangul, emoji (incl. ZWJ sequences), combining marks, Greek sigma
-    "café naïve résumé Straße", "中文文本测试，日本語のテキスト、한국어 텍스트。", "😀😃 🎉🚀 👩‍👩‍👧 🏳️‍🌈",
-    "e\u0301 a\u0308 n\u0303 zero\u200bwidth", "ΣΑΣ σας ὈΔΥΣΣΕΎΣ", "Москва, привет мир", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ☃ ✓",
-    # whitespace runs: spaces, tabs, newlines, CRLF, no-break and ideographic spaces
-    "  leading and trailing  ", "a  b   c    d", "a\tb\t\tc\t", "\n\n\nx\n", "line\r\nwindows\r\n",
-    "  \n  \n", "x\xa0y\u3000z", "\t \t\n",
-    # digit runs, numbers with separators
-    "12 345 6789 0000000 3.14159 1,000,000", "2024-01-31T12:00:00Z",
-    # contractions, upper case ones (Llama-3's and Qwen2's regex ignore case there)
-    "I'm you're he's we'd they'll I've don't", "I'M YOU'RE THEY'LL", "it's 'quoted' 'S",
-    # special tokens in the text, with and without spaces around them
-    "<|endoftext|>hello<|endoftext|> world", "<|im_start|>user\nhi<|im_end|>\n",
-    "<|begin_of_text|>Hi<|eot_id|>", "<s> hello </s> <unk>", "[CLS] what [SEP] [MASK] [UNK]",
-    "<pad>x</s>", "not<s>special", "def main():\n    return [x ** 2 for x in range(10)]  # code\n",
-    "x" * 150, "word " * 40,
-]
+CORPUS = made.TEST_STRINGS
 # Where llama.cpp's tokenisation differs from tokenizers' on the same vocabulary by design, as
 # llama-vocab.cpp reads: no normaliser for BPE vocabularies (Qwen2's tokenizer.json has NFC);
 # WordPiece with no 100-character word limit, U+0085 a word break (tokenizers' BertNormalizer
