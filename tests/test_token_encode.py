@@ -217,3 +217,22 @@ def test_tokenizer_config_alone_cannot_encode(tmp_path, capsys):
     (folder / "model.safetensors").write_bytes((OUT / "bert" / "model.safetensors").read_bytes())
     code, _, err = run(capsys, folder / "model.safetensors", "--encode", "hi")
     assert code == 2 and "needs tokenizer.json" in err
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d["model"].update(merges=[["a"]]),
+    lambda d: d["model"].update(vocab=[1, 2]),
+    lambda d: d.update(post_processor={"type": "BertProcessing", "sep": 5}),
+    lambda d: d.update(normalizer={"type": "Replace", "pattern": {"String": 3}, "content": None}),
+    lambda d: d.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [7]}),
+    lambda d: d.update(post_processor={"type": "TemplateProcessing", "special_tokens": {},
+                                       "single": [{"SpecialToken": {"id": "<x>"}}]}),
+])
+def test_a_malformed_tokenizer_json_is_a_clear_error(tmp_path, capsys, change):
+    """A hostile or broken file: our error naming the file, exit 2 or 3, never a traceback."""
+    def broken(d):
+        d["model"] = {"type": "BPE", "merges": [], "vocab": {"a": 0, "b": 1}, "unk_token": None}
+        change(d)
+    model = _with_json(tmp_path / "t", broken)
+    code, _, err = run(capsys, model, "--encode", "hello")
+    assert code in (2, 3) and "Traceback" not in err and err.strip(), err

@@ -80,6 +80,8 @@ def _wordpiece(spec: dict):
 
 def _replace(spec: dict):
     pattern, content = spec.get("pattern") or {}, spec.get("content", "")
+    if not isinstance(content, str) or not all(isinstance(v, str) for v in pattern.values()):
+        raise UsageError("a Replace decoder whose pattern or content is not text", found=str(spec)[:80])
     if "String" in pattern:
         return lambda tokens: [t.replace(pattern["String"], content) for t in tokens]
     if "Regex" in pattern:

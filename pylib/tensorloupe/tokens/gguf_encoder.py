@@ -16,8 +16,9 @@ first (tokenizer_st_partition), and BOS/EOS/SEP added as `tokenizer.ggml.add_*_t
 from __future__ import annotations
 
 import unicodedata
+from typing import NamedTuple
 
-from ..errors import UsageError
+from ..errors import LOW_LEVEL_ERRORS, FormatError, UsageError
 from ..model import Checkpoint
 from . import charclass, models
 from .encoder import Added, Encoder
@@ -43,19 +44,38 @@ _PRE_ROWS = (
 )
 PRE = {name: row for names, row in _PRE_ROWS for name in names}
 TYPES_SPECIAL = {2, 3, 4}           # unknown, control, user-defined (cache_special_tokens)
-# tokenizer.ggml.model -> defaults (add_bos, add_eos, add_sep), llama-vocab.cpp load()
-MODEL_DEFAULTS = {"llama": (True, False, False), "gpt2": (False, False, False),
-                  "bert": (True, False, True)}
+
+
+class Defaults(NamedTuple):
+    """llama-vocab.cpp load()'s defaults per tokenizer.ggml.model, before the metadata's own."""
+    add_bos: bool
+    add_eos: bool
+    add_sep: bool
+    bos: int | None
+    eos: int | None
+    sep: int | None
+
+
+MODEL_DEFAULTS = {"llama": Defaults(True, False, False, 1, 2, None),
+                  "gpt2": Defaults(False, False, False, 11, 11, None),
+                  "bert": Defaults(True, False, True, 101, None, 102)}
 
 
 def _meta(ckpt: Checkpoint, name: str, default=None):
-    value = ckpt.metadata.get(KEY + name, default)
-    return value
+    return ckpt.metadata.get(KEY + name, default)
 
 
-def _whole(ckpt: Checkpoint, key: str, size: int) -> list:
+def _length(ckpt: Checkpoint, name: str) -> int:
+    """Entries of a metadata array, lazy (a record with its length) or read at open (a list)."""
+    value = ckpt.metadata.get(KEY + name)
+    return int(value.get("length", 0)) if isinstance(value, dict) else len(value or [])
+
+
+def _whole(ckpt: Checkpoint, name: str, size: int | None = None) -> list:
     from ..formats.gguf import reader as gguf   # GGUF checkpoints only
-    return gguf.read_array(ckpt, KEY + key, 0, size) if KEY + key in ckpt.metadata else []
+    if KEY + name not in ckpt.metadata:
+        return []
+    return gguf.read_array(ckpt, KEY + name, 0, _length(ckpt, name) if size is None else size)
 
 
 def _regex_split(patterns):
@@ -76,6 +96,16 @@ def _flag(ckpt, name: str, default: bool) -> bool:
 
 
 def from_gguf(ckpt: Checkpoint, size: int) -> Encoder:
+    """The Encoder a GGUF file's tokenizer metadata describes (a value of the wrong type in it is
+    the file's FormatError)."""
+    try:
+        return _from_gguf(ckpt, size)
+    except LOW_LEVEL_ERRORS + (AttributeError,) as e:
+        raise FormatError(f"the tokenizer cannot be built: a value has the wrong type "
+                          f"({type(e).__name__})", file=ckpt.name, format="gguf") from e
+
+
+def _from_gguf(ckpt: Checkpoint, size: int) -> Encoder:
     kind = _meta(ckpt, "model")
     if kind not in MODEL_DEFAULTS:
         raise UsageError(f"tokenizer.ggml.model {kind!r} is not implemented by tensorloupe, so it "
@@ -90,19 +120,25 @@ def from_gguf(ckpt: Checkpoint, size: int) -> Encoder:
     tokens = dict(enumerate(words))
     special = [Added(i, words[i]) for i in range(min(size, len(types))) if types[i] in TYPES_SPECIAL
                and words[i]]
-    add_bos, add_eos, add_sep = MODEL_DEFAULTS[kind]
+    known = MODEL_DEFAULTS[kind]
+    add_bos = known.add_bos
     if kind == "gpt2":
         segment, decoder, add_bos = _bpe(ckpt, ids, add_bos)
     elif kind == "llama":
         segment, decoder = _spm(ckpt, ids, size)
     else:
         segment, decoder = _wpm(ckpt, ids)
-    bos, eos, sep = (_meta(ckpt, f"{n}_token_id") for n in ("bos", "eos", "seperator"))
-    if kind == "llama":
-        bos, eos = (1 if bos is None else bos), (2 if eos is None else eos)
-    prefix = [bos] if _flag(ckpt, "add_bos_token", add_bos) and isinstance(bos, int) else []
-    suffix = [eos] if _flag(ckpt, "add_eos_token", add_eos) and isinstance(eos, int) else []
-    suffix += [sep] if _flag(ckpt, "add_sep_token", add_sep) and isinstance(sep, int) else []
+    bos, eos, sep = (_meta(ckpt, f"{n}_token_id", d) for n, d in
+                     (("bos", known.bos), ("eos", known.eos), ("seperator", known.sep)))
+    prefix, suffix = [], []
+    for flag, default, token, where in (("add_bos_token", add_bos, bos, prefix),
+                                        ("add_eos_token", known.add_eos, eos, suffix),
+                                        ("add_sep_token", known.add_sep, sep, suffix)):
+        if _flag(ckpt, flag, default):
+            if not isinstance(token, int) or not 0 <= token < size:
+                raise UsageError(f"{KEY}{flag} is true but its token id is not in the vocabulary",
+                                 file=ckpt.name, found=token)
+            where.append(token)
     return Encoder(tokens=tokens, model=lambda w: [], decoder=decoder, added=special,
                    prefix=prefix, suffix=suffix, segment=segment, longest_first=True)
 
@@ -114,9 +150,7 @@ def _bpe(ckpt: Checkpoint, ids: dict[str, int], add_bos: bool):
                          "so it cannot encode with it (a guess would tokenise differently)",
                          expected=", ".join(sorted(PRE)))
     patterns, ignore_merges, bos_default = PRE[pre]
-    merges = _whole(ckpt, "merges", int((ckpt.metadata.get(KEY + "merges") or {}).get("length", 0))
-                    if isinstance(ckpt.metadata.get(KEY + "merges"), dict)
-                    else len(ckpt.metadata.get(KEY + "merges") or []))
+    merges = _whole(ckpt, "merges")
     ranks: dict[tuple[str, str], int] = {}
     for rank, m in enumerate(merges):
         cut = m.find(" ", 1) if isinstance(m, str) else -1

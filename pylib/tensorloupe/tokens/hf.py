@@ -67,7 +67,7 @@ class JsonVocabulary(Vocabulary):
                              "needs tokenizer.json (its model, merges and pre-tokenizer)")
         if self._encoder is None:
             from .hf_encoder import from_json
-            self._encoder = from_json(self.data)
+            self._encoder = from_json(self.data, self.where[0].rsplit('/', 1)[-1])
         return self._encoder
 
     def _entries(self, start: int, count: int) -> list[dict]:

@@ -6,7 +6,7 @@ refused by name: encoding must equal the `tokenizers` library's, or not happen.
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from ..errors import LOW_LEVEL_ERRORS, FormatError, UsageError
 from . import decoders, models, normalize, pretokenize
 from .encoder import Added, Encoder
 from .normalize import unsupported
@@ -73,7 +73,7 @@ def _word_level(model: dict):
 MODELS = {"BPE": _bpe, "WordPiece": _wordpiece, "Unigram": _unigram, "WordLevel": _word_level}
 
 
-def _post(spec: dict | None, ids: dict[str, int]) -> tuple[list[int], list[int]]:
+def _post(spec: dict | None) -> tuple[list[int], list[int]]:
     """The ids a post-processor puts before and after a single sequence."""
     if spec is None:
         return [], []
@@ -99,13 +99,23 @@ def _post(spec: dict | None, ids: dict[str, int]) -> tuple[list[int], list[int]]
     if kind == "Sequence":
         before, after = [], []
         for step in spec.get("processors") or []:
-            b, a = _post(step, ids)
+            b, a = _post(step)
             before, after = b + before, after + a
         return before, after
     raise unsupported("post-processor", kind)
 
 
-def from_json(data: dict) -> Encoder:
+def from_json(data: dict, where: str = "tokenizer.json") -> Encoder:
+    """The Encoder a parsed tokenizer.json describes; a value of the wrong shape anywhere in it is
+    the file's FormatError, not a Python exception."""
+    try:
+        return _from_json(data)
+    except LOW_LEVEL_ERRORS + (AttributeError,) as e:
+        raise FormatError(f"the tokenizer cannot be built: a value has the wrong shape "
+                          f"({type(e).__name__})", file=where) from e
+
+
+def _from_json(data: dict) -> Encoder:
     model = data.get("model") if isinstance(data.get("model"), dict) else {}
     kind = model.get("type")
     if kind not in MODELS:
@@ -123,7 +133,7 @@ def from_json(data: dict) -> Encoder:
                                bool(a.get("normalized")), bool(a.get("lstrip")),
                                bool(a.get("rstrip")), bool(a.get("single_word"))))
             tokens[a["id"]] = a["content"]
-    before, after = _post(data.get("post_processor"), {t: i for i, t in tokens.items()})
+    before, after = _post(data.get("post_processor"))
     return Encoder(tokens=tokens, model=encode_word,
                    normalizer=normalize.build(data.get("normalizer")),
                    pre_tokenizer=pretokenize.build(data.get("pre_tokenizer")),

@@ -80,12 +80,9 @@ class Bpe(Cached):
             fallback = byte_tokens(self.ids, s) if self.byte_fallback else None
             if fallback is not None:
                 out += fallback
-            elif self.unk is not None:
-                if not (self.fuse_unk and out and out[-1] == self.unk):
-                    out.append(self.unk)
-            else:
-                raise UsageError(f"the text has {s!r}, which the vocabulary cannot spell and which "
-                                 "has no unknown token")
+            elif self.unk is not None and not (self.fuse_unk and out and out[-1] == self.unk):
+                out.append(self.unk)
+            # no unknown token: tokenizers leaves what it cannot spell out
         return out
 
 

@@ -60,6 +60,8 @@ def _bert(spec: dict):
 
 def _replace(spec: dict):
     pattern, content = spec.get("pattern") or {}, spec.get("content", "")
+    if not isinstance(content, str) or not all(isinstance(v, str) for v in pattern.values()):
+        raise UsageError("a Replace normaliser whose pattern or content is not text", found=str(spec)[:80])
     if "String" in pattern:
         return lambda text: text.replace(pattern["String"], content)
     if "Regex" in pattern:
