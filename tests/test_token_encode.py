@@ -1,7 +1,8 @@
 """Text -> token ids and back (tokens/encoder.py), compared with the `tokenizers` library on the
 same files, element for element: the tokenizers of fixtures/tokenizer_encode_files.py (trained by
 tokenizers itself: byte-level BPE as GPT-2 / Llama-3 / Qwen2, SentencePiece-style BPE as Llama-2,
-WordPiece as BERT, Unigram as T5/ALBERT) beside a safetensors file, and the same vocabularies as
+WordPiece as BERT, Unigram as T5/ALBERT; and the same vocabularies written by transformers'
+LlamaTokenizer, Qwen2Tokenizer, GPT2Tokenizer, BertTokenizer, T5Tokenizer) beside a safetensors file, and the same vocabularies as
 GGUF metadata (written by gguf-py), on a corpus of test strings and on random ones; through the
 API (`Vocabulary.encode/decode`) and the CLI (`tokens --encode/--decode`). llama.cpp's own
 tokenizer cannot be installed here (PyPI has no llama-cpp-python wheel), so the GGUF side is
@@ -45,14 +46,14 @@ ALPHABET = list("abcxyz ABC  \t\n\r'.,!?-_0123456789éüßΣσς日本語한😀
 
 @pytest.fixture(scope="module")
 def oracles() -> dict[str, Tokenizer]:
-    return {name: Tokenizer.from_file(str(OUT / name / "tokenizer.json")) for name in made.NAMES}
+    return {name: Tokenizer.from_file(str(OUT / name / "tokenizer.json")) for name in made.ALL_NAMES}
 
 
 @pytest.fixture(scope="module")
 def json_vocabs() -> dict:
     """Each tokenizer.json as the API finds it: beside the model it was opened with."""
     out = {}
-    for name in made.NAMES:
+    for name in made.ALL_NAMES:
         model = OUT / name / "model.safetensors"
         out[name] = tokens.vocabulary(tensorloupe.open(model), [str(model)])
     return out
@@ -63,7 +64,7 @@ def gguf_vocabs() -> dict:
     return {name: tokens.vocabulary(tensorloupe.open(OUT / f"{name}.gguf")) for name in made.GGUF_NAMES}
 
 
-@pytest.mark.parametrize("name", made.NAMES)
+@pytest.mark.parametrize("name", made.ALL_NAMES)
 def test_tokenizer_json_encodes_and_decodes_as_tokenizers(name, oracles, json_vocabs):
     oracle, vocab = oracles[name], json_vocabs[name]
     for text in CORPUS:
@@ -105,7 +106,7 @@ def test_where_llama_cpp_differs_it_is_followed():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(ALPHABET), max_size=24).map("".join))
 def test_random_text_encodes_as_tokenizers(oracles, json_vocabs, gguf_vocabs, text):
-    for name in made.NAMES:
+    for name in made.ALL_NAMES:
         want = oracles[name].encode(text).ids
         assert json_vocabs[name].encode(text) == want, (name, text)
         assert json_vocabs[name].decode(want) == oracles[name].decode(want, skip_special_tokens=False)

@@ -18,7 +18,8 @@ from tensorloupe.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "fixtures" / "out" / "tokenizers"
-NAMES = ("gpt2", "llama3", "qwen2", "llama2", "bert", "unigram")
+NAMES = ("gpt2", "llama3", "qwen2", "llama2", "bert", "unigram",
+         "tf-llama", "tf-qwen2", "tf-gpt2", "tf-bert", "tf-t5")   # tf-: written by transformers
 # GGUF vocabularies whose llama.cpp tokenisation equals tokenizers' on every test string
 # (Qwen2's and BERT's differ by design on some: tests/test_token_encode.py GGUF_DIFFERS).
 SAME_AS_GGUF = ("gpt2", "llama3", "llama2")
