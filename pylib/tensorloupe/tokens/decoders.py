@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 
 from ..errors import UsageError
-from . import charclass
-from .normalize import unsupported
-from .pretokenize import char_bytes
+from .normalize import pick, replacer
+from .pretokenize import from_byte_chars
 
 BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 # WordPiece's cleanup (decoders/wordpiece.rs, tokenizers' cleanup function), in its order.
@@ -22,18 +21,6 @@ def cleanup(text: str) -> str:
     for a, b in CLEANUP:
         text = text.replace(a, b)
     return text
-
-
-def _byte_level(spec: dict):
-    table = char_bytes()
-
-    def run(tokens: list[str]) -> list[str]:
-        data = bytearray()
-        for t in tokens:
-            spelled = [table.get(ch) for ch in t]
-            data += t.encode("utf-8") if None in spelled else bytes(spelled)
-        return [data.decode("utf-8", errors="replace")]
-    return run
 
 
 def _byte_fallback(spec: dict):
@@ -79,15 +66,8 @@ def _wordpiece(spec: dict):
 
 
 def _replace(spec: dict):
-    pattern, content = spec.get("pattern") or {}, spec.get("content", "")
-    if not isinstance(content, str) or not all(isinstance(v, str) for v in pattern.values()):
-        raise UsageError("a Replace decoder whose pattern or content is not text", found=str(spec)[:80])
-    if "String" in pattern:
-        return lambda tokens: [t.replace(pattern["String"], content) for t in tokens]
-    if "Regex" in pattern:
-        regex = charclass.translate(pattern["Regex"])
-        return lambda tokens: [regex.sub(content.replace("\\", "\\\\"), t) for t in tokens]
-    raise UsageError("a Replace decoder without a String or Regex pattern", found=str(pattern)[:80])
+    one = replacer(spec, "decoder")
+    return lambda tokens: [one(t) for t in tokens]
 
 
 def _strip(spec: dict):
@@ -122,7 +102,7 @@ def _sequence(spec: dict):
 
 
 DECODERS = {
-    "ByteLevel": _byte_level,
+    "ByteLevel": lambda spec: (lambda tokens: [from_byte_chars(tokens)]),
     "ByteFallback": _byte_fallback,
     "Fuse": lambda spec: (lambda tokens: ["".join(tokens)]),
     "Metaspace": _metaspace,
@@ -135,9 +115,5 @@ DECODERS = {
 
 
 def build(spec: dict | None):
-    if spec is None:
-        return lambda tokens: [" ".join(tokens)]
-    kind = spec.get("type") if isinstance(spec, dict) else None
-    if kind not in DECODERS:
-        raise unsupported("decoder", kind)
-    return DECODERS[kind](spec)
+    """The decoder a tokenizer.json `decoder` describes (tokens joined by spaces for null)."""
+    return pick(DECODERS, "decoder", spec, lambda tokens: [" ".join(tokens)])

@@ -23,7 +23,7 @@ from ..model import Checkpoint
 from . import charclass, models
 from .encoder import Added, Encoder
 from .normalize import is_cjk, is_whitespace, lowercase
-from .pretokenize import byte_chars, char_bytes, split
+from .pretokenize import byte_chars, from_byte_chars, split
 
 KEY = "tokenizer.ggml."
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
@@ -159,18 +159,11 @@ def _bpe(ckpt: Checkpoint, ids: dict[str, int], add_bos: bool):
     model = models.Bpe(ids, ranks, ignore_merges=ignore_merges, missing="bytes")
     words = _regex_split(patterns)
     table = byte_chars()
-    back = char_bytes()
 
     def segment(text: str, after_special: bool) -> list[int]:
         return [i for w in words(text) for i in model("".join(table[b] for b in w.encode("utf-8")))]
 
-    def decoder(pieces: list[str]) -> list[str]:
-        data = bytearray()
-        for p in pieces:
-            spelled = [back.get(ch) for ch in p]
-            data += p.encode("utf-8") if None in spelled else bytes(spelled)
-        return [data.decode("utf-8", errors="replace")]
-    return segment, decoder, add_bos or bos_default
+    return segment, lambda pieces: [from_byte_chars(pieces)], add_bos or bos_default
 
 
 def _spm(ckpt: Checkpoint, ids: dict[str, int], size: int):

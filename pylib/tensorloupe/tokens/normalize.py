@@ -58,16 +58,17 @@ def _bert(spec: dict):
     return run
 
 
-def _replace(spec: dict):
+def replacer(spec: dict, kind: str = "normaliser"):
+    """A Replace step (a normaliser, or a decoder on each token): String or Regex -> content."""
     pattern, content = spec.get("pattern") or {}, spec.get("content", "")
     if not isinstance(content, str) or not all(isinstance(v, str) for v in pattern.values()):
-        raise UsageError("a Replace normaliser whose pattern or content is not text", found=str(spec)[:80])
+        raise UsageError(f"a Replace {kind} whose pattern or content is not text", found=str(spec)[:80])
     if "String" in pattern:
         return lambda text: text.replace(pattern["String"], content)
     if "Regex" in pattern:
         regex = charclass.translate(pattern["Regex"])
         return lambda text: regex.sub(content.replace("\\", "\\\\"), text)
-    raise UsageError("a Replace normaliser without a String or Regex pattern", found=str(pattern)[:80])
+    raise UsageError(f"a Replace {kind} without a String or Regex pattern", found=str(pattern)[:80])
 
 
 def _strip(spec: dict):
@@ -99,7 +100,7 @@ NORMALIZERS = {
     "Lowercase": lambda spec: lowercase,
     "StripAccents": lambda spec: strip_accents,
     "BertNormalizer": _bert,
-    "Replace": _replace,
+    "Replace": replacer,
     "Prepend": lambda spec: (lambda text, p=spec.get("prepend", ""): p + text if text else text),
     "Strip": _strip,
     "Sequence": _sequence,
@@ -111,11 +112,17 @@ def unsupported(kind: str, name) -> UsageError:
                       "cannot encode with it (the vocabulary is still shown)")
 
 
+def pick(table: dict, kind: str, spec, default):
+    """The step a tokenizer.json part describes, from its table by "type" (`default` for null);
+    a type not in the table is refused by name."""
+    if spec is None:
+        return default
+    name = spec.get("type") if isinstance(spec, dict) else None
+    if name not in table:
+        raise unsupported(kind, name)
+    return table[name](spec)
+
+
 def build(spec: dict | None):
     """The normaliser a tokenizer.json `normalizer` describes (identity for null)."""
-    if spec is None:
-        return lambda text: text
-    kind = spec.get("type") if isinstance(spec, dict) else None
-    if kind not in NORMALIZERS:
-        raise unsupported("normaliser", kind)
-    return NORMALIZERS[kind](spec)
+    return pick(NORMALIZERS, "normaliser", spec, lambda text: text)

@@ -10,7 +10,7 @@ import functools
 
 from ..errors import UsageError
 from . import charclass
-from .normalize import is_whitespace, unsupported
+from .normalize import is_whitespace, pick, unsupported
 
 # GPT-2's byte-level pre-tokenizer regex (tokenizers byte_level.rs, as in openai/gpt-2 encoder.py).
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -34,6 +34,16 @@ def byte_chars() -> tuple[str, ...]:
 @functools.cache
 def char_bytes() -> dict[str, int]:
     return {ch: b for b, ch in enumerate(byte_chars())}
+
+
+def from_byte_chars(tokens: list[str]) -> str:
+    """Byte-level tokens back to text (tokenizers' ByteLevel decoder, llama.cpp's
+    llama_decode_text): a token with a character outside the table counts as its own UTF-8."""
+    table, data = char_bytes(), bytearray()
+    for t in tokens:
+        spelled = [table.get(ch) for ch in t]
+        data += t.encode("utf-8") if None in spelled else bytes(spelled)
+    return data.decode("utf-8", errors="replace")
 
 
 def to_byte_chars(text: str) -> str:
@@ -197,9 +207,4 @@ PRE_TOKENIZERS = {
 
 def build(spec: dict | None):
     """The pre-tokenizer a tokenizer.json `pre_tokenizer` describes (one piece for null)."""
-    if spec is None:
-        return lambda pieces: pieces
-    kind = spec.get("type") if isinstance(spec, dict) else None
-    if kind not in PRE_TOKENIZERS:
-        raise unsupported("pre-tokenizer", kind)
-    return PRE_TOKENIZERS[kind](spec)
+    return pick(PRE_TOKENIZERS, "pre-tokenizer", spec, lambda pieces: pieces)
