@@ -167,7 +167,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # the Unicode classes are built once per process (charclass.py): paid by the first build
         start = time.perf_counter()
-        from tensorloupe.tokens import charclass
+        from tensorloupe.tokens.codec import charclass
         charclass.translate(QWEN2)
         print(f"\nUnicode classes for the pre-tokenizer regex, once per process: "
               f"{(time.perf_counter() - start) * 1000:.0f} ms")

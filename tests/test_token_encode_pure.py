@@ -61,7 +61,7 @@ def test_cli_encode_json_gives_the_recorded_ids(capsys):
 
 def test_an_unknown_property_in_a_regex_is_refused_by_name():
     from tensorloupe.errors import UsageError
-    from tensorloupe.tokens import charclass
+    from tensorloupe.tokens.codec import charclass
     with pytest.raises(UsageError, match=r"\\p\{Han\}"):
         charclass.translate(r"\p{Han}+")
     with pytest.raises(UsageError, match=r"uses \\b"):

@@ -12,8 +12,8 @@ Safetensors and PyTorch checkpoints keep it beside them, as Hugging Face `tokeni
 Tokens are shown with invisible characters made visible (vocab.shown).
 
 Text -> ids and back (`Vocabulary.encode` / `decode`, `tokens --encode/--decode`, the Tokens
-tab): encoder.py, built from tokenizer.json by hf_encoder.py and from GGUF metadata by
-gguf_encoder.py, in pure Python.
+tab): codec/, in pure Python, built from tokenizer.json (codec/from_json.py) or from GGUF
+metadata (codec/from_gguf.py).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ class GgufVocabulary(Vocabulary):
         Tokens tab again, or another Vocabulary of the same checkpoint, does not reread it)."""
         cached = getattr(self.ckpt, "_token_encoder", None)
         if cached is None:
-            from .gguf_encoder import from_gguf
+            from .codec.from_gguf import from_gguf
             cached = from_gguf(self.ckpt, self.size)
             self.ckpt._token_encoder = cached
         return cached

@@ -66,7 +66,7 @@ class JsonVocabulary(Vocabulary):
             raise UsageError(f"only {self.where[0].rsplit('/', 1)[-1]} is beside the model: encoding "
                              "needs tokenizer.json (its model, merges and pre-tokenizer)")
         if self._encoder is None:
-            from .hf_encoder import from_json
+            from .codec.from_json import from_json
             self._encoder = from_json(self.data, self.where[0].rsplit('/', 1)[-1])
         return self._encoder
 

@@ -6,7 +6,7 @@ refused by name: encoding must equal the `tokenizers` library's, or not happen.
 
 from __future__ import annotations
 
-from ..errors import LOW_LEVEL_ERRORS, FormatError, UsageError
+from ...errors import LOW_LEVEL_ERRORS, FormatError, UsageError
 from . import decoders, models, normalize, pretokenize
 from .encoder import Added, Encoder
 from .normalize import unsupported

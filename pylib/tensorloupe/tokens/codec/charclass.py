@@ -17,7 +17,7 @@ import re
 import sys
 import unicodedata
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 # Unicode White_Space (PropList.txt): what Oniguruma's and Rust's \s match.
 WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from ..errors import UsageError
+from ...errors import UsageError
 from . import charclass
 from .normalize import is_whitespace, pick, unsupported
 

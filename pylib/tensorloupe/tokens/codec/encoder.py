@@ -1,5 +1,5 @@
 """Text -> token ids and back, in pure Python, as the `tokenizers` library (tokenizer.json) and
-llama.cpp (GGUF vocabularies, gguf_encoder.py) do it:
+llama.cpp (GGUF vocabularies, from_gguf.py) do it:
 
 1. added tokens are cut out of the text first (tokenizers' AddedVocabulary: those with
    "normalized": false on the raw text, leftmost-longest, with lstrip/rstrip/single_word; the
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .normalize import is_whitespace
 
 MAX_TEXT = 1 << 20     # characters encoded at once (a pasted book is cut by the caller)
@@ -50,7 +50,7 @@ class Encoder:
     added: list[Added] = field(default_factory=list)
     prefix: list[int] = field(default_factory=list)   # ids the post-processor adds before ...
     suffix: list[int] = field(default_factory=list)   # ... and after one sequence
-    segment: Callable | None = None    # llama.cpp: encodes one raw-text fragment whole (gguf_encoder)
+    segment: Callable | None = None    # llama.cpp: encodes one raw-text fragment whole (from_gguf)
     longest_first: bool = False        # llama.cpp cuts added tokens out longest first, one by one
 
     def __post_init__(self):

@@ -18,8 +18,8 @@ from __future__ import annotations
 import unicodedata
 from typing import NamedTuple
 
-from ..errors import LOW_LEVEL_ERRORS, FormatError, UsageError
-from ..model import Checkpoint
+from ...errors import LOW_LEVEL_ERRORS, FormatError, UsageError
+from ...model import Checkpoint
 from . import charclass, models
 from .encoder import Added, Encoder
 from .normalize import is_cjk, is_whitespace, lowercase
@@ -72,7 +72,7 @@ def _length(ckpt: Checkpoint, name: str) -> int:
 
 
 def _whole(ckpt: Checkpoint, name: str, size: int | None = None) -> list:
-    from ..formats.gguf import reader as gguf   # GGUF checkpoints only
+    from ...formats.gguf import reader as gguf   # GGUF checkpoints only
     if KEY + name not in ckpt.metadata:
         return []
     return gguf.read_array(ckpt, KEY + name, 0, _length(ckpt, name) if size is None else size)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from ..errors import UsageError
+from ...errors import UsageError
 from . import charclass
 
 # The CJK ideograph blocks BertNormalizer pads with spaces (bert.rs is_chinese_char).

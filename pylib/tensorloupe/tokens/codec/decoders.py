@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .normalize import pick, replacer
 from .pretokenize import from_byte_chars
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 UNK_PENALTY = 10.0
 CACHE_LIMIT = 1 << 16
