@@ -237,3 +237,23 @@ def test_a_malformed_tokenizer_json_is_a_clear_error(tmp_path, capsys, change):
     model = _with_json(tmp_path / "t", broken)
     code, _, err = run(capsys, model, "--encode", "hello")
     assert code in (2, 3) and "Traceback" not in err and err.strip(), err
+
+
+def test_the_page_op_answers_as_the_cli(capsys):
+    """The Tokens tab's Encode / decode card (op tokens_encode) gives what `tokens --encode
+    --decode --json` prints, and keeps the GGUF encoder across calls."""
+    from tensorloupe.web.handlers import Session
+    path = OUT / "qwen2.gguf"
+    s = Session()
+    s.handle("open", {"path": str(path)})
+    text = "Hi <|im_start|>user\n你好 😀<|im_end|>"
+    page, _ = s.handle("tokens_encode", {"text": text, "ids": "1, 2, 300"})
+    assert main(["tokens", str(path), "--encode", text, "--decode", "1, 2, 300", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("ids", "pieces", "text", "decode_pieces", "count"):
+        assert page[key] == doc[key], key
+    encoder = s._vocabulary().encoder()
+    plain, _ = s.handle("tokens_encode", {"text": text, "special": False})
+    assert s._vocabulary().encoder() is encoder and plain["ids"] == doc["ids"]   # no BOS for qwen2
+    with pytest.raises(UsageError, match="a text to encode or ids"):
+        s.handle("tokens_encode", {})

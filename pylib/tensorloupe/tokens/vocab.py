@@ -65,7 +65,7 @@ class Vocabulary:
         raise NotImplementedError
 
     def encoder(self):
-        """The Encoder (encoder.py) for this tokenizer, built once (it needs the whole
+        """The Encoder (codec/encoder.py) for this tokenizer, built once (it needs the whole
         vocabulary: a GGUF one is read in full the first time)."""
         raise NotImplementedError
 
