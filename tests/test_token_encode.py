@@ -12,6 +12,7 @@ held to tokenizers on the same vocabulary, except where llama.cpp differs from i
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from pathlib import Path
 
@@ -205,8 +206,8 @@ def test_a_part_not_implemented_is_refused_by_name(tmp_path, capsys, change, nam
     """Never a silently different tokenisation: the CLI says which part, exit 2."""
     model = _with_json(tmp_path / "t", change)
     code, _, err = run(capsys, model, "--encode", "hello")
-    assert code == 2 and "not implemented" in err or "does not implement" in err
-    assert named.replace("\\\\", "\\") in err or __import__("re").search(named, err), err
+    assert code == 2 and ("not implemented" in err or "does not implement" in err), err
+    assert re.search(named, err), err
     code, doc, _ = run(capsys, model, "--json")     # the vocabulary pages still work
     assert code == 0 and doc["count"] > 0
 
@@ -257,3 +258,16 @@ def test_the_page_op_answers_as_the_cli(capsys):
     assert s._vocabulary().encoder() is encoder and plain["ids"] == doc["ids"]   # no BOS for qwen2
     with pytest.raises(UsageError, match="a text to encode or ids"):
         s.handle("tokens_encode", {})
+
+
+def test_added_token_options_match_tokenizers():
+    """single_word, lstrip/rstrip and normalized added tokens, cut out as tokenizers does."""
+    from tokenizers import AddedToken
+    from tensorloupe.tokens.codec.from_json import from_json
+    oracle = Tokenizer.from_file(str(OUT / "gpt2" / "tokenizer.json"))
+    oracle.add_tokens([AddedToken("cat", single_word=True), AddedToken("dog", normalized=True),
+                       AddedToken("<mask>", lstrip=True, rstrip=True, special=True)])
+    ours = from_json(json.loads(oracle.to_str()))
+    for text in ("cat concat cat_ cat! (cat) 2cat über cat", "a <mask> b  <mask>\n x  <mask>",
+                 "hotdog dog catdog <mask><mask>"):
+        assert ours.encode(text) == oracle.encode(text).ids, text
