@@ -3,7 +3,9 @@
 // special tokens, chat template, and the vocabulary one page at a time, or the tokens matching a
 // search by text or id. The worker decodes only the page asked for (request("tokens", {start,
 // count} | {find, count})): the same answer as `tensorloupe tokens FILE --json`. Nothing is asked
-// until the tab is first shown.
+// until the tab is first shown. The "Encode / decode" card turns text into token ids and ids
+// into text (request("tokens_encode", {text} | {ids}, special)), as `tokens --encode/--decode`;
+// the worker builds the encoder on the first use and keeps it with the model.
 
 import {clear, el} from "./dom.js";
 import {dropPath, grouped} from "./format.js";
@@ -18,6 +20,7 @@ let generation = 0;     // one per opened model: late replies for an older model
 let wanted = false;     // the model has a tokenizer; loaded once the tab is shown
 let loaded = false;
 let start = 0;
+let codec = null;       // the Encode / decode card: kept across pages of the vocabulary
 
 export function mount(container, context) {
   panel = container;
@@ -33,8 +36,10 @@ export function show(model) {
   wanted = available(model);
   loaded = false;
   start = 0;
+  codec = null;
   clear(panel);
   if (!wanted) return;
+  codec = codecCard();
   panel.append(el("p", {class: "muted", id: "tokens-loading", text: "Reading the tokenizer…"}));
   if (!panel.hidden) relayout();   // the tab is showing already: the first page now
 }
@@ -118,6 +123,7 @@ function render(doc) {
   const typed = doc.types !== false;
   clear(panel).append(
     summaryCard(doc),
+    codec,
     el("section", {class: "card", id: "vocabulary"},
       el("h3", {text: "Vocabulary"}),
       el("div", {class: "token-controls"}, prev, el("label", {}, "from id ", startInput), next, find),
@@ -135,4 +141,66 @@ function render(doc) {
           el("td", {}, el("code", {class: "token", text: t.shown})),
           typed ? el("td", {text: t.type ?? ""}) : null,
           scored ? el("td", {class: "num", text: t.score === null || t.score === undefined ? "" : String(t.score)}) : null))))));
+}
+
+// Encode: the ids (a line to copy) and each token made visible; Decode: the text of ids typed as
+// "1, 2, 3". Errors (an id outside the vocabulary, a tokenizer part not implemented) are shown
+// in the card, by name.
+function codecCard() {
+  const text = el("textarea", {id: "encode-text", rows: "3", placeholder: "text to encode",
+                               "aria-label": "Text to encode"});
+  const special = el("input", {type: "checkbox", id: "encode-special", checked: true});
+  const ids = el("input", {type: "text", id: "decode-ids", placeholder: "ids to decode: 1, 2, 3",
+                           "aria-label": "Token ids to decode"});
+  const problem = el("p", {class: "problem", id: "codec-problem", hidden: true});
+  const encoded = el("div", {id: "encoded", hidden: true});
+  const decoded = el("div", {id: "decoded", hidden: true});
+  const mine = generation;
+  async function run(args, label) {
+    problem.hidden = true;
+    try {
+      const {result} = await ctx.request("tokens_encode", {...args, special: special.checked}, {label});
+      if (mine !== generation) return null;
+      return result;
+    } catch (error) {
+      if (mine !== generation) return null;
+      problem.textContent = error.message;
+      problem.hidden = false;
+      problem.dataset.seq = String(Number(problem.dataset.seq || 0) + 1);
+      return null;
+    }
+  }
+  const encode = el("button", {type: "button", class: "button", id: "encode-button", text: "Encode",
+    onclick: async () => {
+      const result = await run({text: text.value}, "Encoding…");
+      if (!result) return;
+      clear(encoded).append(
+        el("p", {class: "small muted", id: "encoded-count",
+                 text: `${grouped(result.characters)} characters → ${grouped(result.count)} token${result.count === 1 ? "" : "s"}`}),
+        el("pre", {id: "encoded-ids", class: "ids", text: result.ids.join(", ")}),
+        el("div", {id: "encoded-pieces", class: "pieces"}, result.pieces.map((p, i) =>
+          el("code", {class: "token", dataset: {id: String(result.ids[i])}, title: `id ${result.ids[i]}`, text: p}))));
+      encoded.hidden = false;
+      encoded.dataset.seq = String(Number(encoded.dataset.seq || 0) + 1);
+    }});
+  const decode = el("button", {type: "button", class: "button", id: "decode-button", text: "Decode",
+    onclick: async () => {
+      const result = await run({ids: ids.value}, "Decoding…");
+      if (!result) return;
+      clear(decoded).append(el("pre", {id: "decoded-text", class: "decoded", text: result.text}));
+      decoded.hidden = false;
+      decoded.dataset.seq = String(Number(decoded.dataset.seq || 0) + 1);
+    }});
+  text.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) encode.click();
+  });
+  ids.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") decode.click();
+  });
+  return el("section", {class: "card", id: "codec"}, el("h3", {text: "Encode / decode"}),
+    text, el("div", {class: "token-controls"}, encode,
+      el("label", {}, special, " special tokens (added around the text: BOS, [CLS] … [SEP]; kept in decoded text)")),
+    encoded,
+    el("div", {class: "token-controls"}, ids, decode),
+    decoded, problem);
 }

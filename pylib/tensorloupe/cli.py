@@ -203,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--find", help="tokens containing this text (or, if a number, that token id)")
     p.add_argument("--start", type=int, default=0, help="first token id of the page (default 0)")
     p.add_argument("--count", type=int, help="tokens per page (default: one page, as the Tokens tab shows)")
+    p.add_argument("--encode", metavar="TEXT", help="the token ids of TEXT (and each token shown)")
+    p.add_argument("--decode", metavar="IDS", help="the text of token ids (\"1,2,3\")")
+    p.add_argument("--no-special", action="store_true", help="--encode: without the tokens the "
+                   "tokenizer adds around a text (BOS, [CLS]/[SEP]); --decode: leave special tokens out")
     p.add_argument("--json", action="store_true", help=json_help)
     p.set_defaults(run=run_tokens)
 
@@ -488,6 +492,14 @@ def run_tokens(args) -> int:
     target = resolve(args.items)
     with open_checkpoint(target.files, follow_redirects=target.follows(args.follow_redirects)) as ckpt:
         vocab = tokens.vocabulary(ckpt, target.files)
+        if args.encode is not None or args.decode is not None:
+            doc = {**vocab.summary(), **tokens.encode_and_decode(vocab, args.encode, args.decode,
+                                                                  not args.no_special)}
+            if args.json:
+                _emit(doc)
+            else:
+                tokens_text.print_encoding(doc)
+            return EXIT_OK
         if args.find is not None:
             out = vocab.search(args.find, args.count or DEFAULT_PAGE)
         else:

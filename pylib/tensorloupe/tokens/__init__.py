@@ -10,6 +10,10 @@ Safetensors and PyTorch checkpoints keep it beside them, as Hugging Face `tokeni
 `tokenizer_config.json` (hf.py), read whole but bounded (opening/beside.py).
 
 Tokens are shown with invisible characters made visible (vocab.shown).
+
+Text -> ids and back (`Vocabulary.encode` / `decode`, `tokens --encode/--decode`, the Tokens
+tab): codec/, in pure Python, built from tokenizer.json (codec/from_json.py) or from GGUF
+metadata (codec/from_gguf.py).
 """
 
 from __future__ import annotations
@@ -56,3 +60,30 @@ def vocabulary(ckpt: Checkpoint, files: list | None = None) -> Vocabulary:
             f"there is no {beside.TOKENIZER_NAME} or {beside.TOKENIZER_CONFIG_NAME} beside it"
         raise UsageError(f"no tokenizer: {where}", file=ckpt.name)
     return JsonVocabulary(found, config)
+
+
+def parse_ids(text) -> list[int]:
+    """Token ids as the user gives them: "1,2,3", "1 2 3", "[1, 2, 3]" or a list of ints."""
+    if isinstance(text, list):
+        items = text
+    elif isinstance(text, str):
+        items = [t for t in text.replace(",", " ").strip("[] \t\n").split() if t]
+    else:
+        raise UsageError("token ids must be given as text (\"1,2,3\") or a list", found=type(text).__name__)
+    ids = []
+    for item in items:
+        if isinstance(item, bool) or not (isinstance(item, int) or (isinstance(item, str) and item.isdigit())):
+            raise UsageError("token ids must be whole numbers >= 0, separated by commas or spaces",
+                             found=str(item)[:40])
+        ids.append(int(item))
+    return ids
+
+
+def encode_and_decode(vocab: Vocabulary, text: str | None, ids, add_special: bool = True) -> dict:
+    """What `tokens --encode/--decode` and the Tokens tab's boxes show (either or both)."""
+    out: dict = {}
+    if text is not None:
+        out.update(vocab.encoding(text, add_special))
+    if ids is not None:
+        out.update(vocab.decoding(parse_ids(ids), skip_special=not add_special))
+    return out

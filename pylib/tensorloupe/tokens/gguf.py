@@ -27,6 +27,16 @@ class GgufVocabulary(Vocabulary):
         self.size = len(tokens) if isinstance(tokens, list) else int(tokens["length"])
         self.has_scores, self.has_types = SCORES in meta, TYPES in meta
 
+    def encoder(self):
+        """Built from the whole vocabulary, once per checkpoint (kept on it: opening the
+        Tokens tab again, or another Vocabulary of the same checkpoint, does not reread it)."""
+        cached = getattr(self.ckpt, "_token_encoder", None)
+        if cached is None:
+            from .codec.from_gguf import from_gguf
+            cached = from_gguf(self.ckpt, self.size)
+            self.ckpt._token_encoder = cached
+        return cached
+
     def _array(self, key: str, start: int, count: int) -> list:
         from ..formats.gguf import reader as gguf   # GGUF checkpoints only (it brings the ggml codecs)
         return gguf.read_array(self.ckpt, key, start, count)

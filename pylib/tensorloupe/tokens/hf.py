@@ -12,7 +12,7 @@ Both are already parsed (bounded) by opening/beside.py; this only reads them.
 from __future__ import annotations
 
 from ..opening.beside import Found
-from ..errors import FormatError
+from ..errors import FormatError, UsageError
 from .vocab import MAX_TEMPLATE, Vocabulary, entry
 
 # Ids are dense in real tokenizers (a few unused slots at most); a file whose ids are mostly holes
@@ -27,6 +27,7 @@ class JsonVocabulary(Vocabulary):
     def __init__(self, tokenizer: Found, config: Found):
         self.where = [f.where for f in (tokenizer, config) if f.data is not None]
         data, self.config = tokenizer.data or {}, config.data or {}
+        self.data, self._encoder = tokenizer.data, None
         model = data.get("model") if isinstance(data.get("model"), dict) else {}
         self.model_type = model.get("type") if isinstance(model.get("type"), str) else None
         self.tokens: dict[int, str] = {}
@@ -59,6 +60,15 @@ class JsonVocabulary(Vocabulary):
             raise FormatError(f"token ids go up to {self.size - 1:,} for only {len(self.tokens):,} "
                               "tokens", file=self.where[0].rsplit("/", 1)[-1])
         self.ids = {t: i for i, t in self.tokens.items()}
+
+    def encoder(self):
+        if self.data is None:
+            raise UsageError(f"only {self.where[0].rsplit('/', 1)[-1]} is beside the model: encoding "
+                             "needs tokenizer.json (its model, merges and pre-tokenizer)")
+        if self._encoder is None:
+            from .codec.from_json import from_json
+            self._encoder = from_json(self.data, self.where[0].rsplit('/', 1)[-1])
+        return self._encoder
 
     def _entries(self, start: int, count: int) -> list[dict]:
         return [entry(i, self.tokens.get(i, ""), self.kinds.get(i, "normal" if i in self.tokens else "missing"),

@@ -9,9 +9,10 @@ SentencePiece's U+2581 (▁) and byte-level BPE's Ġ are ordinary characters and
 
 from __future__ import annotations
 
+import contextlib
 import unicodedata
 
-from ..errors import UsageError
+from ..errors import LOW_LEVEL_ERRORS, FormatError, UsageError
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 5000
@@ -41,6 +42,17 @@ def entry(token_id: int, token, kind=None, score=None) -> dict:
     return {"id": token_id, "token": text, "shown": shown(text), "type": kind, "score": score}
 
 
+@contextlib.contextmanager
+def _as_format_error(vocab):
+    """What a tokenizer file holds is data: a value of a shape the builders did not foresee is the
+    file's error, never a traceback."""
+    try:
+        yield
+    except LOW_LEVEL_ERRORS + (AttributeError,) as e:
+        raise FormatError(f"the tokenizer cannot encode or decode this: a value in it has the wrong "
+                          f"shape ({type(e).__name__})", file=vocab.summary().get("source")) from e
+
+
 class Vocabulary:
     """Common paging and search over `size` tokens; subclasses give `_entries(start, count)`."""
 
@@ -51,6 +63,36 @@ class Vocabulary:
 
     def summary(self) -> dict:
         raise NotImplementedError
+
+    def encoder(self):
+        """The Encoder (codec/encoder.py) for this tokenizer, built once (it needs the whole
+        vocabulary: a GGUF one is read in full the first time)."""
+        raise NotImplementedError
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """`text` as token ids, as the `tokenizers` library / llama.cpp encode it; with
+        `add_special` the ids the tokenizer adds around a sequence (BOS, [CLS] ... [SEP])."""
+        encoder = self.encoder()
+        with _as_format_error(self):
+            return encoder.encode(text, add_special)
+
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """Token ids as text (special tokens kept unless `skip_special`)."""
+        encoder = self.encoder()
+        with _as_format_error(self):
+            return encoder.decode(list(ids), skip_special)
+
+    def encoding(self, text: str, add_special: bool = True) -> dict:
+        """What `tokens --encode` and the Tokens tab show: the ids and each token made visible."""
+        ids = self.encode(text, add_special)
+        pieces = self.encoder().pieces(ids)
+        return {"encode": text, "ids": ids, "pieces": [shown(p) for p in pieces],
+                "count": len(ids), "characters": len(text)}
+
+    def decoding(self, ids: list[int], skip_special: bool = False) -> dict:
+        text = self.decode(ids, skip_special)
+        return {"decode": list(ids), "text": text,
+                "decode_pieces": [shown(p) for p in self.encoder().pieces(list(ids))]}
 
     def page(self, start: int, count: int = DEFAULT_PAGE) -> dict:
         if start < 0 or count < 0:

@@ -48,12 +48,27 @@ class ModelOps:
                              found=cache_type)
         return self.architecture_payload(context, cache_type), []
 
-    def op_tokens(self, args):
-        """A page of the vocabulary (`start`, `count`) or a search (`find`), with the summary."""
+    def _vocabulary(self):
         ckpt = self.current()
         if self._vocab is None or self._vocab[0] is not ckpt:
             self._vocab = (ckpt, tokens.vocabulary(ckpt, self.opened_paths))
-        vocab = self._vocab[1]
+        return self._vocab[1]
+
+    def op_tokens_encode(self, args):
+        """The Tokens tab's Encode / Decode boxes: `text` -> ids and pieces, `ids` -> text, as
+        `tensorloupe tokens --encode/--decode --json` (`special`: false is --no-special). The
+        encoder is built on the first call and kept with the vocabulary."""
+        text, ids = args.get("text"), args.get("ids")
+        if text is not None and not isinstance(text, str):
+            raise UsageError("the text to encode must be a string", found=type(text).__name__)
+        if text is None and ids is None:
+            raise UsageError("give a text to encode or ids to decode")
+        return bounded(tokens.encode_and_decode(self._vocabulary(), text, ids,
+                                                args.get("special", True) is not False)), []
+
+    def op_tokens(self, args):
+        """A page of the vocabulary (`start`, `count`) or a search (`find`), with the summary."""
+        vocab = self._vocabulary()
         find = args.get("find")
         count = _whole(args.get("count", DEFAULT_PAGE), "count")
         if isinstance(find, str) and find != "":
