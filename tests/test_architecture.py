@@ -22,6 +22,9 @@ import torch_files
 
 
 def inspect(capsys, *args) -> dict:
+    # what ran before (building a model: transformers may import deepspeed, which prints its
+    # accelerator on stdout) is not the command's output
+    capsys.readouterr()
     assert main(["inspect", *map(str, args), "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
