@@ -135,7 +135,8 @@ def add_writing(p: argparse.ArgumentParser, verb: str) -> None:
     """The options every command that writes a checkpoint takes."""
     p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
     p.add_argument("--strict", action="store_true", help="write nothing if a tensor cannot be "
-                   "written (default: skip it, saying why, here and in __metadata__)")
+                   "written or its bytes fail to read (exit 3; default: skip it, saying why, "
+                   "here and in __metadata__)")
     p.add_argument("--allow-dangerous-file", action="store_true",
                    help=f"{verb} a file whose pickle names a dangerous global (it is never run)")
 
@@ -413,9 +414,12 @@ def run_convert(args) -> int:
         if not args.dry_run:
             try:
                 with progress_line(args, args.command) as meter:
-                    writer.write(ckpt, out, entries, size, __version__, meter, extra)
+                    writer.write(ckpt, out, entries, size, __version__, meter, extra,
+                                 args.strict, skipped)
             except OSError as e:   # where OUT cannot be (a folder, no permission, disk full)
                 raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+            where = writer.without(where, skipped)
+            entries = [e for _, s in where.files for e in s.entries]
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
                         entries, args.dry_run)
         text.print_left_out(text.left_out(ckpt, too_long, skipped), sys.stdout)
@@ -464,9 +468,12 @@ def run_prune(args) -> int:
         if not args.dry_run:
             try:
                 with progress_line(args, args.command) as meter:
-                    folder.write_model(ckpt, out, entries, result.config, size, __version__, meter, extra)
+                    folder.write_model(ckpt, out, entries, result.config, size, __version__, meter,
+                                       extra, args.strict, skipped)
             except OSError as e:
                 raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+            where = writer.without(where, skipped)
+            entries = [e for _, s in where.files for e in s.entries]
         text.print_prune(result.kept, result.dropped, result.config)
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
                         entries, args.dry_run)
