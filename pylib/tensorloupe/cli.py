@@ -393,23 +393,19 @@ def run_inspect(args) -> int:
 
 
 def run_convert(args) -> int:
-    from .writing import hfnames, plan, safetensors as writer, text
+    from .writing import options, plan, safetensors as writer, text
     if len(args.items) < 2:
         raise UsageError("give the checkpoint file(s), then OUT")
     *items, out = args.items
     size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
     names = getattr(args, "names", None)
-    with open_files(items, args) as ckpt:
-        if _refused(ckpt, args):
+    choice = options.Choice(args.dtype, args.hf_names,
+                            [n for n in names.split(",") if n] if names else None,
+                            getattr(args, "match", None))
+    with open_files(items, args) as opened:
+        if _refused(opened, args):
             return EXIT_DANGEROUS
-        extra: dict[str, str] = {}
-        if args.hf_names:
-            renamed = hfnames.hf_tensors(ckpt)
-            ckpt.replace_tensors(renamed.tensors)
-            extra.update(hfnames.metadata(renamed))
-        chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
-                             getattr(args, "match", None))
-        entries, skipped, too_long = _entries(ckpt, chosen, args, extra)
+        ckpt, entries, skipped, too_long, extra, _ = options.choose(opened, choice, args.strict)
         where = writer.layout(ckpt, out, entries, size, __version__, extra)
         if not args.dry_run:
             try:
@@ -424,11 +420,6 @@ def run_convert(args) -> int:
                         entries, args.dry_run)
         text.print_left_out(text.left_out(ckpt, too_long, skipped), sys.stdout)
     return EXIT_OK
-
-
-def _entries(ckpt: Checkpoint, tensors: list, args, extra: dict[str, str]):
-    from .writing import provenance
-    return provenance.described(ckpt, tensors, getattr(args, "dtype", None), args.strict, extra)
 
 
 def _refused(ckpt: Checkpoint, args) -> bool:
@@ -449,7 +440,7 @@ def _refused(ckpt: Checkpoint, args) -> bool:
 
 
 def run_prune(args) -> int:
-    from .writing import folder, plan, prune, safetensors as writer, text
+    from .writing import folder, options, plan, safetensors as writer, text
     if len(args.items) < 2:
         raise UsageError("give the checkpoint file(s), then the folder OUT")
     *items, out = args.items
@@ -460,9 +451,10 @@ def run_prune(args) -> int:
         if _refused(ckpt, args):
             return EXIT_DANGEROUS
         dequantise(ckpt, found.data, found.where)
-        result = prune.plan(ckpt, found.data, args.drop_experts, args.recommended, args.threshold)
-        extra = prune.metadata(result)
-        entries, skipped, too_long = _entries(ckpt, result.tensors, args, extra)
+        choice = options.Choice(drop=args.drop_experts, recommended=args.recommended,
+                                threshold=args.threshold)
+        _, entries, skipped, too_long, extra, result = options.choose(ckpt, choice, args.strict,
+                                                                      found.data)
         weights = folder.weights_target(out, size)
         where = writer.layout(ckpt, weights, entries, size, __version__, extra)
         if not args.dry_run:
