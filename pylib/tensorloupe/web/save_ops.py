@@ -16,6 +16,8 @@ time, never the file.
               read, {restart: true, failed: {name, why}}: the page drops what it wrote and calls
               save_begin again with retry, which leaves that tensor out with its reason in
               `__metadata__["skipped"]`, as `convert` does (a stream cannot rewrite its header);
+  save_recommended {threshold?} -> {drop: "L:E,..."}: the experts the Experts analysis finds
+              redundant (at `threshold`: the one the Experts tab shows), for the page's drop field;
   save_end    {} -> drops the write in progress (cancelled, or the page failed to write: a later
               save_chunk is refused).
 Opening another checkpoint ends a write in progress too.
@@ -161,6 +163,15 @@ class SaveOps:
             self.saving = None
         return {"file": file, "done": saving.done, "size": saving.size,
                 "finished": saving.finished}, [data]
+
+    def op_save_recommended(self, args):
+        from ..writing import prune
+        analysis = self.measured()
+        if args.get("threshold") is not None:
+            analysis = analysis.with_threshold(float(args["threshold"]))
+        drops = prune.recommended(analysis)
+        return {"drop": ",".join(f"{layer}:{e}" for layer, experts in sorted(drops.items())
+                                 for e in sorted(experts))}, []
 
     def op_save_end(self, args):
         ended, self.saving = self.saving is not None, None
