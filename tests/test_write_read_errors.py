@@ -129,3 +129,40 @@ def test_a_file_truncated_after_it_was_opened_skips_the_tensors_past_its_end(tmp
     got, meta = loaded(out)
     assert list(got) == ["first"] and torch.equal(got["first"], tensors["first"])
     assert "'last'" not in meta["skipped"] and '"last"' in meta["skipped"]
+
+
+def test_an_io_error_reading_the_source_is_a_skipped_tensor_not_a_write_failure(tmp_path, monkeypatch, capsys):
+    import errno
+    from tensorloupe.source import base
+    source = tmp_path / "src.safetensors"
+    g = torch.Generator().manual_seed(7)
+    tensors = {"a.ok": torch.randn(SHAPE, generator=g), "b.bad": torch.randn(SHAPE, generator=g)}
+    save_file(tensors, str(source))
+    with open(source, "rb") as f:
+        start = 8 + int.from_bytes(f.read(8), "little")
+        lo = start + json.loads(f.read(start - 8))["b.bad"]["data_offsets"][0]
+    real = base.OPEN_FILES.get
+
+    class Failing:   # the OS's answer to a read of a bad sector: EIO
+        def __init__(self, handle):
+            self.handle, self.at = handle, 0
+
+        def seek(self, offset, whence=0):
+            self.at = self.handle.seek(offset, whence)
+            return self.at
+
+        def read(self, n):
+            if self.at <= lo < self.at + n:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            data = self.handle.read(n)
+            self.at += len(data)
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+    monkeypatch.setattr(base.OPEN_FILES, "get", lambda s: Failing(real(s)))
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", str(source), str(out)]) == EXIT_OK
+    got, meta = loaded(out)
+    assert list(got) == ["a.ok"] and torch.equal(got["a.ok"], tensors["a.ok"])
+    assert "Input/output error" in meta["skipped"] and "cannot write" not in capsys.readouterr().err

@@ -10,7 +10,10 @@
 import {bytes} from "./format.js";
 import {pickTarget} from "./savetargets.js";
 
-const HOW = {folder: "saved into the folder", file: "saved", stream: "downloaded", blob: "downloaded"};
+// What the note says of each target (savetargets.js), so that the path taken is visible.
+const HOW = {folder: ["saved into the folder", ""], file: ["saved", ""],
+             stream: ["downloaded", " (streamed by the service worker)"],
+             blob: ["downloaded", " (held in this tab until the end: no service worker controls the page)"]};
 
 export class Cancelled extends Error {}
 
@@ -96,5 +99,6 @@ export function savedText(saved) {
   const skipped = plan.skipped.length ? `; skipped ${plan.skipped.map((s) => `${s.name} (${s.why})`).join(", ")}` : "";
   const pruned = plan.dropped ? `; experts dropped: ${Object.entries(plan.dropped).map(([l, e]) => `layer ${l}: ${e.join(", ")}`).join("; ")}` +
     (plan.config_left_out ? " (config.json not written: save into a folder for it)" : "") : "";
-  return `${HOW[how]} ${names}: ${plan.tensors} tensors, ${bytes(plan.size)}${skipped}${pruned}`;
+  const [verb, path] = HOW[how];
+  return `${verb} ${names}: ${plan.tensors} tensors, ${bytes(plan.size)}${path}${skipped}${pruned}`;
 }

@@ -135,6 +135,7 @@ def test_save_as_streams_a_download_through_the_service_worker(saving, files, fl
     assert_same(load(data), torch.load(files["torch"], weights_only=True))
     note = wait_saved(app)
     assert note.startswith("downloaded model.safetensors: 4 tensors")
+    assert "(streamed by the service worker)" in note
     assert app.page.get_attribute("#save-note", "data-how") == "stream"
 
 
@@ -144,6 +145,7 @@ def test_without_a_service_worker_the_download_is_a_blob(saving, files, flags):
     app.open_file(files["torch"])
     data = downloaded(app)
     assert_same(load(data), torch.load(files["torch"], weights_only=True))
+    assert "no service worker controls the page" in app.page.inner_text("#save-note")
     assert app.page.get_attribute("#save-note", "data-how") == "blob"
 
 

@@ -109,6 +109,20 @@ def test_a_prune_writes_the_cli_s_weights(tmp_path):
         call(opened(src), "save_begin", drop="recommended")
 
 
+def test_the_experts_recommendation_fills_the_drops_prune_recommended_takes(tmp_path):
+    from tensorloupe.moe.redundancy import analyse
+    src = OUT / "demo-moe.safetensors"
+    s = opened(src)
+    with pytest.raises(UsageError, match="no expert analysis has finished"):
+        call(s, "save_recommended")
+    s.analysis = analyse(s.current())            # what the Experts tab's job leaves (moe_ops)
+    drop = call(s, "save_recommended", threshold=0.9)[0]["drop"]
+    assert drop == ",".join(f"{layer}:{e}" for layer in range(4) for e in (4, 5, 6, 7))   # the noisy copies
+    _, files, _ = saved(s, drop=drop, folder=True)
+    assert main(["prune", str(src), str(tmp_path / "cli"), "--recommended"]) == 0
+    assert files["model.safetensors"] == (tmp_path / "cli" / "model.safetensors").read_bytes()
+
+
 def test_a_failed_read_starts_again_without_the_tensor_as_convert_skips_it(tmp_path, monkeypatch):
     g = torch.Generator().manual_seed(3)
     src = tmp_path / "src.safetensors"
