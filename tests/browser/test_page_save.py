@@ -12,6 +12,7 @@ One page for the module; every request it makes stays on 127.0.0.1."""
 
 import base64
 import json
+import re
 
 import gguf
 import numpy as np
@@ -258,6 +259,60 @@ def test_cancel_during_a_folder_save_removes_the_files_it_wrote(saving, files, f
     app.page.wait_for_selector("#save-note[data-state=cancelled]", timeout=STEP_TIMEOUT_MS)
     left = app.page.evaluate("() => ({files: Object.keys(window.__folder.files), aborted: window.__folder.aborted})")
     assert left == {"files": [], "aborted": 1}
+
+
+def serve_failing(context, url: str, data: bytes, broken: tuple[int, int]) -> None:
+    """`url` answered from `data` with Range, as a server does; a range that reaches into
+    `broken` gets a 500 (a server that fails on part of a file)."""
+    def handle(route, request):
+        found = re.fullmatch(r"bytes=(\d+)-(\d*)", request.headers.get("range") or "")
+        if not found:
+            return route.fulfill(status=200, body=data, headers={"Accept-Ranges": "bytes"})
+        a = int(found[1])
+        b = min(int(found[2]) if found[2] else len(data) - 1, len(data) - 1)
+        if a < broken[1] and b >= broken[0]:
+            return route.fulfill(status=500, body="storage error")
+        route.fulfill(status=206, body=data[a:b + 1], headers={
+            "Accept-Ranges": "bytes", "Content-Range": f"bytes {a}-{b}/{len(data)}",
+            "Content-Type": "application/octet-stream"})
+    context.route(url, handle)
+
+
+def test_a_tensor_the_server_fails_to_send_is_skipped_and_the_save_starts_again(saving, tmp_path):
+    from safetensors.torch import save as save_bytes
+    app = saving
+    g = torch.Generator().manual_seed(9)
+    tensors = {"a.first": torch.randn(256, 512, generator=g), "b.broken": torch.randn(256, 512, generator=g),
+               "c.last": torch.randn(64, generator=g)}
+    data = save_bytes(tensors)
+    start = 8 + int.from_bytes(data[:8], "little")
+    lo, hi = (start + o for o in json.loads(data[8:start])["b.broken"]["data_offsets"])
+    url = app.base_url + "files/failing.safetensors"
+    serve_failing(app.page.context, url, data, (lo, hi))
+    before = app.opened()
+    app.page.fill("#url-input", url)
+    app.page.press("#url-input", "Enter")
+    app.wait_model("failing.safetensors", before)
+    downloads = []
+
+    def keep(download):
+        downloads.append(download)
+    app.page.on("download", keep)
+    click_save(app)
+    wait_saved(app)
+    app.page.remove_listener("download", keep)
+    # the stream that met the failure was aborted (its header was sent: it cannot be mended);
+    # the second is the file without the tensor
+    assert len(downloads) == 2 and downloads[0].failure() is not None
+    written = downloads[1].path().read_bytes()
+    got = load(written)
+    assert sorted(got) == ["a.first", "c.last"]
+    for name in got:
+        assert torch.equal(got[name], tensors[name]), name
+    n = int.from_bytes(written[:8], "little")
+    skipped = json.loads(written[8:8 + n])["__metadata__"]["skipped"]
+    assert skipped.startswith('{"b.broken": "its bytes could not be read')
+    assert "skipped b.broken (its bytes could not be read" in app.page.inner_text("#save-note")
 
 
 def test_a_dangerous_file_is_saved_only_after_the_user_confirms(saving, files):
