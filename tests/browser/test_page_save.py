@@ -209,6 +209,25 @@ def test_experts_typed_are_dropped_as_prune_drops_them(saving, demo_path, flags,
     assert "experts dropped: layer 0: 1, 2" in note
 
 
+def test_the_experts_tab_s_recommendation_is_dropped_as_prune_recommended_drops_it(saving, demo_path, flags, tmp_path):
+    app = saving
+    flags(useFolder=True)
+    app.ensure_open(demo_path)
+    app.tab("moe")
+    app.page.wait_for_selector("#moe-cost[data-total-bytes]", timeout=STEP_TIMEOUT_MS)
+    app.page.click("#moe-run")
+    app.page.wait_for_selector("#redundancy[data-state=done]", timeout=STEP_TIMEOUT_MS)
+    app.wait_idle()
+    app.tab("summary")
+    app.page.click("#save-recommended")
+    app.page.wait_for_function("() => document.getElementById('save-drop').value !== ''")
+    assert app.page.input_value("#save-drop") == ",".join(f"{layer}:{e}" for layer in range(4) for e in (4, 5, 6, 7))
+    app.page.click("#save-safetensors")
+    wait_saved(app)
+    cli("prune", demo_path, tmp_path / "cli", "--recommended")
+    assert folder_files(app) == {"model.safetensors": (tmp_path / "cli" / "model.safetensors").read_bytes()}
+
+
 def test_a_gguf_without_experts_cannot_be_pruned(saving, files):
     app = saving
     app.open_file(files["gguf"])
