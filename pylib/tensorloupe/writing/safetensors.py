@@ -12,9 +12,9 @@ No output may be one of the input files.
 
 A tensor whose bytes fail to read while it is written (a shard truncated since it was opened, a
 server that stops answering) is left out: the file is cut back to where it began and the rest
-follow; at the end every file of the set gets the header of what it holds, with the tensor and its
-reason in `__metadata__["skipped"]` (rewrite.py). With `strict`, the first such failure ends the
-write and nothing is left behind.
+follow; at the end each file that lost a tensor gets the header of what it holds, with the tensor
+and its reason in `__metadata__["skipped"]`, as the index's metadata has them (rewrite.py). With
+`strict`, the first such failure ends the write and nothing is left behind.
 """
 
 from __future__ import annotations
