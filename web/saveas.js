@@ -22,10 +22,12 @@ export class Save {
   constructor(request) {
     this.request = request;
     this.cancelled = false;
+    this.out = null;          // the writer of the attempt under way
   }
 
   cancel() {
     this.cancelled = true;
+    this.out?.interrupt?.();
   }
 
   // Resolves to {how, plan, restarts} or "refused" (the user did not confirm a dangerous file)
@@ -64,6 +66,7 @@ export class Save {
   // One pass over the plan's files: "done", "cancelled", or the tensor whose read failed.
   async attempt(target, plan, note) {
     const out = await target.open(plan);
+    this.out = out;
     try {
       let done = 0;
       while (done < plan.size) {

@@ -9,7 +9,8 @@
 //           controls the page (the browser keeps a Blob's parts in its blob storage, which grows
 //           with the file).
 // A target is picked once (the user's picker), then opened for each attempt: open(plan) gives a
-// writer {write(file, chunk), close(), abort()}; abort removes what the attempt wrote.
+// writer {write(file, chunk), close(), abort(), interrupt?()}; abort removes what the attempt
+// wrote; interrupt ends a write that is waiting (the stream's).
 
 import {download, el} from "./dom.js";
 
@@ -105,6 +106,11 @@ function streamTarget(worker) {
       },
       async close() { port.postMessage({type: "end"}); },
       async abort() { port.postMessage({type: "abort"}); },   // the worker closes the port
+      // a cancel while write waits for the worker's ask (a stalled download): stop waiting
+      interrupt() {
+        stopped = stopped || new DOMException("the save was cancelled", "AbortError");
+        wake?.();
+      },
     };
   }};
 }
