@@ -166,3 +166,15 @@ def test_an_io_error_reading_the_source_is_a_skipped_tensor_not_a_write_failure(
     got, meta = loaded(out)
     assert list(got) == ["a.ok"] and torch.equal(got["a.ok"], tensors["a.ok"])
     assert "Input/output error" in meta["skipped"] and "cannot write" not in capsys.readouterr().err
+
+
+def test_when_every_read_fails_nothing_is_written_and_it_says_so(tmp_path):
+    source = tmp_path / "src.safetensors"
+    g = torch.Generator().manual_seed(8)
+    save_file({"a": torch.randn(SHAPE, generator=g), "b": torch.randn(SHAPE, generator=g)}, str(source))
+    out = tmp_path / "out.safetensors"
+    with tensorloupe.open(source) as ckpt:
+        os.truncate(source, 8 + ckpt.extras["header_bytes"])   # the header only: no tensor is left
+        with pytest.raises(tensorloupe.errors.UnsupportedError, match="no tensor could be written: 'b'"):
+            tensorloupe.write_safetensors(ckpt, out, strict=False)
+    assert sorted(os.listdir(tmp_path)) == ["src.safetensors"]

@@ -30,7 +30,7 @@ export class Save {
     this.out?.interrupt?.();
   }
 
-  // Resolves to {how, plan, restarts} or "refused" (the user did not confirm a dangerous file)
+  // Resolves to {how, plan, failed} (failed: the tensors a restart left out) or "refused" (the user did not confirm a dangerous file)
   // or "cancelled" (a picker closed, or cancel()); `options` are save_begin's (save_ops.py).
   async run(options, dangerous, note) {
     let allow = false;

@@ -38,7 +38,7 @@ def saved(session: Session, **args) -> tuple[dict, dict[str, bytes], int]:
     while True:
         result, buffers = call(session, "save_chunk")
         if result.get("restart"):
-            return saved(session, **args, retry=True)
+            return saved(session, **{**args, "retry": True})
         parts[result["file"]] += buffers[0]
         biggest = max(biggest, len(buffers[0]))
         if result["finished"]:
@@ -143,6 +143,16 @@ def test_a_failed_read_starts_again_without_the_tensor_as_convert_skips_it(tmp_p
     assert main(["convert", str(src), str(tmp_path / "cli.safetensors")]) == 0
     assert files["src-saved.safetensors"] == (tmp_path / "cli.safetensors").read_bytes()
     assert sorted(load(files["src-saved.safetensors"])) == ["a.first", "c.last"]
+
+
+def test_a_save_whose_every_read_fails_says_so(tmp_path, monkeypatch):
+    from tensorloupe.errors import UnsupportedError
+    src = tmp_path / "src.safetensors"
+    save_file({"a": torch.randn(256, 512), "b": torch.randn(256, 512)}, str(src))
+    s = opened(src)
+    monkeypatch.setattr(FileSource, "_read", lambda self, offset, n: b"")   # every read comes back empty
+    with pytest.raises(UnsupportedError, match="no tensor could be written"):
+        saved(s)
 
 
 def test_a_dangerous_file_is_saved_only_when_confirmed_and_a_save_can_end(tmp_path):

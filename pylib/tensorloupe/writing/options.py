@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from ..model import Checkpoint
 from . import hfnames, plan, provenance, prune
+from .rewrite import nothing_written
 from .plan import Entry
 
 
@@ -59,6 +60,8 @@ def choose(ckpt: Checkpoint, choice: Choice, strict: bool, config: dict | None =
     if failed:
         gone = {name for name, _ in failed}
         entries = [e for e in entries if e.tensor.name not in gone]
+        if not entries:           # as the CLI's write ends when every read failed
+            raise nothing_written(failed)
         skipped = [*skipped, *failed]
         extra.update(provenance.skipped_metadata(skipped))
     return Chosen(ckpt, entries, skipped, too_long, extra, pruned)

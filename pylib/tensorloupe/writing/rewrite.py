@@ -53,6 +53,13 @@ def failure(e: Entry, error: Exception) -> tuple[str, str]:
     return e.tensor.name, f"its bytes could not be read: {error}"
 
 
+def nothing_written(failed: list[tuple[str, str]]) -> UnsupportedError:
+    """The error of a write whose every tensor failed to read."""
+    name, why = failed[-1]
+    return UnsupportedError(f"no tensor could be written: {name!r} {why}"
+                            + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
+
+
 def write_entry(f: BinaryIO, e: Entry, chunks: Iterator[bytes], count: Counter, strict: bool,
                 skipped: list[tuple[str, str]]) -> bool:
     """Write one entry's chunks; False (the file cut back, the reason in `skipped`) if its read
@@ -82,8 +89,7 @@ def refit(written: list[Written], meta: dict[str, str], skipped: list[tuple[str,
     `__metadata__`. `temporaries` (temporary, final) is kept up to date, for the rename or the
     cleanup that follows."""
     if not any(w.shard.entries for w in written):
-        raise UnsupportedError(f"no tensor could be written: {skipped[-1][0]!r} {skipped[-1][1]}"
-                               + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
+        raise nothing_written(skipped)
     meta = {**meta, **skipped_metadata(skipped)}
     for w in written:
         if not w.lost:
