@@ -196,24 +196,31 @@ def test_each_option_writes_the_bytes_the_cli_writes(saving, files, flags, tmp_p
     assert data == (tmp_path / "cli.safetensors").read_bytes()
 
 
+def open_into_a_folder(app, flags, path, tab: str) -> None:
+    """Open `path` with the folder picker there (the form reads it), and show `tab`."""
+    flags(useFolder=True)
+    app.open_file(path)
+    app.tab(tab)
+
+
 def test_experts_typed_are_dropped_as_prune_drops_them(saving, demo_path, flags, tmp_path):
     app = saving
-    flags(useFolder=True)
-    app.open_file(demo_path)
-    app.tab("summary")
+    open_into_a_folder(app, flags, demo_path, "summary")
     app.page.wait_for_selector("#save-drop:not([disabled])", timeout=STEP_TIMEOUT_MS)
     click_save(app, drop="0:1,0:2")
-    note = wait_saved(app)
-    cli("prune", demo_path, tmp_path / "cli", "--drop-experts", "0:1,0:2")
+    assert "experts dropped: layer 0: 1, 2" in wait_saved(app)
+    assert_pruned_as_cli(app, demo_path, tmp_path, "--drop-experts", "0:1,0:2")
+
+
+def assert_pruned_as_cli(app, source, tmp_path, *options) -> None:
+    """The folder the page wrote holds the weights `prune` writes with these options."""
+    cli("prune", source, tmp_path / "cli", *options)
     assert folder_files(app) == {"model.safetensors": (tmp_path / "cli" / "model.safetensors").read_bytes()}
-    assert "experts dropped: layer 0: 1, 2" in note
 
 
 def test_the_experts_tab_s_recommendation_is_dropped_as_prune_recommended_drops_it(saving, demo_path, flags, tmp_path):
     app = saving
-    flags(useFolder=True)
-    app.ensure_open(demo_path)
-    app.tab("moe")
+    open_into_a_folder(app, flags, demo_path, "moe")
     app.page.wait_for_selector("#moe-cost[data-total-bytes]", timeout=STEP_TIMEOUT_MS)
     app.page.click("#moe-run")
     app.page.wait_for_selector("#redundancy[data-state=done]", timeout=STEP_TIMEOUT_MS)
@@ -224,8 +231,7 @@ def test_the_experts_tab_s_recommendation_is_dropped_as_prune_recommended_drops_
     assert app.page.input_value("#save-drop") == ",".join(f"{layer}:{e}" for layer in range(4) for e in (4, 5, 6, 7))
     app.page.click("#save-safetensors")
     wait_saved(app)
-    cli("prune", demo_path, tmp_path / "cli", "--recommended")
-    assert folder_files(app) == {"model.safetensors": (tmp_path / "cli" / "model.safetensors").read_bytes()}
+    assert_pruned_as_cli(app, demo_path, tmp_path, "--recommended")
 
 
 def test_a_gguf_without_experts_cannot_be_pruned(saving, files):
