@@ -1,68 +1,107 @@
-// "Save as safetensors…": the worker writes the open checkpoint with the CLI's writer
-// (tensorloupe/web/save_ops.py), a chunk per request, and the page streams each chunk on:
-// into the file the user picks (File System Access API: showSaveFilePicker, written as it comes)
-// where the browser has it, else into a Blob made of the chunks, offered as a download (the
-// browser keeps a Blob's parts in its own blob storage, on disk when large, not in this page's
-// heap). A file whose pickle is dangerous is saved only after the user confirms.
+// "Save as safetensors…": the worker writes the open checkpoint with the CLI's engine
+// (tensorloupe/web/save_ops.py), a chunk per request, and the page streams each chunk on to the
+// target the user picked (savetargets.js). Between chunks the page checks its cancel flag: a
+// cancel aborts the target (nothing is left: the picked file keeps what it held, a folder loses
+// the files this save wrote, a streamed download fails) and ends the worker's write. A tensor
+// whose bytes fail to read makes the worker answer "restart": the attempt is aborted and the save
+// starts again without that tensor (its reason in __metadata__ "skipped", as `convert` does).
+// A file whose pickle is dangerous is saved only after the user confirms.
 
-import {download} from "./dom.js";
 import {bytes} from "./format.js";
+import {pickTarget} from "./savetargets.js";
 
-const PICKER_TYPES = [{description: "safetensors", accept: {"application/octet-stream": [".safetensors"]}}];
+// What the note says of each target (savetargets.js), so that the path taken is visible.
+const HOW = {folder: ["saved into the folder", ""], file: ["saved", ""],
+             stream: ["downloaded", " (streamed by the service worker)"],
+             blob: ["downloaded", " (held in this tab until the end: no service worker controls the page)"]};
 
-// Where the chunks go: a writable file, or the parts of a Blob to download.
-async function sink(name) {
-  if (typeof window.showSaveFilePicker === "function") {
-    const handle = await window.showSaveFilePicker({suggestedName: name, types: PICKER_TYPES});
-    const writable = await handle.createWritable();
-    return {how: "file", write: (chunk) => writable.write(chunk), close: () => writable.close(),
-            abort: () => writable.abort()};
+export class Cancelled extends Error {}
+
+// One save; `cancel()` stops it between two chunks.
+export class Save {
+  constructor(request) {
+    this.request = request;
+    this.cancelled = false;
+    this.out = null;          // the writer of the attempt under way
   }
-  const parts = [];
-  return {how: "download", write: (chunk) => { parts.push(new Blob([chunk])); },
-          close: () => download(new Blob(parts, {type: "application/octet-stream"}), name),
-          abort: () => { parts.length = 0; }};
+
+  cancel() {
+    this.cancelled = true;
+    this.out?.interrupt?.();
+  }
+
+  // Resolves to {how, plan, failed} (failed: the tensors a restart left out) or "refused" (the user did not confirm a dangerous file)
+  // or "cancelled" (a picker closed, or cancel()); `options` are save_begin's (save_ops.py).
+  async run(options, dangerous, note) {
+    let allow = false;
+    if (dangerous) {
+      allow = window.confirm("The pickle of this file names a dangerous global. Its tensors are data " +
+                             "and the pickle is never run: save them as safetensors?");
+      if (!allow) return "refused";
+    }
+    const args = {...options, allow_dangerous: allow};
+    let plan = await this.begin(args);
+    let target;
+    try {
+      target = await pickTarget(plan.files[0].name, Boolean(options.folder));
+    } catch (error) {
+      await this.request("save_end", {}, {quiet: true});
+      if (error?.name === "AbortError") return "cancelled";    // the user closed the picker
+      throw error;
+    }
+    const failed = [];
+    for (;;) {
+      const outcome = await this.attempt(target, plan, note);
+      if (outcome === "cancelled") return "cancelled";
+      if (outcome === "done") return {how: target.how, plan, failed};
+      failed.push(outcome);                   // {name, why}: again without it
+      plan = await this.begin({...args, retry: true});
+    }
+  }
+
+  begin(args) {
+    return this.request("save_begin", args, {label: "Planning the safetensors file…"}).then((r) => r.result);
+  }
+
+  // One pass over the plan's files: "done", "cancelled", or the tensor whose read failed.
+  async attempt(target, plan, note) {
+    const out = await target.open(plan);
+    this.out = out;
+    try {
+      let done = 0;
+      while (done < plan.size) {
+        if (this.cancelled) throw new Cancelled();
+        const label = `Writing ${plan.files.length > 1 ? `${plan.files.length} files` : plan.files[0].name}: ` +
+                      `${bytes(done)} of ${bytes(plan.size)}`;
+        note.textContent = label;
+        note.dataset.progress = String(done);
+        const {result, buffers} = await this.request("save_chunk", {}, {label, quiet: true});
+        if (result.restart) {
+          await out.abort();
+          return result.failed;
+        }
+        if (this.cancelled) throw new Cancelled();
+        await out.write(result.file, buffers[0]);
+        done = result.done;
+      }
+      await out.close();
+      return "done";
+    } catch (error) {
+      await out.abort();
+      await this.request("save_end", {}, {quiet: true}).catch(() => {});
+      if (error instanceof Cancelled || error?.name === "AbortError") return "cancelled";
+      throw error;
+    }
+  }
 }
 
-// Save the open checkpoint; `note` shows how it went. Resolves to "saved", "cancelled" or
-// "refused" (the user did not confirm a dangerous file).
-export async function saveAs(request, dangerous, note) {
-  let allow = false;
-  if (dangerous) {
-    allow = window.confirm("The pickle of this file names a dangerous global. Its tensors are data " +
-                           "and the pickle is never run: save them as safetensors?");
-    if (!allow) return "refused";
-  }
-  const {result: plan, buffers} = await request("save_begin", {allow_dangerous: allow},
-                                                {label: "Planning the safetensors file…"});
-  let out;
-  try {
-    out = await sink(plan.file);
-  } catch (error) {
-    await request("save_end", {}, {quiet: true});
-    if (error?.name === "AbortError") return "cancelled";    // the user closed the picker
-    throw error;
-  }
-  try {
-    await out.write(buffers[0]);
-    let done = buffers[0].byteLength;
-    while (done < plan.size) {
-      const label = `Writing ${plan.file}: ${bytes(done)} of ${bytes(plan.size)}`;
-      note.textContent = label;
-      const {result, buffers: chunk} = await request("save_chunk", {}, {label});
-      await out.write(chunk[0]);
-      done = result.done;
-    }
-    await out.close();
-  } catch (error) {
-    await out.abort();
-    await request("save_end", {}, {quiet: true}).catch(() => {});
-    throw error;
-  }
+// What the note says of a finished save.
+export function savedText(saved) {
+  const {how, plan} = saved;
+  const names = plan.files.length > 1 ? `${plan.files.length} files (${plan.files.map((f) => f.name).join(", ")})` : plan.files[0].name;
   const skipped = plan.skipped.length ? `; skipped ${plan.skipped.map((s) => `${s.name} (${s.why})`).join(", ")}` : "";
-  note.textContent = `${out.how === "file" ? "saved" : "downloaded"} ${plan.file}: ` +
-    `${plan.tensors} tensors, ${bytes(plan.size)}${skipped}`;
-  note.dataset.state = "saved";
-  note.dataset.how = out.how;
-  return "saved";
+  const pruned = plan.dropped ? `; experts dropped: ${Object.entries(plan.dropped).map(([l, e]) => `layer ${l}: ${e.join(", ")}`).join("; ")}` +
+    (plan.config_left_out ? " (config.json not written: save into a folder for it)" : "") : "";
+  const [verb, path] = HOW[how];
+  return `${verb} ${names}: ${plan.tensors} tensors, ${bytes(plan.size)}${path}${skipped}${pruned}`;
 }

@@ -6,7 +6,7 @@ import {architectureCards} from "./architecture.js";
 import {pipelineCard} from "./pipeline.js";
 import {clear, download, el, fact} from "./dom.js";
 import {bytes, count, grouped} from "./format.js";
-import {saveAs} from "./saveas.js";
+import {saveForm, showExperts} from "./saveform.js";
 
 export const id = "summary";
 export const title = "Summary";
@@ -27,6 +27,7 @@ export function show(model) {
 export function details(model) {
   document.getElementById("architecture-pending")?.replaceWith(...architectureCards(model, ctx.request));
   modelParameters(model.architecture?.parameters);
+  showExperts(model);
 }
 
 // When the file stores more values than the model has parameters (buffers, training state, a tied
@@ -196,25 +197,11 @@ function exportTable(summary) {
     const {result} = await ctx.request("export_table", {format}, {label: "Writing the table…"});
     download(new Blob([result.text], {type: format === "csv" ? "text/csv" : "application/json"}), result.file);
   };
-  const note = el("p", {class: "muted", id: "save-note"});
-  const dangerous = Boolean(summary.extras.safety?.dangerous?.length || summary.extras.safety?.torch_reading);
-  const saveFile = async () => {
-    note.dataset.state = "saving";
-    try {
-      const how = await saveAs(ctx.request, dangerous, note);
-      if (how !== "saved") note.textContent = how === "cancelled" ? "not saved: the file picker was closed" : "not saved";
-      note.dataset.state = how === "saved" ? "saved" : "idle";
-    } catch (error) {
-      note.textContent = `not saved: ${error.message}`;
-      note.dataset.state = "failed";
-    }
-  };
+  const {controls, note} = saveForm(summary, ctx.request);
   return el("section", {class: "card", id: "export-table"},
     el("h3", {text: "Export"}),
+    controls,
     el("div", {class: "button-row"},
-      el("button", {type: "button", class: "button", id: "save-safetensors", text: "Save as safetensors…",
-                    title: "the whole checkpoint as one .safetensors file, written here (the pickle is never run)",
-                    onclick: saveFile}),
       el("button", {type: "button", class: "button", id: "export-csv", text: "Tensor table as CSV", onclick: () => save("csv")}),
       el("button", {type: "button", class: "button", id: "export-json", text: "Tensor table as JSON", onclick: () => save("json")})),
     note);

@@ -141,18 +141,19 @@ def write_safetensors(checkpoint, out, names=None, max_shard_size=None, progress
     tensor, the pickle never run: `out` is the file, or with `max_shard_size` (bytes or "5GB")
     the folder of a transformers shard set. `names`: only these tensors. `dtype` ("F32", "F16",
     "BF16"): every floating-point tensor, dequantised ones too, as its values in it. A tensor
-    that cannot be written raises UnsupportedError; with strict=False it is skipped, and
-    `__metadata__["skipped"]` says why. Returns the paths
+    that cannot be written, or whose bytes fail to read, raises; with strict=False it is
+    skipped, and `__metadata__["skipped"]` says why. Returns the paths
     written. A file whose pickle names a dangerous global is written all the same (its tensors
     are data): check `ckpt.extras["safety"]` first, as the CLI does."""
     from .writing import plan, provenance, safetensors as writer
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else open(checkpoint)
     try:
         extra: dict[str, str] = {}
-        entries = provenance.described(ckpt, plan.select(ckpt, None if names is None else list(names)),
-                                       dtype, strict, extra)[0]
+        entries, skipped, _ = provenance.described(
+            ckpt, plan.select(ckpt, None if names is None else list(names)), dtype, strict, extra)
         size = None if max_shard_size is None else plan.parse_size(max_shard_size)
-        return writer.write(ckpt, _os.fspath(out), entries, size, __version__, progress, extra)
+        return writer.write(ckpt, _os.fspath(out), entries, size, __version__, progress, extra,
+                            strict, skipped)
     finally:
         if ckpt is not checkpoint:
             ckpt.close()

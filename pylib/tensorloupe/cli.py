@@ -135,7 +135,8 @@ def add_writing(p: argparse.ArgumentParser, verb: str) -> None:
     """The options every command that writes a checkpoint takes."""
     p.add_argument("--dry-run", action="store_true", help="say what would be written; write nothing")
     p.add_argument("--strict", action="store_true", help="write nothing if a tensor cannot be "
-                   "written (default: skip it, saying why, here and in __metadata__)")
+                   "written or its bytes fail to read (exit 3; default: skip it, saying why, "
+                   "here and in __metadata__)")
     p.add_argument("--allow-dangerous-file", action="store_true",
                    help=f"{verb} a file whose pickle names a dangerous global (it is never run)")
 
@@ -397,39 +398,33 @@ def run_inspect(args) -> int:
 
 
 def run_convert(args) -> int:
-    from .writing import hfnames, plan, safetensors as writer, text
+    from .writing import options, plan, safetensors as writer, text
     if len(args.items) < 2:
         raise UsageError("give the checkpoint file(s), then OUT")
     *items, out = args.items
     size = plan.parse_size(args.max_shard_size) if args.max_shard_size else None
     names = getattr(args, "names", None)
-    with open_files(items, args) as ckpt:
-        if _refused(ckpt, args):
+    choice = options.Choice(args.dtype, args.hf_names,
+                            [n for n in names.split(",") if n] if names else None,
+                            getattr(args, "match", None))
+    with open_files(items, args) as opened:
+        if _refused(opened, args):
             return EXIT_DANGEROUS
-        extra: dict[str, str] = {}
-        if args.hf_names:
-            renamed = hfnames.hf_tensors(ckpt)
-            ckpt.replace_tensors(renamed.tensors)
-            extra.update(hfnames.metadata(renamed))
-        chosen = plan.select(ckpt, [n for n in names.split(",") if n] if names else None,
-                             getattr(args, "match", None))
-        entries, skipped, too_long = _entries(ckpt, chosen, args, extra)
+        ckpt, entries, skipped, too_long, extra, _ = options.choose(opened, choice, args.strict)
         where = writer.layout(ckpt, out, entries, size, __version__, extra)
         if not args.dry_run:
             try:
                 with progress_line(args, args.command) as meter:
-                    writer.write(ckpt, out, entries, size, __version__, meter, extra)
+                    writer.write(ckpt, out, entries, size, __version__, meter, extra,
+                                 args.strict, skipped)
             except OSError as e:   # where OUT cannot be (a folder, no permission, disk full)
                 raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+            where = writer.without(where, skipped)
+            entries = [e for _, s in where.files for e in s.entries]
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
                         entries, args.dry_run)
         text.print_left_out(text.left_out(ckpt, too_long, skipped), sys.stdout)
     return EXIT_OK
-
-
-def _entries(ckpt: Checkpoint, tensors: list, args, extra: dict[str, str]):
-    from .writing import provenance
-    return provenance.described(ckpt, tensors, getattr(args, "dtype", None), args.strict, extra)
 
 
 def _refused(ckpt: Checkpoint, args) -> bool:
@@ -450,7 +445,7 @@ def _refused(ckpt: Checkpoint, args) -> bool:
 
 
 def run_prune(args) -> int:
-    from .writing import folder, plan, prune, safetensors as writer, text
+    from .writing import folder, options, plan, safetensors as writer, text
     if len(args.items) < 2:
         raise UsageError("give the checkpoint file(s), then the folder OUT")
     *items, out = args.items
@@ -461,17 +456,21 @@ def run_prune(args) -> int:
         if _refused(ckpt, args):
             return EXIT_DANGEROUS
         dequantise(ckpt, found.data, found.where)
-        result = prune.plan(ckpt, found.data, args.drop_experts, args.recommended, args.threshold)
-        extra = prune.metadata(result)
-        entries, skipped, too_long = _entries(ckpt, result.tensors, args, extra)
+        choice = options.Choice(drop=args.drop_experts, recommended=args.recommended,
+                                threshold=args.threshold)
+        _, entries, skipped, too_long, extra, result = options.choose(ckpt, choice, args.strict,
+                                                                      found.data)
         weights = folder.weights_target(out, size)
         where = writer.layout(ckpt, weights, entries, size, __version__, extra)
         if not args.dry_run:
             try:
                 with progress_line(args, args.command) as meter:
-                    folder.write_model(ckpt, out, entries, result.config, size, __version__, meter, extra)
+                    folder.write_model(ckpt, out, entries, result.config, size, __version__, meter,
+                                       extra, args.strict, skipped)
             except OSError as e:
                 raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+            where = writer.without(where, skipped)
+            entries = [e for _, s in where.files for e in s.entries]
         text.print_prune(result.kept, result.dropped, result.config)
         text.print_plan(where.files, os.path.join(out, plan.INDEX_NAME) if where.index else None,
                         entries, args.dry_run)

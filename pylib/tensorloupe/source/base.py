@@ -182,15 +182,19 @@ class FileSource(ByteSource):
 
     def _read(self, offset: int, n: int) -> bytes:
         handle = OPEN_FILES.get(self)
-        handle.seek(offset)
         chunks = []
         remaining = n
-        while remaining:
-            chunk = handle.read(remaining)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
+        try:   # an I/O error (a failing disk, a network share gone) is the file's, said as such
+            handle.seek(offset)
+            while remaining:
+                chunk = handle.read(remaining)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+        except OSError as e:
+            raise UnreadableError(f"cannot read {n} bytes at offset {offset}: {e.strerror or e}",
+                                  file=self.name, offset=offset) from e
         return self._count(b"".join(chunks))
 
     def close(self) -> None:

@@ -24,16 +24,17 @@ CONFIG_NAME = "config.json"
 def write_model(ckpt: Checkpoint, out: str, entries: list[Entry], config: dict | None,
                 max_shard_size: int | None = None, version: str = "",
                 progress: Callable[[int, int], object] | None = None,
-                extra: dict[str, str] | None = None) -> list[str]:
+                extra: dict[str, str] | None = None, strict: bool = True,
+                skipped: list[tuple[str, str]] | None = None) -> list[str]:
     """Write the folder `out`; returns the paths written (weights first, then config.json and
-    the copied side files)."""
+    the copied side files). `strict`, `skipped`: as writing.safetensors.write takes them."""
     here = os.path.realpath(out)
     if any(os.path.dirname(path) == here for path in writer.inputs(ckpt)):
         raise UsageError(f"refusing to write into {out}: it holds the source (its config.json "
                          "and files would be replaced); give another folder")
     os.makedirs(out, exist_ok=True)
     written = writer.write(ckpt, weights_target(out, max_shard_size), entries, max_shard_size,
-                           version, progress, extra)
+                           version, progress, extra, strict, skipped)
     if config is not None:
         path = os.path.join(out, CONFIG_NAME)
         tmp = writer.temporary(path)

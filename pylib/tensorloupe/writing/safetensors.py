@@ -9,6 +9,12 @@ CHUNK_BYTES, so a conversion holds one chunk, never a tensor or the file.
 Each file is written to `NAME.tmp-XXXX` beside its final name and renamed only when every file
 of the set is complete: an interrupted write never leaves a file under a name that looks done.
 No output may be one of the input files.
+
+A tensor whose bytes fail to read while it is written (a shard truncated since it was opened, a
+server that stops answering) is left out: the file is cut back to where it began and the rest
+follow; at the end each file that lost a tensor gets the header of what it holds, with the tensor
+and its reason in `__metadata__["skipped"]`, as the index's metadata has them (rewrite.py). With
+`strict`, the first such failure ends the write and nothing is left behind.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ import tempfile
 from array import array
 from typing import Callable, Iterator, NamedTuple
 
-from ..errors import TensorloupeError, UsageError
+from ..errors import FormatError, UsageError
 from ..model import Checkpoint
 from ..sampler.gather import dtype_of, gather_windows, read_batched, read_windows, storage_positions
-from . import plan
+from . import plan, rewrite
 from .encode import ENCODERS
 from .plan import Entry, Shard
 
@@ -64,17 +70,21 @@ def tensor_chunks(e: Entry, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         yield _swapped(data, swap) if swap > 1 else data
 
 
+def entry_chunks(e: Entry) -> Iterator[bytes]:
+    """One entry's bytes, checked against the byte count its shape needs (the header says so)."""
+    written = 0
+    for data in tensor_chunks(e):
+        written += len(data)
+        yield data
+    if written != e.nbytes:
+        raise FormatError(f"tensor {e.tensor.name!r} gave {written} bytes, "
+                          f"not the {e.nbytes} its shape needs")
+
+
 def entry_bytes(entries: list[Entry]) -> Iterator[bytes]:
-    """The data section of a file of these entries, chunk after chunk, each entry checked
-    against the byte count its shape needs (the header said so already)."""
+    """The data section of a file of these entries, chunk after chunk."""
     for e in entries:
-        written = 0
-        for data in tensor_chunks(e):
-            written += len(data)
-            yield data
-        if written != e.nbytes:
-            raise TensorloupeError(f"tensor {e.tensor.name!r} gave {written} bytes, "
-                                   f"not the {e.nbytes} its shape needs")
+        yield from entry_chunks(e)
 
 
 def file_head(entries: list[Entry], meta: dict[str, str] | None) -> bytes:
@@ -139,36 +149,55 @@ def layout(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int
         return Layout([(out, Shard(os.path.basename(out), entries))], None, meta)
     parts = plan.shards(entries, max_shard_size)
     files = [(os.path.join(out, s.name), s) for s in parts]
-    index = None
-    if len(parts) > 1:
-        index = {"metadata": {"total_size": plan.total_size(entries), **meta},
-                 "weight_map": {e.tensor.name: s.name for s in parts for e in s.entries}}
-    return Layout(files, index, meta)
+    return Layout(files, index_of(parts, meta) if len(parts) > 1 else None, meta)
+
+
+def without(where: Layout, skipped: list[tuple[str, str]]) -> Layout:
+    """The layout as written: without the tensors `skipped` names (their reads failed)."""
+    gone = {name for name, _ in skipped}
+    files = [(p, Shard(s.name, [e for e in s.entries if e.tensor.name not in gone]))
+             for p, s in where.files]
+    return where._replace(files=files)
+
+
+def index_of(parts: list[Shard], meta: dict[str, str]) -> dict:
+    """model.safetensors.index.json's content for these shards."""
+    return {"metadata": {"total_size": sum(s.nbytes for s in parts), **meta},
+            "weight_map": {e.tensor.name: s.name for s in parts for e in s.entries}}
 
 
 def write(ckpt: Checkpoint, out: str, entries: list[Entry], max_shard_size: int | None = None,
           version: str = "", progress: Callable[[int, int], object] | None = None,
-          extra: dict[str, str] | None = None) -> list[str]:
-    """Write the entries; returns the paths written (the index last)."""
+          extra: dict[str, str] | None = None, strict: bool = True,
+          skipped: list[tuple[str, str]] | None = None) -> list[str]:
+    """Write the entries; returns the paths written (the index last). `skipped`: the tensors
+    left out before writing, each with its reason (in `extra["skipped"]` already); a tensor
+    whose read fails is appended to it, unless `strict`, where the failure ends the write."""
     files, index, meta = layout(ckpt, out, entries, max_shard_size, version, extra)
     finals = [path for path, _ in files] + ([os.path.join(out, plan.INDEX_NAME)] if index else [])
     _refuse_inputs(ckpt, finals)
     if max_shard_size is not None:
         os.makedirs(out, exist_ok=True)
-    total = plan.total_size(entries)
-    done = 0
+    skipped = [] if skipped is None else skipped
+    known = len(skipped)
+    count = rewrite.Counter(plan.total_size(entries), progress)
     temporaries: list[tuple[str, str]] = []
+    written: list[rewrite.Written] = []
     try:
         for path, shard in files:
             tmp = temporary(path)
             temporaries.append((tmp, path))
             with open(tmp, "wb") as f:
-                f.write(file_head(shard.entries, meta))
-                for data in entry_bytes(shard.entries):
-                    f.write(data)
-                    done += len(data)
-                    if progress is not None:
-                        progress(done, total)
+                head = file_head(shard.entries, meta)
+                f.write(head)
+                kept = [e for e in shard.entries
+                        if rewrite.write_entry(f, e, entry_chunks(e), count, strict, skipped)]
+            written.append(rewrite.Written(tmp, path, Shard(shard.name, kept),
+                                           len(kept) < len(shard.entries), len(head)))
+        if len(skipped) > known:
+            meta = rewrite.refit(written, meta, skipped, temporaries, temporary, file_head)
+            if index is not None:
+                index = index_of([w.shard for w in written], meta)
         if index is not None:
             tmp = temporary(finals[-1])
             temporaries.append((tmp, finals[-1]))
