@@ -9,11 +9,12 @@ through ChunkedSource, which decodes the chunks a view needs. A dataset tensorlo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ...errors import LOW_LEVEL_ERRORS, ErrorFactory, FormatError, TensorloupeError
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
-from . import messages
+from . import links, messages
 from .attributes import Attributes
 from .chunks import FILTER_NAMES, ChunkedSource, problem_of
 from .file import FORMAT, SIGNATURE, H5File, open_file
@@ -39,19 +40,17 @@ def read(source: ByteSource, fmt: str = FORMAT) -> Checkpoint:
 def _read(source: ByteSource, fmt: str) -> Checkpoint:
     h5, root, facts = open_file(source)
     warnings: list[str] = []
-    objects = walk(h5, root, warnings)
+    found_links: list = []
+    objects = walk(h5, root, warnings, found_links)
     attributes = Attributes(h5)
     metadata: dict = {}
     tensors = []
     for obj in objects:
-        for m in obj.all(messages.ATTRIBUTE):
+        for data, at in _attribute_messages(h5, obj):
             if len(metadata) >= MAX_METADATA:
                 break
-            key, value = attributes.read(m.data, m.at)
+            key, value = attributes.read(data, at)
             metadata[f"{obj.path or '/'}@{key}"] = value
-        dense = obj.first(messages.ATTRIBUTE_INFO)
-        if dense is not None and h5.defined(messages.attribute_heap(h5, dense.data, dense.at)):
-            warnings.append(f"{obj.path or '/'}: attributes kept in dense storage are not read")
         if obj.is_dataset:
             tensor = _dataset(h5, obj)
             if tensor is not None:
@@ -60,8 +59,37 @@ def _read(source: ByteSource, fmt: str) -> Checkpoint:
                     warnings.append(f"tensor {tensor.name!r}: {tensor.problem}")
     extras = {"hdf5": {**facts, "objects": len(objects),
                        "offset_size": h5.offset_size, "length_size": h5.length_size}}
+    if found_links:
+        resolved, described, said = links.resolve({o.path: o for o in objects}, found_links)
+        tensors += _linked(tensors, resolved)
+        warnings += said
+        extras["hdf5"]["links"] = described
     return Checkpoint(fmt, source.name, source.size, tensors, metadata=metadata,
                       warnings=warnings, extras=extras, sources=[source])
+
+
+def _attribute_messages(h5: H5File, obj: Obj) -> list[tuple[bytes, int]]:
+    """(bytes, where) of the object's attribute messages: in its header, then those kept in
+    dense storage (an attribute info message with a fractal heap, dense.py)."""
+    out = [(m.data, m.at) for m in obj.all(messages.ATTRIBUTE)]
+    info = obj.first(messages.ATTRIBUTE_INFO)
+    if info is not None:
+        heap, index = messages.attribute_heap(h5, info.data, info.at)
+        if h5.defined(heap):
+            from .dense import attributes
+            out += attributes(h5, heap, index, repr(obj.path or "/"))
+    return out
+
+
+def _linked(tensors: list[Tensor], resolved: list) -> list[Tensor]:
+    """A tensor for each soft link that reaches a dataset: its target's, under the link's path."""
+    by_name = {t.name: t for t in tensors}
+    out = []
+    for r in resolved:
+        target = by_name.get(r.target) if r.target is not None else None
+        if target is not None:
+            out.append(replace(target, name=r.path, info={**target.info, "soft link to": "/" + r.target}))
+    return out
 
 
 def _dataset(h5: H5File, obj: Obj) -> Tensor | None:

@@ -1,0 +1,147 @@
+"""HDF5 attributes in dense storage (a fractal heap and its v2 B-tree name index, a huge heap
+object for a big attribute) and soft and external links, as h5py writes them with
+libver="latest" (fixtures/hdf5_files.py write_links). Oracle: h5py (every attribute, every
+dataset reached through a soft link, what each link names); hand-edited bytes for the attacks."""
+
+import struct
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import hdf5_files
+
+import tensorloupe
+from tensorloupe.errors import TensorloupeError
+from tensorloupe.formats.hdf5 import links as links_module
+from tensorloupe.source.base import MemorySource
+from tensorloupe.formats.hdf5 import reader
+
+from test_hdf5 import attributes, same
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "fixtures" / "out" / "hdf5" / "links"
+
+
+@pytest.fixture(scope="module")
+def path():
+    if not (OUT / "h5py-links.h5").exists():
+        hdf5_files.write_links(OUT)
+    return OUT / "h5py-links.h5"
+
+
+@pytest.fixture(scope="module")
+def ckpt(path):
+    return tensorloupe.open(path)
+
+
+def test_dense_attributes_equal_h5py(path, ckpt):
+    expected = attributes(path)
+    assert set(ckpt.metadata) == set(expected)
+    assert len([k for k in expected if k.startswith("/@")]) == 14     # past the 8 kept in a header
+    for key, value in expected.items():
+        got = ckpt.metadata[key]
+        if isinstance(value, np.ndarray) and value.size > 64:       # listed, not read (MAX_VALUES)
+            assert got == f"(F64 of shape {list(value.shape)}: not read)"
+        elif isinstance(value, np.ndarray):
+            assert got == value.tolist() if value.ndim else got == value.item(), key
+        else:
+            assert got == (value.item() if hasattr(value, "item") else value), key
+    assert not [w for w in ckpt.warnings if "dense storage" in w]
+
+
+def test_soft_links_to_datasets_read_their_target(path, ckpt):
+    with h5py.File(path) as f:
+        for name in ("soft_w", "g/rel", "through"):
+            t = ckpt.tensor(name)
+            target = f[name]
+            assert f[t.info["soft link to"]] == target     # the object h5py reaches (h5py: same id)
+            same(t.numpy(), target[()])
+            assert tensorloupe.values(t, 0, t.numel) == pytest.approx(target[()].ravel().tolist())
+
+
+def test_every_link_is_described_as_h5py_reads_it(path, ckpt):
+    described = ckpt.extras["hdf5"]["links"]
+    with h5py.File(path) as f:
+        expected = {}
+        for name in ("soft_w", "g/rel", "soft_group", "through", "dangling", "loop_a", "loop_b",
+                     "ext", "ext_out"):
+            link = f.get(name, getlink=True)
+            expected[name] = link
+        assert set(described) == set(expected)
+        for name, link in expected.items():
+            entry = described[name]
+            if isinstance(link, h5py.ExternalLink):
+                assert entry == {"kind": "external", "file": link.filename, "path": link.path,
+                                 "followed": False}
+                continue
+            assert entry["kind"] == "soft" and entry["path"] == link.path
+            if name in ("dangling", "loop_a", "loop_b"):
+                with pytest.raises((KeyError, RuntimeError)):   # h5py cannot open them either
+                    f[name]
+                assert "problem" in entry and "resolved" not in entry
+            else:
+                assert f[entry["resolved"]] == f[name]
+                assert entry.get("group", False) == isinstance(f[name], h5py.Group)
+    assert "the links loop (/loop_a → /loop_b → /loop_a)" in described["loop_a"]["problem"]
+    assert "dangling" in described["dangling"]["problem"]
+
+
+def test_external_links_are_never_followed(path, ckpt):
+    # target.h5 is beside the model, ../../etc/elsewhere.h5 is not: neither is opened
+    assert [s.root().name for s in ckpt.sources] == [path.name]
+    assert {t.name for t in ckpt.tensors}.isdisjoint({"ext", "ext_out"})
+    said = [w for w in ckpt.warnings if "external link" in w]
+    assert len(said) == 2 and all("listed, not followed" in w for w in said)
+
+
+def test_a_group_link_lists_no_second_copy(ckpt):
+    names = [t.name for t in ckpt.tensors]
+    assert not [n for n in names if n.startswith("soft_group/")]
+    assert sorted(names) == sorted(["g/chunked", "g/v", "g/w", "soft_w", "g/rel", "through"])
+
+
+# --- the resolution on its own, and attacks ------------------------------------------------
+
+class _Obj:
+    def __init__(self, dataset: bool):
+        self.is_dataset = dataset
+
+
+def _soft(target: str):
+    from tensorloupe.formats.hdf5.messages import Link
+    return Link("x", None, "soft", target)
+
+
+def test_a_long_chain_of_soft_links_stops_at_hdf5s_limit():
+    # each link names the next: resolving must stop after MAX_HOPS, not recurse or hang
+    n = links_module.MAX_HOPS + 5
+    found = [(f"l{i}", _soft(f"/l{i + 1}")) for i in range(n)] + [(f"l{n}", _soft("/d"))]
+    resolved, described, _ = links_module.resolve({"": _Obj(False), "d": _Obj(True)}, found)
+    assert f"more than {links_module.MAX_HOPS} soft links deep" in described["l0"]["problem"]
+    assert described[f"l{n}"]["resolved"] == "/d"
+
+
+def test_a_link_through_itself_is_a_loop():
+    found = [("g", _soft("/g/x"))]
+    _, described, warnings = links_module.resolve({"": _Obj(False)}, found)
+    assert "the links loop (/g → /g)" in described["g"]["problem"] and warnings
+
+
+def test_a_corrupt_huge_object_id_is_our_error(path):
+    data = bytearray(path.read_bytes())
+    # The name-index records of the root's attributes start with their 8-byte heap IDs; a huge
+    # object's ID (type bits 01) names object 1: make it name one the huge-object tree lacks.
+    huge = b"\x10" + (1).to_bytes(7, "little")      # version 0, type 1 (huge), object 1
+    hits = 0
+    at = data.find(b"BTLF")
+    while at >= 0:
+        found = data.find(huge, at, at + 512)
+        if found >= 0:
+            data[found + 1:found + 8] = (99).to_bytes(7, "little")
+            hits += 1
+        at = data.find(b"BTLF", at + 1)
+    assert hits == 1
+    with pytest.raises(TensorloupeError, match="names huge object 99"):
+        reader.read(MemorySource(bytes(data), "edited.h5"))
