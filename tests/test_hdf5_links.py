@@ -99,7 +99,17 @@ def test_external_links_are_never_followed(path, ckpt):
 def test_a_group_link_lists_no_second_copy(ckpt):
     names = [t.name for t in ckpt.tensors]
     assert not [n for n in names if n.startswith("soft_group/")]
-    assert sorted(names) == sorted(["g/chunked", "g/v", "g/w", "soft_w", "g/rel", "through"])
+    assert sorted(names) == sorted(["g/chunked", "g/v", "g/w", "soft_w", "g/rel", "through",
+                                    "unlimited/plain", "unlimited/deflated", "unlimited/sparse"])
+
+
+def test_two_unlimited_dimensions_a_v2_btree_chunk_index_equals_h5py(path, ckpt):
+    with h5py.File(path) as f:
+        for name in ("unlimited/plain", "unlimited/deflated", "unlimited/sparse"):
+            t = ckpt.tensor(name)
+            assert t.problem is None and t.info["index"] == "btree2", (name, t.problem)
+            same(t.numpy(), f[name][()])
+            assert tensorloupe.values(t, 0, t.numel) == pytest.approx(f[name][()].ravel().tolist())
 
 
 # --- the resolution on its own, and attacks ------------------------------------------------
@@ -145,3 +155,19 @@ def test_a_corrupt_huge_object_id_is_our_error(path):
     assert hits == 1
     with pytest.raises(TensorloupeError, match="names huge object 99"):
         reader.read(MemorySource(bytes(data), "edited.h5"))
+
+
+def test_a_v2_btree_chunk_outside_its_grid_is_our_error(path):
+    # a record's scaled offsets are a chunk's place on the grid: one past it would be read
+    # into no element, or (unchecked) beside the dataset's bytes
+    data = bytearray(path.read_bytes())
+    at = data.find(b"BTLF")
+    while at >= 0 and data[at + 5] != 10:      # the leaf of the unfiltered chunk index (type 10)
+        at = data.find(b"BTLF", at + 1)
+    assert at >= 0
+    first = at + 6 + 8                          # its first record: the address, then offsets
+    data[first:first + 8] = (99).to_bytes(8, "little")
+    ckpt = reader.read(MemorySource(bytes(data), "edited.h5"))
+    t = ckpt.tensor("unlimited/plain")
+    with pytest.raises(TensorloupeError, match=r"has a chunk at \[99, .*outside its grid \[5, 4\]"):
+        t.numpy()

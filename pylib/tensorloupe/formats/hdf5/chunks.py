@@ -4,9 +4,9 @@ pipeline), and ChunkedSource, the dataset's row-major bytes made from the chunks
 Chunk indexes (spec IV.A.2.i, III.A.1, VII): the v1 B-tree of raw data chunks (libver
 "earliest"; keys: chunk size, filter mask, the chunk's offset in each dimension, then 0), and
 in layout version 4 a single chunk, an implicit index (chunks one after another) or a fixed
-array ("FAHD" header, "FADB" data block, unpaged). The extensible array and the v2 B-tree
-indexes (datasets with unlimited dimensions written with libver="latest") are not read: such a
-dataset gets a problem saying so. Filters: deflate (1), shuffle (2), fletcher32 (3); others
+array ("FAHD" header, "FADB" data block, unpaged), and a v2 B-tree (more than one unlimited
+dimension, btree2.py). The extensible array (one unlimited dimension written with
+libver="latest") is not read: such a dataset gets a problem saying so. Filters: deflate (1), shuffle (2), fletcher32 (3); others
 (szip, lzf, ...) make the dataset's problem. Every chunk lies inside the file and decodes to
 exactly its size, or the read is refused.
 """
@@ -19,6 +19,7 @@ from collections import OrderedDict
 
 from ...errors import FormatError, LimitError, UnsupportedError
 from ...source import ByteSource
+from . import btree2
 from .file import Cursor, H5File
 from .groups import btree_node
 from .messages import Filter, Layout
@@ -36,10 +37,9 @@ FIXED_ARRAY_HEADER, FIXED_ARRAY_BLOCK = b"FAHD", b"FADB"
 
 def problem_of(layout: Layout, pipeline: list[Filter], shape, element: int) -> str | None:
     """Why this chunked dataset cannot be read, or None."""
-    if layout.index in ("extensible-array", "btree2"):
-        return (f"its chunks are indexed by a{'n' if layout.index[0] == 'e' else ''} "
-                f"{layout.index.replace('-', ' ')} (a dataset with an unlimited dimension "
-                "written with libver='latest'), which tensorloupe does not read")
+    if layout.index == "extensible-array":
+        return ("its chunks are indexed by an extensible array (a dataset with one unlimited "
+                "dimension written with libver='latest'), which tensorloupe does not read")
     for f in pipeline:
         if f.id not in READ_FILTERS:
             name = FILTER_NAMES.get(f.id, f.name or f"filter {f.id}")
@@ -277,4 +277,4 @@ def _fixed_array(src: ChunkedSource) -> dict:
 
 
 INDEXES = {"btree1": _btree1, "single": _single, "implicit": _implicit,
-           "fixed-array": _fixed_array}
+           "fixed-array": _fixed_array, "btree2": btree2.chunks}

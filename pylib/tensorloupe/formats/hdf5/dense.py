@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from ...errors import LimitError, UnsupportedError
 from . import messages
+from .btree2 import records
 from .file import Cursor, H5File
 
 HEAP, DIRECT, INDIRECT = b"FRHP", b"FHDB", b"FHIB"
-BTREE_HEADER, BTREE_INTERNAL, BTREE_LEAF = b"BTHD", b"BTIN", b"BTLF"
 NAME_INDEX, HUGE_INDEX, ATTRIBUTE_INDEX = 5, 1, 8
 HUGE = 1                           # a heap ID's type bits: 0 managed, 1 huge, 2 tiny
 ATTRIBUTE_HEAP_ID = 8              # H5O_FHEAP_ID_LEN: the heap ID that starts a type 8 record
-NODE_OVERHEAD = 10                 # signature, version, type, checksum
-MAX_LINKS = 1 << 20
 MAX_BLOCKS = 1 << 16
 MAX_DEPTH = 8
 
@@ -32,7 +30,7 @@ MAX_DEPTH = 8
 def links(h5: H5File, heap_address: int, btree_address: int, where: str) -> list[messages.Link]:
     heap = _Heap(h5, heap_address, f"group {where}")
     out = []
-    for record in _records(h5, btree_address, f"the link name index of group {where}", NAME_INDEX):
+    for record in records(h5, btree_address, f"the link name index of group {where}", NAME_INDEX):
         out.append(messages.link(h5, heap.object(record[4:], where), h5.base + heap_address))
     return out
 
@@ -42,64 +40,7 @@ def attributes(h5: H5File, heap_address: int, btree_address: int, where: str) ->
     heap = _Heap(h5, heap_address, f"the attributes of {where}")
     what = f"the attribute name index of {where}"
     return [(heap.object(record[:ATTRIBUTE_HEAP_ID], where), h5.base + heap_address)
-            for record in _records(h5, btree_address, what, ATTRIBUTE_INDEX)]
-
-
-def _width(n: int) -> int:
-    """Bytes of a count up to n (H5VM_limit_enc_size)."""
-    return max(1, (n.bit_length() + 7) // 8)
-
-
-def _records(h5: H5File, address: int, what: str, expected_kind: int) -> list[bytes]:
-    c = Cursor(h5, h5.read(address, 16 + h5.offset_size + 2 + h5.length_size, what),
-               h5.base + address, what)
-    if c.take(4) != BTREE_HEADER:
-        raise h5.fail(f"{what} is not a version 2 B-tree", c.at, expected="BTHD")
-    _version, kind, node_size, record_size, depth = c.u8(), c.u8(), c.u32(), c.u16(), c.u16()
-    c.skip(2)
-    root, root_count, total = c.address(), c.u16(), c.length()
-    if kind != expected_kind:
-        raise h5.fail(f"{what} has record type {kind}, not {expected_kind}", c.at, UnsupportedError)
-    if total > MAX_LINKS or depth > MAX_DEPTH or record_size < 5 or node_size < 64:
-        raise h5.fail(f"{what} declares {total:,} links, depth {depth}", c.at, LimitError)
-    # per level: (max records in a node, max records below it), leaves first
-    leaf = (node_size - NODE_OVERHEAD) // record_size
-    levels = [(leaf, leaf)]
-    for d in range(1, depth + 1):
-        child_max, child_total = levels[d - 1]
-        pointer = h5.offset_size + _width(child_max) + (_width(child_total) if d > 1 else 0)
-        most = (node_size - NODE_OVERHEAD - pointer) // (record_size + pointer)
-        levels.append((most, most + (most + 1) * child_total))
-    out: list[bytes] = []
-    stack = [(root, root_count, depth)]
-    seen = set()
-    while stack:
-        node, count, level = stack.pop()
-        if node in seen or len(seen) > MAX_BLOCKS:
-            raise h5.fail(f"{what} has a cycle or too many nodes", h5.base + node)
-        seen.add(node)
-        n = count
-        if n > levels[level][0]:
-            raise h5.fail(f"a node of {what} declares {count} records", h5.base + node, LimitError)
-        body = Cursor(h5, h5.read(node, min(node_size, h5.size - h5.base - node), what),
-                      h5.base + node, what)
-        signature = body.take(4)
-        body.skip(2)
-        if signature != (BTREE_LEAF if level == 0 else BTREE_INTERNAL):
-            raise h5.fail(f"{what} points at a node that is not one", body.at,
-                          expected="BTLF" if level == 0 else "BTIN", found=signature.hex(" "))
-        out += [body.take(record_size) for _ in range(n)]
-        if level:
-            child_max, child_total = levels[level - 1]
-            for _ in range(n + 1):
-                child = body.address()
-                child_count = body.uint(_width(child_max))
-                if level > 1:
-                    body.uint(_width(child_total))
-                stack.append((child, child_count, level - 1))
-        if len(out) > MAX_LINKS:
-            raise h5.fail(f"{what} holds more than {MAX_LINKS:,} links", body.at, LimitError)
-    return out
+            for record in records(h5, btree_address, what, ATTRIBUTE_INDEX)]
 
 
 class _Heap:
@@ -187,7 +128,7 @@ class _Heap:
                 raise h5.fail(f"a message of {where} is a huge heap object, but {self.what} has "
                               "no huge objects", None)
             self.huge = {}
-            for record in _records(h5, self.huge_index, f"the huge objects of {self.what}", HUGE_INDEX):
+            for record in records(h5, self.huge_index, f"the huge objects of {self.what}", HUGE_INDEX):
                 c = Cursor(h5, record, 0, f"a huge object record of {self.what}")
                 address, length, number = c.address(), c.length(), c.length()
                 self.huge[number] = (address, length)
