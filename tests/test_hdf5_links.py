@@ -171,3 +171,14 @@ def test_a_v2_btree_chunk_outside_its_grid_is_our_error(path):
     t = ckpt.tensor("unlimited/plain")
     with pytest.raises(TensorloupeError, match=r"has a chunk at \[99, .*outside its grid \[5, 4\]"):
         t.numpy()
+
+
+def test_a_huge_attribute_costs_its_head_not_its_bytes(tmp_path):
+    # a 10 MB attribute (a huge heap object): its name, type and shape are read, not its values
+    big = tmp_path / "big-attribute.h5"
+    with h5py.File(big, "w", libver="latest") as f:
+        f["d"] = np.zeros(3, "f4")
+        f["d"].attrs["big"] = np.arange(1_250_000, dtype="f8")
+    ckpt = tensorloupe.open(big)
+    assert ckpt.metadata["d@big"] == "(F64 of shape [1250000]: not read)"
+    assert big.stat().st_size > 10_000_000 and ckpt.bytes_read() <= 3 * 65536

@@ -23,6 +23,9 @@ HEAP, DIRECT, INDIRECT = b"FRHP", b"FHDB", b"FHIB"
 NAME_INDEX, HUGE_INDEX, ATTRIBUTE_INDEX = 5, 1, 8
 HUGE = 1                           # a heap ID's type bits: 0 managed, 1 huge, 2 tiny
 ATTRIBUTE_HEAP_ID = 8              # H5O_FHEAP_ID_LEN: the heap ID that starts a type 8 record
+# Bytes of a huge attribute message read: its name, type and shape, and a value small enough to
+# show (attributes.py shows at most MAX_VALUES elements); a 100 MB attribute costs 64 KiB
+ATTRIBUTE_HEAD = 1 << 16
 MAX_BLOCKS = 1 << 16
 MAX_DEPTH = 8
 
@@ -39,7 +42,7 @@ def attributes(h5: H5File, heap_address: int, btree_address: int, where: str) ->
     """(message bytes, where they are) of each attribute an object keeps in dense storage."""
     heap = _Heap(h5, heap_address, f"the attributes of {where}")
     what = f"the attribute name index of {where}"
-    return [(heap.object(record[:ATTRIBUTE_HEAP_ID], where), h5.base + heap_address)
+    return [(heap.object(record[:ATTRIBUTE_HEAP_ID], where, ATTRIBUTE_HEAD), h5.base + heap_address)
             for record in records(h5, btree_address, what, ATTRIBUTE_INDEX)]
 
 
@@ -100,10 +103,11 @@ class _Heap:
                         self._indirect(child, child_rows, at, blocks, depth + 1)
                 at += size
 
-    def object(self, heap_id: bytes, where: str) -> bytes:
+    def object(self, heap_id: bytes, where: str, head: int | None = None) -> bytes:
+        """A heap object's bytes (a huge one's first `head` bytes, if given)."""
         h5 = self.h5
         if heap_id and heap_id[0] >> 6 == 0 and (heap_id[0] >> 4) & 3 == HUGE:
-            return self._huge(heap_id, where)
+            return self._huge(heap_id, where, head)
         if not heap_id or heap_id[0] >> 6 != 0 or (heap_id[0] >> 4) & 3 != 0:
             raise h5.fail(f"a message of {where} is not a managed or huge heap object (tiny "
                           "objects are not read)", None, UnsupportedError)
@@ -117,12 +121,13 @@ class _Heap:
         raise h5.fail(f"a message of {where} lies outside its fractal heap's blocks", None,
                       found=f"offset {offset}, {length} bytes")
 
-    def _huge(self, heap_id: bytes, where: str) -> bytes:
+    def _huge(self, heap_id: bytes, where: str, head: int | None) -> bytes:
         """A huge object, by the ID its heap ID holds (H5HF huge: the v2 B-tree key)."""
         h5, L, O = self.h5, self.h5.length_size, self.h5.offset_size
         if self.id_length - 1 >= O + L:    # a heap ID wide enough holds the address and length
             c = Cursor(h5, heap_id, 0, f"a huge object ID of {self.what}", 1)
-            return h5.read(c.address(), c.length(), self.what)
+            address, length = c.address(), c.length()
+            return h5.read(address, length if head is None else min(length, head), self.what)
         if self.huge is None:
             if not h5.defined(self.huge_index):
                 raise h5.fail(f"a message of {where} is a huge heap object, but {self.what} has "
@@ -137,4 +142,4 @@ class _Heap:
             raise h5.fail(f"a message of {where} names huge object {number}, which {self.what} "
                           "does not hold", None)
         address, length = self.huge[number]
-        return h5.read(address, length, self.what)
+        return h5.read(address, length if head is None else min(length, head), self.what)
