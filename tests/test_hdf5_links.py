@@ -100,14 +100,18 @@ def test_a_group_link_lists_no_second_copy(ckpt):
     names = [t.name for t in ckpt.tensors]
     assert not [n for n in names if n.startswith("soft_group/")]
     assert sorted(names) == sorted(["g/chunked", "g/v", "g/w", "soft_w", "g/rel", "through",
-                                    "unlimited/plain", "unlimited/deflated", "unlimited/sparse"])
+                                    "unlimited/plain", "unlimited/deflated", "unlimited/sparse",
+                                    "growing/rows", "growing/cols", "growing/holes"])
 
 
-def test_two_unlimited_dimensions_a_v2_btree_chunk_index_equals_h5py(path, ckpt):
+@pytest.mark.parametrize("index, names", [
+    ("btree2", ("unlimited/plain", "unlimited/deflated", "unlimited/sparse")),       # 2 unlimited
+    ("extensible-array", ("growing/rows", "growing/cols", "growing/holes"))])        # 1 unlimited
+def test_unlimited_dimensions_chunk_indexes_equal_h5py(path, ckpt, index, names):
     with h5py.File(path) as f:
-        for name in ("unlimited/plain", "unlimited/deflated", "unlimited/sparse"):
+        for name in names:
             t = ckpt.tensor(name)
-            assert t.problem is None and t.info["index"] == "btree2", (name, t.problem)
+            assert t.problem is None and t.info["index"] == index, (name, t.problem)
             same(t.numpy(), f[name][()])
             assert tensorloupe.values(t, 0, t.numel) == pytest.approx(f[name][()].ravel().tolist())
 
@@ -182,3 +186,17 @@ def test_a_huge_attribute_costs_its_head_not_its_bytes(tmp_path):
     ckpt = tensorloupe.open(big)
     assert ckpt.metadata["d@big"] == "(F64 of shape [1250000]: not read)"
     assert big.stat().st_size > 10_000_000 and ckpt.bytes_read() <= 3 * 65536
+
+
+def test_an_extensible_array_of_another_client_is_our_error(path):
+    # client 0 holds bare addresses, 1 adds a size and a filter mask: read as the other, every
+    # chunk's address would be wrong
+    data = bytearray(path.read_bytes())
+    at = data.find(b"EAHD")
+    while at >= 0:
+        data[at + 5] = 7
+        at = data.find(b"EAHD", at + 1)
+    ckpt = reader.read(MemorySource(bytes(data), "edited.h5"))
+    first = next(t for t in ckpt.tensors if t.info.get("index") == "extensible-array")
+    with pytest.raises(TensorloupeError, match="entries of client 7, not this dataset's"):
+        first.numpy()

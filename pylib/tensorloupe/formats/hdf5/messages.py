@@ -33,6 +33,7 @@ INTS = {(1, True): "I8", (1, False): "U8", (2, True): "I16", (2, False): "U16",
 
 class Dataspace(NamedTuple):
     shape: tuple[int, ...] | None      # None: a null dataspace (no elements at all)
+    maxshape: tuple | None = None      # each dimension's maximum (None: unlimited), if stored
 
 
 class Datatype(NamedTuple):
@@ -80,7 +81,10 @@ def dataspace(h5: H5File, data: bytes, at: int) -> Dataspace:
     if kind == 2:
         return Dataspace(None)
     shape = tuple(c.length() for _ in range(rank))
-    return Dataspace(shape)
+    if not flags & 0x01:
+        return Dataspace(shape)
+    unlimited = (1 << 8 * h5.length_size) - 1
+    return Dataspace(shape, tuple(None if m == unlimited else m for m in (c.length() for _ in range(rank))))
 
 
 def datatype(h5: H5File, data: bytes, at: int) -> Datatype:

@@ -149,7 +149,7 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
         if why:
             return _problem(obj, shape, kind.dtype, why, info)
         source = ChunkedSource(h5, lay, pipeline, shape, kind.size, _fill(h5, obj, kind.size),
-                               repr(obj.path))
+                               repr(obj.path), space.maxshape)
         return Tensor(obj.path, kind.dtype, shape, 0, nbytes, source, info=info, **common)
     return _problem(obj, shape, kind.dtype, f"its layout is {lay.kind}, which tensorloupe does "
                     "not read")
