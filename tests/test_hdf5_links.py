@@ -157,8 +157,10 @@ def test_a_corrupt_huge_object_id_is_our_error(path):
             hits += 1
         at = data.find(b"BTLF", at + 1)
     assert hits == 1
-    with pytest.raises(TensorloupeError, match="names huge object 99"):
-        reader.read(MemorySource(bytes(data), "edited.h5"))
+    ckpt = reader.read(MemorySource(bytes(data), "edited.h5"))     # the datasets still open
+    said = [w for w in ckpt.warnings if w.startswith("/: its attributes in dense storage cannot be read")]
+    assert said and "names huge object 99" in said[0]
+    assert len(ckpt.tensors) == 12
 
 
 def test_a_v2_btree_chunk_outside_its_grid_is_our_error(path):

@@ -16,6 +16,7 @@ import build
 from conftest import STEP_TIMEOUT_MS
 from page_checks import assert_stats_equal
 from test_page_containers import cli_json
+from test_page_hdf5 import pipeline_shown_like_the_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "fixtures" / "out"
@@ -88,19 +89,7 @@ def test_a_diffusers_folder_by_url_is_one_pipeline(page, site, address):
     app, requests = page
     folder = f"{site}/pipelines/{PIPELINE.name}/"
     type_url(app, folder + address)
-    doc = cli_json("inspect", PIPELINE)
-    app.tab("summary")
-    assert app.fact("format") == "diffusers"
-    assert app.fact("tensor_count") == f"{doc['tensor_count']:,}" == "320"
-    detail = app.page.inner_text("#panel-summary .fact[data-key=parameters] .fact-detail")
-    assert detail == f"{doc['parameters']:,}"
-    rows = app.page.eval_on_selector_all(
-        "#pipeline tbody tr", "rows => rows.map(r => [r.dataset.component,"
-        " ...[...r.querySelectorAll('td')].slice(1, 4).map(td => td.textContent)])")
-    assert rows == [[c["name"], f"{c['library']}.{c['class']}",
-                     f"{c['tensors']:,}" if "tensors" in c else "",
-                     f"{c['parameters']:,}" if "parameters" in c else "no weights"]
-                    for c in doc["extras"]["pipeline"]["components"]]
+    pipeline_shown_like_the_cli(app, cli_json("inspect", PIPELINE))
     app.select("unet/conv_in.weight")
     [expected] = cli_json("stats", PIPELINE, "unet/conv_in.weight")
     assert_stats_equal(app.stats(), expected["stats"])

@@ -61,7 +61,8 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "adapter_config.js
     # a kohya `.alpha` of no lora_down/lora_up is a LyCORIS module's (lycoris.py)
     others += [t for p in found if p.down is None and p.up is None for t in p.stored]
     found = [p for p in found if p.down is not None or p.up is not None]
-    summary = {"layout": layout, "kind": kind_of(layout), "source": where if layout in NEEDS_CONFIG else "tensor names and ss_* metadata",
+    summary = {"layout": layout, "kind": kind_of(layout),
+               "source": where if layout in NEEDS_CONFIG else "tensor names and ss_* metadata",
                "pairs": len(found), "parameters": ckpt.parameter_count}
     settings = None
     if layout in NEEDS_CONFIG:
@@ -151,7 +152,8 @@ def _apply_lycoris(ckpt: Checkpoint, others: list[Tensor], layout: str, settings
         if why is None and settings is not None:
             r, alpha = settings.rank_alpha(m.module)
             if rank is not None and rank != r:
-                why = f"its factors have rank {rank} but the adapter config says {r}: its scale would be wrong"
+                why = (f"its factors have rank {rank} but the adapter config says {r}: its scale "
+                       "would be wrong")
             scale = alpha / r
         elif why is None:
             try:

@@ -36,7 +36,8 @@ def lines(adapter: dict) -> list[str]:
                               f"{counted(adapter['delta'], 'weight')} shown as ΔW "
                               f"({exact_count(adapter['delta_values'])} values)"))
     if adapter.get("biases"):
-        out.append(("lora_bias", f"{counted(adapter['biases'], 'bias', 'biases')} shown as Δb = scale · lora_B.bias"))
+        out.append(("lora_bias", f"{counted(adapter['biases'], 'bias', 'biases')} shown as "
+                                 "Δb = scale · lora_B.bias"))
     return out   # kohya's ss_* training facts are the file's metadata, printed below it
 
 

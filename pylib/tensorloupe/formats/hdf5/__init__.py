@@ -13,7 +13,8 @@ Spec: the HDF5 File Format Specification, version 3.0 (section numbers below are
     earray.py    the extensible array chunk index (VII.B: one unlimited dimension)
     attributes.py  attribute values (numbers, fixed and variable-length strings: global heap)
     chunks.py    chunked datasets: the chunk index (v1 B-tree, single chunk, implicit, fixed
-                 array, extensible array, v2 B-tree), the deflate, shuffle and fletcher32 filters, and ChunkedSource
+                 array, extensible array, v2 B-tree), the deflate, shuffle and fletcher32
+                 filters, and ChunkedSource
     reader.py    FORMAT, sniff, read: datasets become Tensor descriptors, attributes metadata
     keras.py     Keras 3 `.keras`: a ZIP of config.json, metadata.json and model.weights.h5
 Nothing of the file is read at open but its headers, groups and attribute values; the chunk

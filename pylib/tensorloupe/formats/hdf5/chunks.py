@@ -3,10 +3,10 @@ pipeline), and ChunkedSource, the dataset's row-major bytes made from the chunks
 
 Chunk indexes (spec IV.A.2.i, III.A.1, VII): the v1 B-tree of raw data chunks (libver
 "earliest"; keys: chunk size, filter mask, the chunk's offset in each dimension, then 0), and
-in layout version 4 a single chunk, an implicit index (chunks one after another) or a fixed
+in layout version 4 a single chunk, an implicit index (chunks one after another), a fixed
 array ("FAHD" header, "FADB" data block, unpaged), an extensible array (one unlimited
-dimension, earray.py) and a v2 B-tree (more than one, btree2.py). Filters: deflate (1), shuffle (2), fletcher32 (3); others
-(szip, lzf, ...) make the dataset's problem. Every chunk lies inside the file and decodes to
+dimension, earray.py) or a v2 B-tree (more than one, btree2.py). Filters: deflate (1),
+shuffle (2), fletcher32 (3); others (szip, lzf, ...) make the dataset's problem. Every chunk lies inside the file and decodes to
 exactly its size, or the read is refused.
 """
 

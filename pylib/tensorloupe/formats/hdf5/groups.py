@@ -68,7 +68,8 @@ def walk(h5: H5File, root: int, warnings: list[str],
             if soft is not None and link.kind in ("soft", "external"):
                 soft.append((f"{path}/{link.name}" if path else link.name, link))
             else:
-                warnings.append(f"group {path or '/'!r}: the {link.kind} link {link.name!r} is not followed")
+                warnings.append(f"group {path or '/'!r}: the {link.kind} link {link.name!r} is not "
+                                "followed")
         for name, child in sorted(children, reverse=True):
             stack.append((f"{path}/{name}" if path else name, child, ancestors + (address,)))
     return out

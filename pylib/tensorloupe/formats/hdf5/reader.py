@@ -46,7 +46,7 @@ def _read(source: ByteSource, fmt: str) -> Checkpoint:
     metadata: dict = {}
     tensors = []
     for obj in objects:
-        for data, at in _attribute_messages(h5, obj):
+        for data, at in _attribute_messages(h5, obj, warnings):
             if len(metadata) >= MAX_METADATA:
                 break
             key, value = attributes.read(data, at)
@@ -68,16 +68,21 @@ def _read(source: ByteSource, fmt: str) -> Checkpoint:
                       warnings=warnings, extras=extras, sources=[source])
 
 
-def _attribute_messages(h5: H5File, obj: Obj) -> list[tuple[bytes, int]]:
+def _attribute_messages(h5: H5File, obj: Obj, warnings: list[str]) -> list[tuple[bytes, int]]:
     """(bytes, where) of the object's attribute messages: in its header, then those kept in
-    dense storage (an attribute info message with a fractal heap, dense.py)."""
+    dense storage (an attribute info message with a fractal heap, dense.py). Dense ones that
+    cannot be read are said, and the file opens (its datasets do not depend on them)."""
     out = [(m.data, m.at) for m in obj.all(messages.ATTRIBUTE)]
     info = obj.first(messages.ATTRIBUTE_INFO)
     if info is not None:
-        heap, index = messages.attribute_heap(h5, info.data, info.at)
-        if h5.defined(heap):
-            from .dense import attributes
-            out += attributes(h5, heap, index, repr(obj.path or "/"))
+        try:
+            heap, index = messages.attribute_heap(h5, info.data, info.at)
+            if h5.defined(heap):
+                from .dense import attributes
+                out += attributes(h5, heap, index, repr(obj.path or "/"))
+        except TensorloupeError as e:
+            warnings.append(f"{obj.path or '/'}: its attributes in dense storage cannot be read: "
+                            f"{e.message}")
     return out
 
 

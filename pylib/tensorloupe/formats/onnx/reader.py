@@ -6,8 +6,8 @@ version 2), metadata_props (14). The GraphProto (7) holds node (1: op_type 4, do
 initializer (5: TensorProto, tensors.py), sparse_initializer (15: sparse.py, shown dense),
 input (11), output (12). A Constant node's tensor is listed too, under the node's name
 (constants.py). Only these fields are walked (wire.py): every other value, and every
-initializer's payload, is skipped by its length. Protobuf caps a message at 2 GB, so big models keep their initializers in external
-data files beside the model (tensors.py); those files are opened through the model's own source
+initializer's payload, is skipped by its length. Protobuf caps a message at 2 GB, so big models
+keep their initializers in external data files beside the model (tensors.py); those files are opened through the model's own source
 (`ByteSource.beside`: the same folder on disk, in a dropped folder, or at the same URL) and read by
 range like any tensor.
 """
