@@ -86,17 +86,22 @@ def _values(t: Tensor) -> list:
     return lookup(t.dtype).decode(t.source.read_data(t.offset, t.nbytes), t.big_endian)
 
 
-def _product(left: Tensor, right: Tensor) -> tuple[tuple, list]:
-    """(shape, row-major float64 values) of left · right, each sum correctly rounded."""
-    a, b = _values(left), _values(right)
-    rows, inner = left.shape[0], left.shape[1]
+def _columns(right: Tensor) -> list[tuple]:
+    """A right-hand factor [inner, cols] as its columns, each a tuple of `inner` values."""
+    b, inner = _values(right), right.shape[0]
     cols = math.prod(right.shape[1:])
-    columns = list(zip(*(b[k * cols:(k + 1) * cols] for k in range(inner))))
+    return list(zip(*(b[k * cols:(k + 1) * cols] for k in range(inner))))
+
+
+def _product(left: Tensor, right: Tensor) -> tuple[tuple, list]:
+    """(shape, row-major float64 values) of left · right, each sum correctly rounded (LoKr's
+    small w1 and w2; LoHa's products are computed row by row instead)."""
+    a, columns, inner = _values(left), _columns(right), left.shape[1]
     out = []
-    for i in range(rows):
+    for i in range(left.shape[0]):
         row = a[i * inner:(i + 1) * inner]
         out.extend(_dot(row, c) for c in columns)
-    return (rows, cols), out
+    return (left.shape[0], len(columns)), out
 
 
 def _dot(left, column) -> float:
@@ -141,8 +146,9 @@ def plan(m: Module) -> tuple[tuple | None, int | None, str | None]:
         return None, None, f"its w1 has shape {list(w1)}, not 2-D"
     rank = (p["lokr_w1_b"].shape[0] if "lokr_w1_b" in p else
             p["lokr_w2_b"].shape[0] if "lokr_w2_b" in p else None)
-    if math.prod(w1) * math.prod(w2) > 1 << 40:
-        return None, None, "its Kronecker product is too large"
+    if math.prod(w1) > MAX_FACTOR_VALUES or math.prod(w2) > MAX_FACTOR_VALUES:
+        return None, None, (f"its w1 {list(w1)} or w2 {list(w2)} holds more than the "
+                            f"{MAX_FACTOR_VALUES:,} values ΔW is computed from here")
     return (w1[0] * w2[0], w1[1] * w2[1]) + tuple(w2[2:]), rank, None
 
 
@@ -201,21 +207,23 @@ class LycorisSource(RowsSource):
             raise FormatError(f"ΔW of {self.m.module!r} cannot be computed: {e}", file=self.name) from e
 
     def _computed(self, r0: int, r1: int) -> array:
-        p, scale, cols = self.m.parts, self.scale, self.row_bytes // 4
-        if self._factors is None:
+        p, scale = self.m.parts, self.scale
+        if self._factors is None:    # LoHa: w1_a, w2_a rows and w1_b, w2_b columns; LoKr: w1, w2
             if self.m.algorithm == LOHA:
-                self._factors = (_product(p["hada_w1_a"], p["hada_w1_b"])[1],
-                                 _product(p["hada_w2_a"], p["hada_w2_b"])[1])
+                self._factors = ((_values(p["hada_w1_a"]), _columns(p["hada_w1_b"])),
+                                 (_values(p["hada_w2_a"]), _columns(p["hada_w2_b"])))
             else:
                 self._factors = (_whole(p, "lokr_w1"), _whole(p, "lokr_w2"))
         one, two = self._factors
         out = array("f")
         if self.m.algorithm == LOHA:
+            (a1, c1), (a2, c2) = one, two
+            k1, k2 = p["hada_w1_a"].shape[1], p["hada_w2_a"].shape[1]    # the two ranks
             for i in range(r0, r1):
-                row = slice(i * cols, (i + 1) * cols)
-                out.extend(x * y * scale for x, y in zip(one[row], two[row]))
+                row1, row2 = a1[i * k1:(i + 1) * k1], a2[i * k2:(i + 1) * k2]
+                out.extend(_dot(row1, x) * _dot(row2, y) * scale for x, y in zip(c1, c2))
             return out
-        (a, b), w1 = one
+        (_, b), w1 = one
         (c, d), w2 = two                      # w2 as [c, d·kh·kw]: ΔW's row i1·c + i2
         for i in range(r0, r1):
             i1, i2 = divmod(i, c)
