@@ -4,6 +4,7 @@ indices placed into zeros, and onnx.reference.ReferenceEvaluator running each Co
 hand-built protobuf attacks, one per test."""
 
 import struct
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -21,8 +22,16 @@ from tensorloupe.source.base import MemorySource  # noqa: E402
 from test_onnx import assert_same_values, tensor_proto  # noqa: E402
 
 
+OUT = Path(__file__).resolve().parents[1] / "fixtures" / "out" / "onnx"
+USED = {"onnx_sparse": "sparse.onnx", "onnx_constants": "constants.onnx",
+        "onnx_exported_constants": "exported_constants/model.onnx"}
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
+    """fixtures/out/onnx (fixtures/make.py writes it: onnx_files.py), else written here."""
+    if all((OUT / name).exists() for name in USED.values()):
+        return {key: OUT / name for key, name in USED.items()}
     return fx.write_all(tmp_path_factory.mktemp("onnx_sparse"))
 
 
