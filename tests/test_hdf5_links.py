@@ -73,8 +73,9 @@ def test_every_link_is_described_as_h5py_reads_it(path, ckpt):
         for name, link in expected.items():
             entry = described[name]
             if isinstance(link, h5py.ExternalLink):
-                assert entry == {"kind": "external", "file": link.filename, "path": link.path,
-                                 "followed": False}
+                assert {k: entry[k] for k in ("kind", "file", "path")} == \
+                    {"kind": "external", "file": link.filename, "path": link.path}
+                assert entry["followed"] == (name == "ext")
                 continue
             assert entry["kind"] == "soft" and entry["path"] == link.path
             if name in ("dangling", "loop_a", "loop_b"):
@@ -88,18 +89,41 @@ def test_every_link_is_described_as_h5py_reads_it(path, ckpt):
     assert "dangling" in described["dangling"]["problem"]
 
 
-def test_external_links_are_never_followed(path, ckpt):
-    # target.h5 is beside the model, ../../etc/elsewhere.h5 is not: neither is opened
-    assert [s.root().name for s in ckpt.sources] == [path.name]
-    assert {t.name for t in ckpt.tensors}.isdisjoint({"ext", "ext_out"})
+def test_external_links_are_followed_only_inside_the_folder(path, ckpt):
+    # target.h5 is beside the file: its dataset is read from it, as h5py reads f["ext"];
+    # ../../etc/elsewhere.h5 is not, and is never opened
+    assert [s.root().name for s in ckpt.sources] == [path.name, "target.h5"]
+    t = ckpt.tensor("ext")
+    assert t.info["external link to"] == "target.h5:/inner/w" and t.file == "target.h5"
+    with h5py.File(path) as f:
+        same(t.numpy(), f["ext"][()])
+    assert "ext_out" not in {t.name for t in ckpt.tensors}
     said = [w for w in ckpt.warnings if "external link" in w]
-    assert len(said) == 2 and all("listed, not followed" in w for w in said)
+    assert len(said) == 1 and "'ext_out'" in said[0] and "is not inside the folder" in said[0]
+
+
+def test_a_file_reached_by_an_external_link_does_not_follow_its_own(tmp_path):
+    # a.h5 -> b.h5 -> a.h5: followed one file deep, never round the loop
+    with h5py.File(tmp_path / "a.h5", "w", libver="latest") as f:
+        f["w"] = np.arange(3, dtype="f4")
+        f["to_b"] = h5py.ExternalLink("b.h5", "/back")
+    with h5py.File(tmp_path / "b.h5", "w", libver="latest") as f:
+        f["back"] = h5py.ExternalLink("a.h5", "/w")
+        f["v"] = np.ones(2, "f4")
+    ckpt = tensorloupe.open(tmp_path / "a.h5")
+    assert [t.name for t in ckpt.tensors] == ["w"]
+    assert "'b.h5' has no dataset at '/back'" in ckpt.extras["hdf5"]["links"]["to_b"]["problem"]
+
+
+def test_an_external_link_from_bytes_is_said_not_followed(path):
+    ckpt = reader.read(MemorySource(path.read_bytes(), "links.h5"))
+    assert "cannot be opened" in ckpt.extras["hdf5"]["links"]["ext"]["problem"]
 
 
 def test_a_group_link_lists_no_second_copy(ckpt):
     names = [t.name for t in ckpt.tensors]
     assert not [n for n in names if n.startswith("soft_group/")]
-    assert sorted(names) == sorted(["g/chunked", "g/v", "g/w", "soft_w", "g/rel", "through",
+    assert sorted(names) == sorted(["g/chunked", "g/v", "g/w", "soft_w", "g/rel", "through", "ext",
                                     "unlimited/plain", "unlimited/deflated", "unlimited/sparse",
                                     "growing/rows", "growing/cols", "growing/holes"])
 

@@ -8,8 +8,8 @@ and the file still opens. A soft link to a dataset is listed as a tensor under t
 path (the target's descriptor: the same bytes); one to a group says which group (its datasets
 are listed once, under their own paths).
 
-An external link names another file and a path in it. It is listed with both and never
-followed: opening it would read a file the user did not give, wherever it names.
+An external link names another file and a path in it: listed with both here, followed (or
+not, and why) by external.py.
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ def resolve(objects: dict, links: list) -> tuple[list[Resolved], dict[str, dict]
     for path, link in links:
         if link.kind == "external":
             entry = {"kind": "external", "file": link.file, "path": link.target, "followed": False}
-            warnings.append(f"{path!r} is an external link to {link.target!r} in {link.file!r}: "
-                            "listed, not followed")
         else:
             found = _follow(path, soft, objects)
             out.append(found)

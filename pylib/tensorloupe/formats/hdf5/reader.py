@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ...errors import LOW_LEVEL_ERRORS, ErrorFactory, FormatError, TensorloupeError
+from ...errors import LOW_LEVEL_ERRORS, ErrorFactory, FormatError, TensorloupeError, UnsupportedError
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
 from . import links, messages
@@ -37,7 +37,8 @@ def read(source: ByteSource, fmt: str = FORMAT) -> Checkpoint:
             FormatError, f"malformed HDF5 file: {type(e).__name__}") from e
 
 
-def _read(source: ByteSource, fmt: str) -> Checkpoint:
+def _read(source: ByteSource, fmt: str, follow: bool = True) -> Checkpoint:
+    """`follow`: external links are followed into the files they name beside this one."""
     h5, root, facts = open_file(source)
     warnings: list[str] = []
     found_links: list = []
@@ -59,13 +60,35 @@ def _read(source: ByteSource, fmt: str) -> Checkpoint:
                     warnings.append(f"tensor {tensor.name!r}: {tensor.problem}")
     extras = {"hdf5": {**facts, "objects": len(objects),
                        "offset_size": h5.offset_size, "length_size": h5.length_size}}
+    sources = [source]
     if found_links:
         resolved, described, said = links.resolve({o.path: o for o in objects}, found_links)
         tensors += _linked(tensors, resolved)
         warnings += said
         extras["hdf5"]["links"] = described
-    return Checkpoint(fmt, source.name, source.size, tensors, metadata=metadata,
-                      warnings=warnings, extras=extras, sources=[source])
+        if any(e["kind"] == "external" for e in described.values()):
+            from .external import follow as follow_external
+            reached, opened = follow_external(
+                source, described, warnings,
+                (lambda other: _linked_file(other, fmt)) if follow else _not_followed)
+            tensors += reached
+            sources += opened
+    return Checkpoint(fmt, source.name, source.size + sum(s.size for s in sources[1:]), tensors,
+                      metadata=metadata, warnings=warnings, extras=extras, sources=sources)
+
+
+def _linked_file(other: ByteSource, fmt: str) -> Checkpoint:
+    """Another HDF5 file an external link names, read without following its own."""
+    try:
+        return _read(other, fmt, follow=False)
+    except LOW_LEVEL_ERRORS as e:
+        raise FormatError(f"malformed HDF5 file: {type(e).__name__}", file=other.name) from e
+
+
+def _not_followed(other: ByteSource) -> Checkpoint:
+    """A file reached through an external link does not follow its own (external.py)."""
+    raise UnsupportedError("it is reached through an external link, and external links are "
+                           "followed one file deep", file=other.name)
 
 
 def _attribute_messages(h5: H5File, obj: Obj, warnings: list[str]) -> list[tuple[bytes, int]]:
