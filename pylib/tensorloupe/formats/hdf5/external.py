@@ -9,12 +9,12 @@ files), and at most MAX_FILES are opened. Whatever is not followed says why.
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import replace
 
 from ...errors import TensorloupeError
 from ...model import Tensor
 from ...source import ByteSource
+from ...source.base import inside_folder
 from ...source.cache import CachedSource
 
 MAX_FILES = 64
@@ -29,7 +29,7 @@ def follow(source: ByteSource, described: dict, warnings: list[str], read) -> tu
     for path, entry in described.items():
         if entry["kind"] != "external":
             continue
-        name = _inside(entry["file"])
+        name = inside_folder(entry["file"])
         if name is None:
             why = "its file is not inside the folder it was opened from (absolute paths and '..' are refused)"
         elif name not in opened and len(opened) >= MAX_FILES:
@@ -47,15 +47,6 @@ def follow(source: ByteSource, described: dict, warnings: list[str], read) -> tu
                             f"listed, not followed: {why}")
     sources = [s for c in opened.values() if not isinstance(c, TensorloupeError) for s in c.sources]
     return tensors, sources
-
-
-def _inside(file: str) -> str | None:
-    path = file.replace("\\", "/")
-    parts = path.split("/")
-    if (not file or path.startswith("/") or (len(path) > 1 and path[1] == ":") or ".." in parts
-            or "\0" in path):
-        return None
-    return posixpath.normpath(path)
 
 
 def _open(source: ByteSource, name: str, read):

@@ -14,13 +14,13 @@ range like any tensor.
 
 from __future__ import annotations
 
-import posixpath
 from collections import Counter
 
 from ...errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError,
                        LOW_LEVEL_ERRORS)
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
+from ...source.base import inside_folder
 from ...source.cache import CachedSource
 from . import constants, sparse, tensors
 from .graph import graph_inputs, opsets
@@ -259,11 +259,9 @@ class _Placer:
 def checked_location(location: str, error, name: str) -> str:
     """An external data location that stays in the model's folder: relative, no '..' (onnx's
     checker refuses the same), no empty or drive-letter paths; returned with '/' separators."""
-    path = location.replace("\\", "/")
-    parts = path.split("/")
-    if (not location or path.startswith("/") or (len(path) > 1 and path[1] == ":")
-            or ".." in parts or "\0" in path):
+    path = inside_folder(location)
+    if path is None:
         raise error(FormatError, f"tensor {name!r}: its external data location {location!r} is "
                     "not a file name inside the model's folder (absolute paths and '..' are "
                     "refused)", found=repr(location)[:200])
-    return posixpath.normpath(path)
+    return path
