@@ -23,6 +23,7 @@ from inline_bytes import varint
 CONTAINER_FORMATS = ("onnx", "numpy", "dduf", "llamafile")
 SEEDS = {
     "onnx": ["onnx/types.onnx", "onnx/typed.onnx", "onnx/strings.onnx", "onnx/exported/model.onnx",
+             "onnx/sparse.onnx", "onnx/constants.onnx", "onnx/exported_constants/model.onnx",
              ("onnx/exported_external/model.onnx", "onnx/exported_external/model.onnx.data"),
              ("onnx/external/types.onnx", "onnx/external/types.onnx.data")],
     "numpy": ["numpy/le_f4.npy", "numpy/be_c8.npy", "numpy/v3.npy", "numpy/objects.npy",
@@ -30,8 +31,9 @@ SEEDS = {
     "dduf": ["containers/tiny.dduf"],
     "llamafile": ["containers/tiny.llamafile"],
 }
-# ModelProto.graph, GraphProto.initializer/node/input, TensorProto.external_data: descended into
-MESSAGES = {7, 5, 1, 11, 12, 13, 2}
+# ModelProto.graph, GraphProto.initializer/node/input, TensorProto.external_data,
+# GraphProto.sparse_initializer, AttributeProto.sparse_tensor: descended into
+MESSAGES = {7, 5, 1, 11, 12, 13, 2, 15, 22}
 LOCATIONS = ("../../etc/passwd", "/etc/passwd", "C:\\x", "", "model.onnx.data", "a/../b", "x" * 300,
              "missing.bin", "\x00")
 NUMBERS = ("0", "-1", "18446744073709551615", "99999999999999999999999", "1e3", "", " 4", "0x10")

@@ -25,7 +25,8 @@ from fuzz_mutators import INTERESTING, _members, bytes_edit, mutate_zip, pickle_
 FORMATS = ("hdf5", "keras", "nemo")
 FIXTURES_OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out"
 SIGNATURES = (b"OHDR", b"OCHK", b"TREE", b"SNOD", b"HEAP", b"GCOL", b"FRHP", b"FHDB", b"FHIB",
-              b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"\x89HDF")
+              b"BTHD", b"BTIN", b"BTLF", b"FAHD", b"FADB", b"EAHD", b"EAIB", b"EASB", b"EADB",
+              b"\x89HDF")
 FIELDS = (struct.Struct("<Q"), struct.Struct("<I"), struct.Struct("<H"), struct.Struct("<B"))
 YAML_EDITS = ("a: !!python/object/apply:os.system [id]\n", "x: &a [1]\ny: *a\n", "b: |\n  t\n",
               "---\nz: 1\n", "k: 'open\n", "k: [1, [2, {a: 3}\n", "\tk: 1\n", "k: \"\\u12\"\n",
@@ -95,7 +96,7 @@ class Seeds:
         # fixtures/make.py writes them to fixtures/out; a --seeds-dir without them falls back there
         out = Path(seeds_dir) if (Path(seeds_dir) / "hdf5").is_dir() else FIXTURES_OUT
         names = {"hdf5": ("hdf5/h5py-earliest.h5", "hdf5/h5py-latest.h5", "hdf5/h5py-dense.h5",
-                          "hdf5/keras-mlp.weights.h5"),
+                          "hdf5/keras-mlp.weights.h5", "hdf5/links/h5py-links.h5"),
                  "keras": ("hdf5/keras-mlp.keras",),
                  "nemo": ("nemo/tiny.nemo",)}[fmt]
         self.seeds = []

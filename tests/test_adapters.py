@@ -175,7 +175,7 @@ def test_without_its_config_a_peft_adapter_is_shown_as_stored(tmp_path, capsys):
     ({"r": 0}, "r must be a positive integer"),
     ({"lora_alpha": "eight"}, "lora_alpha must be a finite number"),
     ({"rank_pattern": {"layers\\.(0|1)+\\.q_proj": 2}}, "is a regular expression"),
-    ({"peft_type": "LOHA"}, "computes LoRA adapters' ΔW only"),
+    ({"peft_type": "LOHA"}, "but these tensor names are a LORA adapter's"),
     ({"use_rslora": "yes"}, "use_rslora must be true or false"),
 ])
 def test_a_broken_adapter_config_is_said_and_nothing_is_computed(tmp_path, capsys, change, said):

@@ -99,7 +99,7 @@ function quantisationCard(q) {
 // A LoRA adapter (adapters/): what it is and what it changes, as `inspect` says it
 // (adapters/text.py): each adapted weight is listed as its ΔW = scale · B · A.
 function adapterCard(a) {
-  const kind = a.layout === "peft-lora" ? "PEFT LoRA" : "kohya/A1111 LoRA";
+  const kind = a.kind;   // adapters/pairs.py kind_of: the layout in words
   const card = el("section", {class: "card", id: "adapter", dataset: {delta: String(a.delta), layout: a.layout}},
     el("h3", {text: "Adapter"}));
   if (a.problem) {
@@ -115,7 +115,8 @@ function adapterCard(a) {
     ["rank pattern", pattern(a.rank_pattern)], ["alpha pattern", pattern(a.alpha_pattern)],
     ["modules saved", (a.modules_to_save || []).join(", ")],
     ["DoRA", a.dora ? "yes: ΔW shown is the LoRA part only; the merged weight is also rescaled per output row by the magnitude vector" : ""],
-    ["parameters", `${grouped(a.parameters)} stored in the adapter; ${grouped(a.delta)} weight${a.delta === 1 ? "" : "s"} shown as ΔW (${grouped(a.delta_values)} values)`]];
+    ["parameters", `${grouped(a.parameters)} stored in the adapter; ${grouped(a.delta)} weight${a.delta === 1 ? "" : "s"} shown as ΔW (${grouped(a.delta_values)} values)`],
+    ["lora_bias", a.biases ? `${grouped(a.biases)} bias${a.biases === 1 ? "" : "es"} shown as Δb = scale · lora_B.bias` : ""]];
   card.append(el("table", {class: "kv"}, el("tbody", {}, rows.filter(([, v]) => v).map(([k, v]) =>
     el("tr", {dataset: {key: k}}, el("th", {class: "key", scope: "row", text: k}), el("td", {text: String(v)}))))));
   return card;

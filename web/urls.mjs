@@ -63,6 +63,14 @@ self.tensorloupeRanges = (url, ranges) => Promise.all(ranges.map(async ([first, 
     return {error: messageOf(error)};
   }
 }));
+// Files beside the URLs the user gave, named by Python (web/beside_urls.py: an adapter's
+// adapter_config.json, a diffusers folder's files, all in the given URL's folder on its server):
+// probed at once as the given URLs are, awaited by Python in one suspension (JSPI).
+self.tensorloupeProbeAll = (urls) => Promise.all(Array.from(urls, (url) => probe(url)));
+// Their first bytes, for those Python did not open (the others were taken when opened).
+self.tensorloupeForget = (urls) => {
+  for (const url of urls) heads.delete(url);
+};
 // A URL's probe, for Python to await (web/remote.py worker_probe); null if it was not probed.
 self.tensorloupeProbe = (url) => probing.get(url) || Promise.resolve(null);
 self.tensorloupeHead = (url) => {

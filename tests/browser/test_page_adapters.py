@@ -89,3 +89,23 @@ def test_a_dropped_adapter_folder_opens_with_its_config(app):
     assert_stats_equal(app.stats(), expected["stats"])
     with tensorloupe.open(folder) as ckpt:
         assert_heatmap_matches(app, ckpt)
+
+
+def test_a_dropped_lycoris_file_shows_its_loha_and_lokr_deltas(app):
+    """A kohya-named LyCORIS file (fixtures/lycoris_files.py): the card names the algorithms,
+    and a LoHa's and a conv LoKr's ΔW statistics and heatmap are the CLI's and the library's."""
+    model = ROOT / "fixtures" / "out" / "lycoris" / "kohya.safetensors"
+    app.open_file(model, "drop")
+    app.tab("summary")
+    adapter = cli("inspect", model)["extras"]["adapter"]
+    assert app.page.get_attribute("#adapter", "data-layout") == "kohya-lycoris"
+    assert card_rows(app)["adapter"] == f"{adapter['kind']} (from {adapter['source']})"
+    assert app.page.get_attribute("#adapter", "data-delta") == str(adapter["delta"]) == "4"
+    for name in ("lora_unet_mid_block_attentions_0_proj_in.weight",
+                 "lora_unet_up_blocks_0_resnets_0_conv2.weight"):
+        app.select(name)
+        (expected,) = cli("stats", model, name)
+        assert_stats_equal(app.stats(), expected["stats"])
+        assert app.page.inner_text("#stats-dequantised") == expected["computed_as"]
+    with tensorloupe.open(model) as ckpt:
+        assert_heatmap_matches(app, ckpt)

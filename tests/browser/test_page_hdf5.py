@@ -102,14 +102,8 @@ def test_url_shows_what_the_cli_shows(url_app, site, fixtures, key):
     shown_like_the_cli(url_app, fixtures[key], TENSOR[key])
 
 
-def test_dropped_diffusers_folder_is_one_model_with_its_components(app, fixtures):
-    doc = inspect_json(PIPELINE)
-    before = app.opened()
-    app.drop_paths(PIPELINE)
-    app.page.wait_for_function(
-        "after => Number(document.body.dataset.opened || 0) > after", arg=before,
-        timeout=STEP_TIMEOUT_MS)
-    app.wait_idle()
+def pipeline_shown_like_the_cli(app, doc: dict) -> None:
+    """The Summary of the open diffusers pipeline says what `inspect --json` (`doc`) says."""
     app.tab("summary")
     assert app.fact("format") == "diffusers"
     assert app.fact("tensor_count") == f"{doc['tensor_count']:,}" == "320"
@@ -123,5 +117,16 @@ def test_dropped_diffusers_folder_is_one_model_with_its_components(app, fixtures
                      f"{c['tensors']:,}" if "tensors" in c else "",
                      f"{c['parameters']:,}" if "parameters" in c else "no weights"]
                     for c in doc["extras"]["pipeline"]["components"]]
+
+
+def test_dropped_diffusers_folder_is_one_model_with_its_components(app, fixtures):
+    doc = inspect_json(PIPELINE)
+    before = app.opened()
+    app.drop_paths(PIPELINE)
+    app.page.wait_for_function(
+        "after => Number(document.body.dataset.opened || 0) > after", arg=before,
+        timeout=STEP_TIMEOUT_MS)
+    app.wait_idle()
+    pipeline_shown_like_the_cli(app, doc)
     app.select("unet/conv_in.weight")
     assert_stats_equal(app.stats(), cli_stats(PIPELINE, "unet/conv_in.weight")["stats"])

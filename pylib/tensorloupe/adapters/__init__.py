@@ -18,7 +18,8 @@ import math
 
 from ..errors import LOW_LEVEL_ERRORS, TensorloupeError
 from ..model import Checkpoint, Tensor
-from .pairs import KOHYA, PEFT, Pair, find_pairs, layout_of, scalar
+from .pairs import (KOHYA, KOHYA_LYCORIS, LYCORIS_COMPUTED, NEEDS_CONFIG, PEFT, PEFT_LYCORIS, Pair,
+                    find_pairs, kind_of, layout_of, scalar)
 
 EXTRAS_KEY = "adapter"
 
@@ -35,10 +36,10 @@ def adopt(ckpt: Checkpoint, files: list) -> Checkpoint:
     dropped files) and adopt or `apply` it then."""
     layout = looks_like(ckpt)
     files = [f for f in files if isinstance(f, str)]
-    if layout is None or EXTRAS_KEY in ckpt.extras or (layout == PEFT and not files):
+    if layout is None or EXTRAS_KEY in ckpt.extras or (layout in NEEDS_CONFIG and not files):
         return ckpt
     config, where = None, None
-    if layout == PEFT:
+    if layout in NEEDS_CONFIG:
         from ..opening import beside
         found = beside.find(files, beside.ADAPTER_CONFIG_NAME)
         config, where = found.data, found.where.rsplit("/", 1)[-1]
@@ -55,21 +56,26 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "adapter_config.js
     if layout is None or EXTRAS_KEY in ckpt.extras:
         return
     from .config import kohya_facts, peft_settings
-    found, others = find_pairs(ckpt.tensors, layout)
-    summary = {"layout": layout, "source": where if layout == PEFT else "tensor names and ss_* metadata",
+    lora_layout = {PEFT_LYCORIS: PEFT, KOHYA_LYCORIS: KOHYA}.get(layout, layout)
+    found, others = find_pairs(ckpt.tensors, lora_layout)
+    # a kohya `.alpha` of no lora_down/lora_up is a LyCORIS module's (lycoris.py)
+    others += [t for p in found if p.down is None and p.up is None for t in p.stored]
+    found = [p for p in found if p.down is not None or p.up is not None]
+    summary = {"layout": layout, "kind": kind_of(layout),
+               "source": where if layout in NEEDS_CONFIG else "tensor names and ss_* metadata",
                "pairs": len(found), "parameters": ckpt.parameter_count}
     settings = None
-    if layout == PEFT:
+    if layout in NEEDS_CONFIG:
         if config is None:
-            said = (f"these are PEFT LoRA factors, but no {where} was found beside them: without "
-                    "its r and lora_alpha the scale of ΔW is not known, so A and B are shown as stored")
+            said = (f"these are PEFT adapter factors, but no {where} was found beside them: without "
+                    "its r and alpha the scale of ΔW is not known, so they are shown as stored")
             ckpt.warnings.append(said)
             ckpt.extras[EXTRAS_KEY] = {**summary, "delta": 0, "problem": said}
             return
         try:
-            settings = peft_settings(config, where)
+            settings = peft_settings(config, where, ("LORA",) if layout == PEFT else ("LOHA", "LOKR"))
         except TensorloupeError as e:
-            said = f"{where} cannot be used: {e.message}; A and B are shown as stored"
+            said = f"{where} cannot be used: {e.message}; the factors are shown as stored"
             ckpt.warnings.append(said)
             ckpt.extras[EXTRAS_KEY] = {**summary, "delta": 0, "problem": said}
             return
@@ -102,17 +108,71 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "adapter_config.js
         alphas.add(alpha)
         made[pair.stored[0].name] = _delta_tensor(pair, scale, alpha, settings)
         dropped.update(t.name for t in pair.stored)
+        if pair.bias is not None:
+            made[pair.bias.name] = _bias_tensor(pair, scale)
+    if layout in (PEFT_LYCORIS, KOHYA_LYCORIS) or any(t.name.endswith(LYCORIS_COMPUTED) for t in others):
+        others, summary["algorithms"] = _apply_lycoris(ckpt, others, layout, settings, made, dropped,
+                                                       (scales, ranks, alphas))
     renamed = _modules_to_save(others, settings) if settings else {}
     tensors = [made.get(t.name) or renamed.get(t.name, t) for t in ckpt.tensors
                if t.name in made or t.name not in dropped]
     ckpt.replace_tensors(tensors)
-    summary.update(delta=len(made), ranks=sorted(ranks), alphas=sorted(alphas),
-                   scales=sorted(scales), delta_values=sum(t.numel for t in made.values()),
+    weights = [t for t in made.values() if not t.info["computed as"].startswith("Δb")]
+    summary.update(delta=len(weights), biases=len(made) - len(weights), ranks=sorted(ranks),
+                   alphas=sorted(alphas), scales=sorted(scales),
+                   delta_values=sum(t.numel for t in weights),
                    replaced=sorted(t.name for t in renamed.values()))
-    if layout == KOHYA:
+    summary["kind"] = kind_of(layout, summary.get("algorithms"))
+    if layout in (KOHYA, KOHYA_LYCORIS):
         summary["r"] = max(ranks) if len(ranks) == 1 else None
         summary["alpha"] = max(alphas) if len(alphas) == 1 else None
     ckpt.extras[EXTRAS_KEY] = summary
+
+
+def _bias_tensor(pair: Pair, scale: float) -> Tensor:
+    """lora_bias=True: B's bias times the scale, what peft's merge adds to the base's bias."""
+    from .delta import ScaledSource
+    b = pair.bias
+    info = {"computed as": f"Δb = {scale:.6g} · lora_B.bias (lora_bias: peft adds it to the bias)",
+            "lora": {"layout": pair.layout, "module": pair.module, "scale": scale, "bias": True}}
+    return Tensor(pair.module + ".bias", "F32", b.shape, 0, 4 * b.numel,
+                  source=ScaledSource(b, scale), info=info, parts=(b,))
+
+
+def _apply_lycoris(ckpt: Checkpoint, others: list[Tensor], layout: str, settings, made: dict,
+                   dropped: set, seen: tuple) -> tuple[list[Tensor], dict]:
+    """The LyCORIS modules among `others` as ΔW tensors (into `made`/`dropped`): the tensors
+    left in none of them, and the count of modules computed by algorithm."""
+    from . import lycoris
+    scales, ranks, alphas = seen
+    modules, rest = lycoris.find_modules(others, layout == PEFT_LYCORIS)
+    algorithms = {}
+    for m in modules:
+        shape, rank, why = lycoris.plan(m)
+        if why is None and settings is not None:
+            r, alpha = settings.rank_alpha(m.module)
+            if rank is not None and rank != r:
+                why = (f"its factors have rank {rank} but the adapter config says {r}: its scale "
+                       "would be wrong")
+            scale = alpha / r
+        elif why is None:
+            try:
+                scale, alpha = lycoris.kohya_scale(m, rank)
+            except (TensorloupeError, *LOW_LEVEL_ERRORS) as e:
+                why = f"its alpha cannot be read: {e}"
+        if why is not None:
+            ckpt.warnings.append(f"adapter module {m.module!r}: {why}; no ΔW is shown for it")
+            rest.extend(m.stored)
+            continue
+        scales.add(scale)
+        alphas.add(alpha)
+        if rank is not None:
+            ranks.add(rank)
+        algorithms[m.algorithm] = algorithms.get(m.algorithm, 0) + 1
+        made[m.stored[0].name] = lycoris.delta_tensor(m, shape, rank, scale, alpha, layout)
+        dropped.update(t.name for t in m.stored)
+    order = {t.name: i for i, t in enumerate(ckpt.tensors)}
+    return sorted(rest, key=lambda t: order[t.name]), algorithms
 
 
 def _rank_mismatch(pair: Pair, settings) -> str | None:

@@ -40,6 +40,7 @@ class PeftSettings:
     rank_pattern: dict = field(default_factory=dict)
     alpha_pattern: dict = field(default_factory=dict)
     lora_bias: bool = False
+    kind: str = "LORA"       # peft_type: LORA, LOHA or LOKR
 
     def rank_alpha(self, module: str) -> tuple[int, float]:
         """This module's r and lora_alpha (rank_pattern, alpha_pattern)."""
@@ -106,17 +107,23 @@ def _names(value, key: str, where: str) -> list | str | None:
     return list(value)
 
 
-def peft_settings(config: dict, where: str) -> PeftSettings:
+# peft_type -> the key of its alpha (LoraConfig.lora_alpha; LoHaConfig / LoKrConfig.alpha)
+ALPHA_KEYS = {"LORA": "lora_alpha", "LOHA": "alpha", "LOKR": "alpha"}
+
+
+def peft_settings(config: dict, where: str, kinds: tuple = ("LORA",)) -> PeftSettings:
     """An adapter_config.json's object as PeftSettings; FormatError (or UnsupportedError for a
-    PEFT method other than LoRA, or pattern keys that are expressions) naming the file."""
+    PEFT method not in `kinds`, or pattern keys that are expressions) naming the file."""
     kind = config.get("peft_type", "LORA")
-    if kind != "LORA":
-        raise UnsupportedError(f"peft_type is {str(kind)[:40]!r}: tensorloupe computes LoRA "
-                               "adapters' ΔW only; the stored tensors are shown as they are", file=where)
+    if kind not in kinds:
+        said = " or ".join(kinds)
+        raise UnsupportedError(f"peft_type is {str(kind)[:40]!r}, but these tensor names are a "
+                               f"{said} adapter's: the stored tensors are shown as they are", file=where)
     base = config.get("base_model_name_or_path")
+    alpha_key = ALPHA_KEYS[kind]
     settings = PeftSettings(
         r=_number(config.get("r", 8), "r", where, positive_int=True),
-        alpha=_number(config.get("lora_alpha", 8), "lora_alpha", where),
+        alpha=_number(config.get(alpha_key, 8), alpha_key, where), kind=kind,
         base_model=base if isinstance(base, str) else None,
         rslora=_flag(config, "use_rslora", where), dora=_flag(config, "use_dora", where),
         fan_in_fan_out=_flag(config, "fan_in_fan_out", where),

@@ -149,3 +149,23 @@ class DeltaSource(RowsSource):
             data = values.tobytes()
             out.append(data[o - e0 * 4:o - e0 * 4 + n])
         return out
+
+
+class ScaledSource(RowsSource):
+    """The float32 bytes of a stored float vector times a scale (lora_bias's Δb = scale ·
+    lora_B.bias): each value's product in float64, rounded once."""
+
+    def __init__(self, stored: Tensor, scale: float):
+        super().__init__(stored, stored.shape, 1)
+        self.stored, self.scale = stored, scale
+
+    def _compute(self, r0: int, r1: int) -> array:
+        t = self.stored
+        try:
+            item = t.nbytes // max(t.numel, 1)
+            values = _decoded(t, t.source.read_data(t.offset + r0 * item, (r1 - r0) * item))
+        except TensorloupeError as e:
+            raise e.located(file=self.name)
+        except LOW_LEVEL_ERRORS as e:
+            raise FormatError(f"{t.name!r} times its scale cannot be computed: {e}", file=self.name) from e
+        return array("f", map(mul, repeat(self.scale), values))

@@ -80,7 +80,7 @@ def with_adapter(base: Checkpoint, adapter: Checkpoint) -> tuple[Checkpoint, dic
     changed: dict[str, Tensor] = {}
     for t in adapter.tensors:
         target = by_name.get(t.name)
-        lora = t.info.get("lora") if t.parts else None
+        lora = (t.info.get("lora") or t.info.get("lycoris")) if t.parts else None
         if lora is None and "adapter" not in t.info:
             continue
         why = _unpairable(t, target, lora)

@@ -3,7 +3,10 @@
 PEFT (`save_pretrained`, peft/utils/save_and_load.py): `base_model.model.<module>.lora_A.weight`
 [r, in] and `.lora_B.weight` [out, r] (conv: [r, in, kh, kw] and [out, r, 1, 1]), embeddings
 `.lora_embedding_A` [r, num] and `.lora_embedding_B` [dim, r], DoRA's `.lora_magnitude_vector`;
-`modules_to_save` as the trained copy under the module's own name.
+`modules_to_save` as the trained copy under the module's own name; with `lora_bias=True`, B's
+bias `.lora_B.bias` [out] (peft merges it as bias += scale · lora_B.bias).
+LyCORIS (LoHa, LoKr: lycoris.py) by the same two namings: peft's `base_model.model.<module>.
+hada_w1_a` (LoHaModel / LoKrModel) and kohya's `lora_unet_<module>.hada_w1_a` (with `.alpha`).
 kohya/A1111 (sd-scripts networks/lora.py, `LoRAModule`): `lora_unet_<path with _>.lora_down.weight`
 [r, in(, kh, kw)], `.lora_up.weight` [out, r(, 1, 1)], `.alpha` (a scalar); prefixes lora_unet_,
 lora_te_, lora_te1_, lora_te2_ (the module path's dots are underscores, which cannot be undone:
@@ -20,12 +23,15 @@ from ..model import Tensor
 
 PEFT_PREFIX = "base_model.model."
 PEFT, KOHYA = "peft-lora", "kohya-lora"
+PEFT_LYCORIS, KOHYA_LYCORIS = "peft-lycoris", "kohya-lycoris"
+NEEDS_CONFIG = (PEFT, PEFT_LYCORIS)      # layouts whose scale is in adapter_config.json
 # suffix -> (layout, role in the pair, ΔW transposed: (B·A)^T, as peft's embedding layers do)
 SUFFIXES = {
     ".lora_A.weight": (PEFT, "down", False), ".lora_B.weight": (PEFT, "up", False),
     ".lora_embedding_A": (PEFT, "down", True), ".lora_embedding_B": (PEFT, "up", True),
     ".lora_magnitude_vector": (PEFT, "magnitude", False),
     ".lora_magnitude_vector.weight": (PEFT, "magnitude", False),   # peft < 0.10
+    ".lora_B.bias": (PEFT, "bias", False),                          # lora_bias=True
     ".lora_down.weight": (KOHYA, "down", False), ".lora_up.weight": (KOHYA, "up", False),
     ".alpha": (KOHYA, "alpha", False),
 }
@@ -44,6 +50,7 @@ class Pair:
     up: Tensor | None = None     # B / lora_up
     magnitude: Tensor | None = None
     alpha: Tensor | None = None
+    bias: Tensor | None = None   # lora_B.bias (lora_bias=True): Δb = scale · bias
     transposed: bool = False
 
     @property
@@ -90,10 +97,36 @@ class Pair:
         if self.magnitude is not None and self.magnitude.numel != self.shape[0]:
             return (f"its DoRA magnitude {self.magnitude.name!r} has {self.magnitude.numel:,} "
                     f"values for {self.shape[0]:,} output rows")
+        if self.bias is not None and (self.bias.shape != (self.up.shape[0],) or self.transposed
+                                      or self.bias.dtype not in FLOAT_DTYPES or self.bias.problem):
+            return (f"its lora_B.bias {self.bias.name!r} is not {self.up.shape[0]:,} floats "
+                    "(one per output row of B)")
         return None
 
 
 FACTOR_SUFFIXES = tuple(s for s, (_, role, _) in SUFFIXES.items() if role in ("down", "up"))
+# LyCORIS parameter names (the lycoris library's modules, as peft's LoHa/LoKr layers name them
+# too): those computed (lycoris.py ROLES) and those of algorithms that are not, which are listed
+# with their algorithm's name, never guessed
+LYCORIS_COMPUTED = (".hada_w1_a", ".hada_w1_b", ".hada_w2_a", ".hada_w2_b", ".lokr_w1",
+                    ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b")
+LYCORIS_OTHERS = {".hada_t1": "LoHa with CP-decomposed conv (hada_t1/hada_t2)",
+                  ".hada_t2": "LoHa with CP-decomposed conv (hada_t1/hada_t2)",
+                  ".lokr_t2": "LoKr with CP-decomposed conv (lokr_t2)",
+                  ".oft_blocks": "OFT", ".oft_diag": "Diag-OFT", ".oft_r": "BOFT",
+                  ".diff": "full fine-tune (diff)", ".diff_b": "full fine-tune (diff)",
+                  ".w_norm": "norm", ".b_norm": "norm", ".a1.weight": "GLoRA", ".a2.weight": "GLoRA",
+                  ".b1.weight": "GLoRA", ".b2.weight": "GLoRA", ".ia3_l": "IA3"}
+KOHYA_PREFIXES = ("lora_unet_", "lora_te_", "lora_te1_", "lora_te2_", "lycoris_")
+# a layout in words (the CLI and the page say `kind`); LyCORIS ones add the algorithms computed
+KINDS = {PEFT: "PEFT LoRA", KOHYA: "kohya/A1111 LoRA", PEFT_LYCORIS: "PEFT LyCORIS",
+         KOHYA_LYCORIS: "LyCORIS (kohya names)"}
+ALGORITHMS = {"loha": "LoHa", "lokr": "LoKr"}
+
+
+def kind_of(layout: str, algorithms: dict | None = None) -> str:
+    words = ", ".join(f"{ALGORITHMS.get(k, k)} ×{n}" for k, n in (algorithms or {}).items())
+    return KINDS[layout] + (f" ({words})" if words else "")
 # An adapter is made of its pairs: one is among its first tensors whatever the order (a
 # modules_to_save copy or two may come first). Looking no further keeps every other open,
 # a million-tensor header included, at one C-level check of a few names.
@@ -101,10 +134,15 @@ FIRST_NAMES = 256
 
 
 def layout_of(names) -> str | None:
-    """PEFT, KOHYA or None (not an adapter), from the first FIRST_NAMES tensor names."""
+    """PEFT, KOHYA, PEFT_LYCORIS, KOHYA_LYCORIS or None (not an adapter), from the first
+    FIRST_NAMES tensor names (a kohya file's other LyCORIS algorithms by their kohya prefix)."""
     for name in islice(names, FIRST_NAMES):
         if name.endswith(FACTOR_SUFFIXES):
             return next(SUFFIXES[s][0] for s in FACTOR_SUFFIXES if name.endswith(s))
+        if name.endswith(LYCORIS_COMPUTED):
+            return PEFT_LYCORIS if name.startswith(PEFT_PREFIX) else KOHYA_LYCORIS
+        if name.startswith(KOHYA_PREFIXES) and name.endswith(tuple(LYCORIS_OTHERS)):
+            return KOHYA_LYCORIS
     return None
 
 

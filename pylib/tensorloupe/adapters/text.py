@@ -11,8 +11,7 @@ def _number(v) -> str:
 
 def lines(adapter: dict) -> list[str]:
     """`ckpt.extras["adapter"]` as label/value lines."""
-    kind = "PEFT LoRA" if adapter["layout"] == "peft-lora" else "kohya/A1111 LoRA"
-    out = [("adapter", f"{kind} (from {adapter['source']})")]
+    out = [("adapter", f"{adapter['kind']} (from {adapter['source']})")]
     if adapter.get("problem"):
         return out + [("ΔW", adapter["problem"])]
     if adapter.get("base_model"):
@@ -36,6 +35,9 @@ def lines(adapter: dict) -> list[str]:
     out.append(("parameters", f"{exact_count(adapter['parameters'])} stored in the adapter; "
                               f"{counted(adapter['delta'], 'weight')} shown as ΔW "
                               f"({exact_count(adapter['delta_values'])} values)"))
+    if adapter.get("biases"):
+        out.append(("lora_bias", f"{counted(adapter['biases'], 'bias', 'biases')} shown as "
+                                 "Δb = scale · lora_B.bias"))
     return out   # kohya's ss_* training facts are the file's metadata, printed below it
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import posixpath
 from collections import OrderedDict
 
 from ..errors import TruncatedError, UnreadableError, UsageError
@@ -107,6 +108,17 @@ class ByteSource:
 
     def close(self) -> None:
         pass
+
+
+def inside_folder(name: str) -> str | None:
+    """A file name from a file (ONNX external data, an HDF5 external link) as `beside` takes it:
+    relative, never climbing out ('..'), not absolute nor a drive letter, no NUL; '/' separators,
+    normalised. None where it would leave the folder."""
+    path = name.replace("\\", "/")
+    if (not name or path.startswith("/") or (len(path) > 1 and path[1] == ":")
+            or ".." in path.split("/") or "\0" in path):
+        return None
+    return posixpath.normpath(path)
 
 
 class MemorySource(ByteSource):

@@ -26,7 +26,8 @@ from ..jsonable import PREVIEW, json_number
 from ..quant.logical import apply as dequantise
 from ..adapters.pairs import layout_of
 from ..sampler.stats import Stats
-from . import blobs, files, remote
+from ..source.remote import url_name
+from . import beside_urls, blobs, files, remote
 from .jobs import Job, Jobs
 from .page_table import bytes_by_dtype, page_table
 from .compare_ops import CompareOps
@@ -137,6 +138,13 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps, SaveOps):
         if not urls:
             raise UsageError("no URL was given")
 
+        index = beside_urls.pipeline_index(urls)   # a diffusers folder: its files found first
+        if index is not None:
+            from . import hub
+            urls, found = beside_urls.pipeline_files(index, beside_urls.probe_all, remote.open_url,
+                                                     hub.shard_urls)
+            probes = {**(probes or {}), **found}
+
         def probe(url):
             return remote.probe_of(probes, url)
         config = self._config(args.get("config"), lambda url: remote.read_config(url, probe(url)))
@@ -160,7 +168,17 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps, SaveOps):
             if source in failed:
                 raise failed[source]
             return read[source]
-        return self._adopt(shards.open_all(opened, known), *config, args.get("config"))
+        ckpt = shards.open_all(opened, known)
+        if index is not None:
+            beside_urls.forget(probes)
+        where = beside_urls.adapter_config_url(urls, (t.name for t in ckpt.tensors))
+        if where is not None:    # a PEFT adapter: its adapter_config.json beside the URL
+            from .. import adapters
+            found, why = beside_urls.read_adapter_config(where, beside_urls.probe_all, remote.open_url)
+            if why:
+                ckpt.warnings.append(why)
+            adapters.apply(ckpt, found, url_name(where))
+        return self._adopt(ckpt, *config, args.get("config"))
 
     @staticmethod
     def _config(where, load) -> tuple[dict | None, str | None]:

@@ -3,11 +3,10 @@ pipeline), and ChunkedSource, the dataset's row-major bytes made from the chunks
 
 Chunk indexes (spec IV.A.2.i, III.A.1, VII): the v1 B-tree of raw data chunks (libver
 "earliest"; keys: chunk size, filter mask, the chunk's offset in each dimension, then 0), and
-in layout version 4 a single chunk, an implicit index (chunks one after another) or a fixed
-array ("FAHD" header, "FADB" data block, unpaged). The extensible array and the v2 B-tree
-indexes (datasets with unlimited dimensions written with libver="latest") are not read: such a
-dataset gets a problem saying so. Filters: deflate (1), shuffle (2), fletcher32 (3); others
-(szip, lzf, ...) make the dataset's problem. Every chunk lies inside the file and decodes to
+in layout version 4 a single chunk, an implicit index (chunks one after another), a fixed
+array ("FAHD" header, "FADB" data block, unpaged), an extensible array (one unlimited
+dimension, earray.py) or a v2 B-tree (more than one, btree2.py). Filters: deflate (1),
+shuffle (2), fletcher32 (3); others (szip, lzf, ...) make the dataset's problem. Every chunk lies inside the file and decodes to
 exactly its size, or the read is refused.
 """
 
@@ -19,6 +18,7 @@ from collections import OrderedDict
 
 from ...errors import FormatError, LimitError, UnsupportedError
 from ...source import ByteSource
+from . import btree2, earray
 from .file import Cursor, H5File
 from .groups import btree_node
 from .messages import Filter, Layout
@@ -36,10 +36,6 @@ FIXED_ARRAY_HEADER, FIXED_ARRAY_BLOCK = b"FAHD", b"FADB"
 
 def problem_of(layout: Layout, pipeline: list[Filter], shape, element: int) -> str | None:
     """Why this chunked dataset cannot be read, or None."""
-    if layout.index in ("extensible-array", "btree2"):
-        return (f"its chunks are indexed by a{'n' if layout.index[0] == 'e' else ''} "
-                f"{layout.index.replace('-', ' ')} (a dataset with an unlimited dimension "
-                "written with libver='latest'), which tensorloupe does not read")
     for f in pipeline:
         if f.id not in READ_FILTERS:
             name = FILTER_NAMES.get(f.id, f.name or f"filter {f.id}")
@@ -58,9 +54,9 @@ class ChunkedSource(ByteSource):
     decodes each chunk it touches once (decoded chunks kept up to KEPT_BYTES)."""
 
     def __init__(self, h5: H5File, layout: Layout, pipeline: list[Filter], shape, element: int,
-                 fill: bytes | None, what: str):
+                 fill: bytes | None, what: str, maxshape: tuple | None = None):
         super().__init__()
-        self.h5, self.layout, self.pipeline = h5, layout, pipeline
+        self.h5, self.layout, self.pipeline, self.maxshape = h5, layout, pipeline, maxshape
         self.shape, self.element, self.what = tuple(shape), element, what
         self.chunk = layout.chunk
         self.name = h5.source.name
@@ -277,4 +273,4 @@ def _fixed_array(src: ChunkedSource) -> dict:
 
 
 INDEXES = {"btree1": _btree1, "single": _single, "implicit": _implicit,
-           "fixed-array": _fixed_array}
+           "fixed-array": _fixed_array, "btree2": btree2.chunks, "extensible-array": earray.chunks}

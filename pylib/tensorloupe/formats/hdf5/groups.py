@@ -7,7 +7,8 @@ Two ways a group lists its members (spec IV.A.2.g, IV.A.2.r; III.A.1, III.B, III
   - new style (libver="latest"): link messages in the group's own header ("compact" storage,
     up to 8 links by default). More links move to a fractal heap ("dense" storage, dense.py).
 The walk is depth-first in name order, bounded in depth and objects; a link back to a group on
-the current path (a cycle) is refused.
+the current path (a cycle) is refused. Soft and external links are collected, not followed
+(links.py resolves the soft ones among the objects found).
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ class Obj(NamedTuple):
         return self.first(messages.LAYOUT) is not None
 
 
-def walk(h5: H5File, root: int, warnings: list[str]) -> list[Obj]:
-    """Every object under the root, groups before their members."""
+def walk(h5: H5File, root: int, warnings: list[str],
+         soft: list | None = None) -> list[Obj]:
+    """Every object under the root, groups before their members; each soft or external link
+    appended to `soft` as (its path, the Link) (a warning where `soft` is None)."""
     out: list[Obj] = []
     stack = [("", root, ())]
     while stack:
@@ -60,14 +63,22 @@ def walk(h5: H5File, root: int, warnings: list[str]) -> list[Obj]:
         out.append(obj)
         if obj.is_dataset:
             continue
-        children = _members(h5, obj, warnings)
+        children, others = _members(h5, obj)
+        for link in others:
+            if soft is not None and link.kind in ("soft", "external"):
+                soft.append((f"{path}/{link.name}" if path else link.name, link))
+            else:
+                warnings.append(f"group {path or '/'!r}: the {link.kind} link {link.name!r} is not "
+                                "followed")
         for name, child in sorted(children, reverse=True):
             stack.append((f"{path}/{name}" if path else name, child, ancestors + (address,)))
     return out
 
 
-def _members(h5: H5File, obj: Obj, warnings: list[str]) -> list[tuple[str, int]]:
+def _members(h5: H5File, obj: Obj) -> tuple[list[tuple[str, int]], list]:
+    """(name, object header) of each hard link, and the other links."""
     found: list[tuple[str, int]] = []
+    others: list = []
     where = repr(obj.path or "/")
     table = obj.first(messages.SYMBOL_TABLE)
     if table is not None:
@@ -80,7 +91,7 @@ def _members(h5: H5File, obj: Obj, warnings: list[str]) -> list[tuple[str, int]]
         if link.kind == "hard":
             found.append((link.name, link.address))
         else:
-            warnings.append(f"group {where}: the {link.kind} link {link.name!r} is not followed")
+            others.append(link)
     info = obj.first(messages.LINK_INFO)
     if info is not None:
         heap, index = messages.link_info(h5, info.data, info.at)
@@ -90,11 +101,10 @@ def _members(h5: H5File, obj: Obj, warnings: list[str]) -> list[tuple[str, int]]
                 if link.kind == "hard":
                     found.append((link.name, link.address))
                 else:
-                    warnings.append(f"group {where}: the {link.kind} link {link.name!r} is not "
-                                    "followed")
-    if len(found) > MAX_ENTRIES * 64:
+                    others.append(link)
+    if len(found) + len(others) > MAX_ENTRIES * 64:
         raise h5.fail(f"group {where} has more than {MAX_ENTRIES * 64:,} members", None, LimitError)
-    return found
+    return found, others
 
 
 def _local_heap(h5: H5File, address: int, where: str) -> bytes:

@@ -17,6 +17,7 @@ from .file import Cursor, H5File
 DATASPACE, LINK_INFO, DATATYPE, FILL_OLD, FILL, LINK, LAYOUT = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08
 FILTERS, ATTRIBUTE, SYMBOL_TABLE, ATTRIBUTE_INFO = 0x0B, 0x0C, 0x11, 0x15
 MAX_RANK = 32                       # H5S_MAX_RANK
+SOFT_LINK, EXTERNAL_LINK = 1, 64    # link types of a link message (IV.A.2.q; 0 is hard)
 # Chunk index types of a version 4 layout message (IV.A.2.i)
 CHUNK_INDEXES = {1: "single", 2: "implicit", 3: "fixed-array", 4: "extensible-array", 5: "btree2"}
 
@@ -32,6 +33,7 @@ INTS = {(1, True): "I8", (1, False): "U8", (2, True): "I16", (2, False): "U16",
 
 class Dataspace(NamedTuple):
     shape: tuple[int, ...] | None      # None: a null dataspace (no elements at all)
+    maxshape: tuple | None = None      # each dimension's maximum (None: unlimited), if stored
 
 
 class Datatype(NamedTuple):
@@ -79,7 +81,10 @@ def dataspace(h5: H5File, data: bytes, at: int) -> Dataspace:
     if kind == 2:
         return Dataspace(None)
     shape = tuple(c.length() for _ in range(rank))
-    return Dataspace(shape)
+    if not flags & 0x01:
+        return Dataspace(shape)
+    unlimited = (1 << 8 * h5.length_size) - 1
+    return Dataspace(shape, tuple(None if m == unlimited else m for m in (c.length() for _ in range(rank))))
 
 
 def datatype(h5: H5File, data: bytes, at: int) -> Datatype:
@@ -224,6 +229,8 @@ class Link(NamedTuple):
     name: str
     address: int | None        # a hard link's object header; None for soft and external links
     kind: str                  # "hard", "soft", "external", or "type N"
+    target: str = ""           # soft: the path it names; external: the object's path there
+    file: str = ""             # external: the file it names
 
 
 def link(h5: H5File, data: bytes, at: int) -> Link:
@@ -240,7 +247,16 @@ def link(h5: H5File, data: bytes, at: int) -> Link:
     text = _utf8(h5, name, at, "a link name")
     if kind == 0:
         return Link(text, c.address(), "hard")
-    return Link(text, None, {1: "soft", 64: "external"}.get(kind, f"type {kind}"))
+    if kind == SOFT_LINK:          # a length and the path (IV.A.2.q)
+        return Link(text, None, "soft", _utf8(h5, c.take(c.u16()), at, "a soft link's path"))
+    if kind == EXTERNAL_LINK:      # a length, then version/flags, file name NUL, path NUL
+        info = c.take(c.u16())
+        parts = info[1:].split(b"\0")
+        if len(info) < 1 or len(parts) < 2:
+            raise h5.fail(f"external link {text!r} has no file name and path", at)
+        return Link(text, None, "external", _utf8(h5, parts[1], at, "an external link's path"),
+                    _utf8(h5, parts[0], at, "an external link's file name"))
+    return Link(text, None, f"type {kind}")
 
 
 def link_info(h5: H5File, data: bytes, at: int) -> tuple[int, int]:
@@ -254,14 +270,14 @@ def link_info(h5: H5File, data: bytes, at: int) -> tuple[int, int]:
     return c.address(), c.address()
 
 
-def attribute_heap(h5: H5File, data: bytes, at: int) -> int:
-    """The fractal heap address of an attribute info message (IV.A.2.v): defined when the
-    object's attributes are kept densely."""
+def attribute_heap(h5: H5File, data: bytes, at: int) -> tuple[int, int]:
+    """(fractal heap address, name index v2 B-tree address) of an attribute info message
+    (IV.A.2.v): defined when the object's attributes are kept densely."""
     c = Cursor(h5, data, at, "an attribute info message")
     _version, flags = c.u8(), c.u8()
     if flags & 0x01:
         c.skip(2)
-    return c.address()
+    return c.address(), c.address()
 
 
 def symbol_table(h5: H5File, data: bytes, at: int) -> tuple[int, int]:

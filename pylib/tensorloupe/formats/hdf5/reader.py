@@ -9,11 +9,12 @@ through ChunkedSource, which decodes the chunks a view needs. A dataset tensorlo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from ...errors import LOW_LEVEL_ERRORS, ErrorFactory, FormatError, TensorloupeError
+from ...errors import LOW_LEVEL_ERRORS, ErrorFactory, FormatError, TensorloupeError, UnsupportedError
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
-from . import messages
+from . import links, messages
 from .attributes import Attributes
 from .chunks import FILTER_NAMES, ChunkedSource, problem_of
 from .file import FORMAT, SIGNATURE, H5File, open_file
@@ -36,22 +37,21 @@ def read(source: ByteSource, fmt: str = FORMAT) -> Checkpoint:
             FormatError, f"malformed HDF5 file: {type(e).__name__}") from e
 
 
-def _read(source: ByteSource, fmt: str) -> Checkpoint:
+def _read(source: ByteSource, fmt: str, follow: bool = True) -> Checkpoint:
+    """`follow`: external links are followed into the files they name beside this one."""
     h5, root, facts = open_file(source)
     warnings: list[str] = []
-    objects = walk(h5, root, warnings)
+    found_links: list = []
+    objects = walk(h5, root, warnings, found_links)
     attributes = Attributes(h5)
     metadata: dict = {}
     tensors = []
     for obj in objects:
-        for m in obj.all(messages.ATTRIBUTE):
+        for data, at in _attribute_messages(h5, obj, warnings):
             if len(metadata) >= MAX_METADATA:
                 break
-            key, value = attributes.read(m.data, m.at)
+            key, value = attributes.read(data, at)
             metadata[f"{obj.path or '/'}@{key}"] = value
-        dense = obj.first(messages.ATTRIBUTE_INFO)
-        if dense is not None and h5.defined(messages.attribute_heap(h5, dense.data, dense.at)):
-            warnings.append(f"{obj.path or '/'}: attributes kept in dense storage are not read")
         if obj.is_dataset:
             tensor = _dataset(h5, obj)
             if tensor is not None:
@@ -60,8 +60,64 @@ def _read(source: ByteSource, fmt: str) -> Checkpoint:
                     warnings.append(f"tensor {tensor.name!r}: {tensor.problem}")
     extras = {"hdf5": {**facts, "objects": len(objects),
                        "offset_size": h5.offset_size, "length_size": h5.length_size}}
-    return Checkpoint(fmt, source.name, source.size, tensors, metadata=metadata,
-                      warnings=warnings, extras=extras, sources=[source])
+    sources = [source]
+    if found_links:
+        resolved, described, said = links.resolve({o.path: o for o in objects}, found_links)
+        tensors += _linked(tensors, resolved)
+        warnings += said
+        extras["hdf5"]["links"] = described
+        if any(e["kind"] == "external" for e in described.values()):
+            from .external import follow as follow_external
+            reached, opened = follow_external(
+                source, described, warnings,
+                (lambda other: _linked_file(other, fmt)) if follow else _not_followed)
+            tensors += reached
+            sources += opened
+    return Checkpoint(fmt, source.name, source.size + sum(s.size for s in sources[1:]), tensors,
+                      metadata=metadata, warnings=warnings, extras=extras, sources=sources)
+
+
+def _linked_file(other: ByteSource, fmt: str) -> Checkpoint:
+    """Another HDF5 file an external link names, read without following its own."""
+    try:
+        return _read(other, fmt, follow=False)
+    except LOW_LEVEL_ERRORS as e:
+        raise FormatError(f"malformed HDF5 file: {type(e).__name__}", file=other.name) from e
+
+
+def _not_followed(other: ByteSource) -> Checkpoint:
+    """A file reached through an external link does not follow its own (external.py)."""
+    raise UnsupportedError("it is reached through an external link, and external links are "
+                           "followed one file deep", file=other.name)
+
+
+def _attribute_messages(h5: H5File, obj: Obj, warnings: list[str]) -> list[tuple[bytes, int]]:
+    """(bytes, where) of the object's attribute messages: in its header, then those kept in
+    dense storage (an attribute info message with a fractal heap, dense.py). Dense ones that
+    cannot be read are said, and the file opens (its datasets do not depend on them)."""
+    out = [(m.data, m.at) for m in obj.all(messages.ATTRIBUTE)]
+    info = obj.first(messages.ATTRIBUTE_INFO)
+    if info is not None:
+        try:
+            heap, index = messages.attribute_heap(h5, info.data, info.at)
+            if h5.defined(heap):
+                from .dense import attributes
+                out += attributes(h5, heap, index, repr(obj.path or "/"))
+        except TensorloupeError as e:
+            warnings.append(f"{obj.path or '/'}: its attributes in dense storage cannot be read: "
+                            f"{e.message}")
+    return out
+
+
+def _linked(tensors: list[Tensor], resolved: list) -> list[Tensor]:
+    """A tensor for each soft link that reaches a dataset: its target's, under the link's path."""
+    by_name = {t.name: t for t in tensors}
+    out = []
+    for r in resolved:
+        target = by_name.get(r.target) if r.target is not None else None
+        if target is not None:
+            out.append(replace(target, name=r.path, info={**target.info, "soft link to": "/" + r.target}))
+    return out
 
 
 def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
@@ -121,7 +177,7 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
         if why:
             return _problem(obj, shape, kind.dtype, why, info)
         source = ChunkedSource(h5, lay, pipeline, shape, kind.size, _fill(h5, obj, kind.size),
-                               repr(obj.path))
+                               repr(obj.path), space.maxshape)
         return Tensor(obj.path, kind.dtype, shape, 0, nbytes, source, info=info, **common)
     return _problem(obj, shape, kind.dtype, f"its layout is {lay.kind}, which tensorloupe does "
                     "not read")

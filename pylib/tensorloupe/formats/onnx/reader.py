@@ -3,25 +3,26 @@
 An .onnx file is one protobuf ModelProto (onnx/onnx.proto): ir_version (1), producer_name (2),
 producer_version (3), domain (4), model_version (5), graph (7), opset_import (8: domain 1,
 version 2), metadata_props (14). The GraphProto (7) holds node (1: op_type 4, domain 7), name (2),
-initializer (5: TensorProto, tensors.py), sparse_initializer (15), input (11), output (12). Only
-these fields are walked (wire.py): every other value, and every initializer's payload, is skipped
-by its length. Protobuf caps a message at 2 GB, so big models keep their initializers in external
-data files beside the model (tensors.py); those files are opened through the model's own source
+initializer (5: TensorProto, tensors.py), sparse_initializer (15: sparse.py, shown dense),
+input (11), output (12). A Constant node's tensor is listed too, under the node's name
+(constants.py). Only these fields are walked (wire.py): every other value, and every
+initializer's payload, is skipped by its length. Protobuf caps a message at 2 GB, so big models
+keep their initializers in external data files beside the model (tensors.py); those files are opened through the model's own source
 (`ByteSource.beside`: the same folder on disk, in a dropped folder, or at the same URL) and read by
 range like any tensor.
 """
 
 from __future__ import annotations
 
-import posixpath
 from collections import Counter
 
 from ...errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError,
                        LOW_LEVEL_ERRORS)
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
+from ...source.base import inside_folder
 from ...source.cache import CachedSource
-from . import tensors
+from . import constants, sparse, tensors
 from .graph import graph_inputs, opsets
 from .tensors import IN_PLACE, TYPES, TypedSource, stored_bytes
 from .wire import LENGTH, VARINT, Span, Wire
@@ -30,7 +31,6 @@ FORMAT = "onnx"
 IR_VERSION, PRODUCER, PRODUCER_VERSION, DOMAIN, MODEL_VERSION, GRAPH, OPSET, PROPS = \
     1, 2, 3, 4, 5, 7, 8, 14
 NODE, GRAPH_NAME, INITIALIZER, SPARSE_INITIALIZER, INPUT, OUTPUT = 1, 2, 5, 15, 11, 12
-OP_TYPE, OP_DOMAIN = 4, 7
 MAX_TEXT = 1 << 16
 MAX_INITIALIZERS = 1 << 20
 # the keys a ModelProto starts with, after ir_version: what a sniff accepts as the second field
@@ -84,7 +84,7 @@ def _read(source: ByteSource, wire: Wire, error) -> Checkpoint:
         raise error(FormatError, "the model has no graph (field 7)")
     if props:
         meta["metadata_props"] = props
-    stored, ops, sparse = [], Counter(), 0
+    stored, ops, sparse_stored, constant_nodes = [], Counter(), [], []
     inputs, outputs = [], []
     for span in graphs:   # a repeated message field merges: every occurrence adds its parts
         for f in wire.fields(span):
@@ -96,7 +96,10 @@ def _read(source: ByteSource, wire: Wire, error) -> Checkpoint:
                                 offset=f.at, expected=f"at most {MAX_INITIALIZERS:,}")
                 stored.append(tensors.parse(wire, f.value))
             elif f.number == NODE:
-                ops[_op_type(wire, f.value)] += 1
+                node = constants.node(wire, f.value)
+                ops[node.op] += 1
+                if node.constant is not None:
+                    constant_nodes.append(node)
             elif f.number == GRAPH_NAME:
                 meta["graph_name"] = wire.text(f.value, MAX_TEXT, "the graph's name")
             elif f.number == INPUT:
@@ -104,17 +107,21 @@ def _read(source: ByteSource, wire: Wire, error) -> Checkpoint:
             elif f.number == OUTPUT:
                 outputs.append(f.value)
             elif f.number == SPARSE_INITIALIZER:
-                sparse += 1
-    initialized = {s.name for s in stored}
+                if len(stored) + len(sparse_stored) >= MAX_INITIALIZERS:
+                    raise error(LimitError, "the graph has more initializers than the limit",
+                                offset=f.at, expected=f"at most {MAX_INITIALIZERS:,}")
+                sparse_stored.append(sparse.parse(wire, f.value))
+    initialized = {s.name for s in stored} | {s.name for s in sparse_stored}
     meta["inputs"] = graph_inputs(wire, inputs, skip=initialized)
     meta["outputs"] = graph_inputs(wire, outputs)
     meta["op_counts"] = dict(ops.most_common())
     meta["nodes"] = sum(ops.values())
     warnings = []
-    if sparse:
-        warnings.append(f"the graph has {sparse} sparse initializer(s), which are not shown")
     placed = _Placer(source, wire, error, warnings)
-    found = [placed.tensor(s) for s in stored]
+    found = [placed.tensor(s) for s in stored] + [placed.any(s, {}) for s in sparse_stored]
+    found += _constants(placed, constant_nodes, {t.name for t in found})
+    if constant_nodes:
+        meta["constants"] = len(constant_nodes)
     names_seen = Counter(t.name for t in found)
     twice = [n for n, c in names_seen.items() if c > 1]
     if twice:
@@ -130,14 +137,19 @@ def _read(source: ByteSource, wire: Wire, error) -> Checkpoint:
                       sources=[source] + [s for s in placed.opened.values() if s is not None])
 
 
-def _op_type(wire: Wire, span: Span) -> str:
-    op, domain = "", ""
-    for f in wire.fields(span):
-        if f.number == OP_TYPE and f.wire == LENGTH:
-            op = wire.text(f.value, MAX_TEXT, "a node's op_type")
-        elif f.number == OP_DOMAIN and f.wire == LENGTH:
-            domain = wire.text(f.value, MAX_TEXT, "a node's domain")
-    return f"{domain}.{op}" if domain and domain != "ai.onnx" else op
+def _constants(placed: "_Placer", nodes: list, taken: set[str]) -> list[Tensor]:
+    """The Constant nodes' tensors, each under its node's name (its output's where the name is
+    empty or already an initializer's or another constant's)."""
+    out = []
+    for n in nodes:
+        name = n.constant.name
+        if name in taken and n.output and n.output not in taken:
+            name = n.output
+        t = placed.any(n.constant._replace(name=name), {"onnx": "Constant node", "node": n.name,
+                                                         "output": n.output})
+        taken.add(t.name)
+        out.append(t)
+    return out
 
 
 class _Placer:
@@ -148,12 +160,30 @@ class _Placer:
         self.source, self.wire, self.error, self.warnings = source, wire, error, warnings
         self.opened: dict[str, ByteSource | None] = {}
 
-    def tensor(self, s: tensors.Stored) -> Tensor:
+    def any(self, s, info: dict) -> Tensor:
+        """A TensorProto's tensor, or a SparseTensorProto's dense one, with `info` added."""
+        if isinstance(s, sparse.SparseStored):
+            return self.sparse(s, info)
+        return self.tensor(s, info)
+
+    def sparse(self, s: sparse.SparseStored, info: dict) -> Tensor:
+        parts = [None if p is None else self.tensor(p._replace(name=f"{s.name} ({what})"))
+                 for p, what in ((s.values, "values"), (s.indices, "indices"))]
+        values, indices = parts
+        kind = TYPES.get(s.values.code) if s.values is not None else None
+        info = dict(info, onnx_type=kind.name if kind else "UNDEFINED")
+        why = sparse.shape_problem(s, values, indices)
+        if why is None:
+            return sparse.dense_tensor(s, values, indices, info)
+        dtype = values.dtype if values is not None else "UNDEFINED"
+        return Tensor(s.name, dtype, s.dims, s.at, 0, None, problem=f"sparse: {why}", info=info)
+
+    def tensor(self, s: tensors.Stored, extra: dict | None = None) -> Tensor:
         kind = TYPES.get(s.code)
         numel = tensors.numel_of(s)
         label = kind.name if kind else f"onnx type {s.code}"
         dtype = kind.dtype if kind and kind.dtype else (kind.name if kind else label)
-        info = {"onnx_type": label}
+        info = {**(extra or {}), "onnx_type": label}
         bare = Tensor(s.name, dtype, s.dims, s.at, 0, None, info=info)
         if kind is None or kind.dtype is None:
             what = ("strings: listed, not read" if kind and kind.name == "STRING"
@@ -229,11 +259,9 @@ class _Placer:
 def checked_location(location: str, error, name: str) -> str:
     """An external data location that stays in the model's folder: relative, no '..' (onnx's
     checker refuses the same), no empty or drive-letter paths; returned with '/' separators."""
-    path = location.replace("\\", "/")
-    parts = path.split("/")
-    if (not location or path.startswith("/") or (len(path) > 1 and path[1] == ":")
-            or ".." in parts or "\0" in path):
+    path = inside_folder(location)
+    if path is None:
         raise error(FormatError, f"tensor {name!r}: its external data location {location!r} is "
                     "not a file name inside the model's folder (absolute paths and '..' are "
                     "refused)", found=repr(location)[:200])
-    return posixpath.normpath(path)
+    return path
