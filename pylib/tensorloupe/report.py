@@ -159,9 +159,12 @@ def print_inspect(ckpt: Checkpoint, parameters: dict | None = None) -> None:
             row = (indent + escaped(t.name), escaped(t.dtype) + _computed(t),
                    "×".join(map(str, t.shape)) or "scalar", human_bytes(t.stored_nbytes),
                    _bits(t), str(t.known_file_offset))
+            row += (_strides(t),) if strided else ()
             yield row + (escaped(t.file or "?"),) if several else row
 
-    header = ("name", "dtype", "shape", "size", "bits", "offset") + (("file",) if several else ())
+    strided = any(not t.contiguous for t in ckpt.tensors)   # a column only where a view has them
+    header = (("name", "dtype", "shape", "size", "bits", "offset") + (("strides",) if strided else ())
+              + (("file",) if several else ()))
     widths = [len(h) for h in header]
     for r in rows():
         widths = [max(w, len(c)) for w, c in zip(widths, r)]
@@ -178,6 +181,11 @@ def _computed(t: Tensor) -> str:
     if not t.parts:
         return ""
     return " (ΔW)" if "computed as" in t.info else " (dequantised)"
+
+
+def _strides(t: Tensor) -> str:
+    """A view's element strides where they are not row-major ('1,512'), else nothing."""
+    return "" if t.contiguous else ",".join(map(str, t.element_strides()))
 
 
 def _bits(t: Tensor) -> str:
@@ -342,6 +350,9 @@ def print_stats(entry: dict) -> None:
         how = f"{entry['samples']:,} of {entry['numel']:,} elements sampled: estimates"
         label, of = "sampled", f"{entry['samples']:,} sampled values (not every element)"
     print(f"{escaped(entry['name'])}  {escaped(entry['dtype'])}  {shape}  ({how})")
+    if entry.get("strides"):
+        print(f"  strides {', '.join(map(str, entry['strides']))} (non-contiguous): read in its storage's order"
+              + (f", {human_bytes(entry['sample_bytes'])}" if "sample_bytes" in entry else ""))
     if entry.get("dequantised_from"):
         print(f"  dequantised from {escaped(entry['dequantised_from'])}")
     if entry.get("computed_as"):

@@ -81,6 +81,12 @@ def _ascending(tensor: Tensor) -> bool:
     return True
 
 
+def costed(tensor: Tensor) -> bool:
+    """Whether the tensor's values are read from its own stored bytes (so `planned_bytes` is what
+    a read asks), not computed from parts (a dequantised weight, an adapter's ΔW)."""
+    return not tensor.parts and all(getattr(tensor.source, a, None) is None for a in ("cells", "elements"))
+
+
 def strides_note(tensor: Tensor) -> str | None:
     """'strides 1, 512 (non-contiguous)' for a view whose storage is not row-major, else None."""
     if tensor.contiguous:
