@@ -291,6 +291,8 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
                                              else fmt)
     safety["weights_only"] = weightsonly.report(pickles[:1] if fmt == "pytorch-zip" else pickles,
                                                 kind, list(load_problems))
+    if (extras or {}).get("torchscript"):   # one verdict for its classes (torchscript.py)
+        safety["torchscript"] = extras["torchscript"]
     warnings = safety_warnings(safety) + list(warnings or [])
     problems = [t for t in tensors if t.problem]
     warnings += [f"tensor {t.name!r}: {t.problem}" for t in problems[:MAX_PROBLEM_WARNINGS]]
