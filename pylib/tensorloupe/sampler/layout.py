@@ -86,9 +86,3 @@ def costed(tensor: Tensor) -> bool:
     a read asks), not computed from parts (a dequantised weight, an adapter's ΔW)."""
     return not tensor.parts and all(getattr(tensor.source, a, None) is None for a in ("cells", "elements"))
 
-
-def strides_note(tensor: Tensor) -> str | None:
-    """'strides 1, 512 (non-contiguous)' for a view whose storage is not row-major, else None."""
-    if tensor.contiguous:
-        return None
-    return f"strides {', '.join(str(s) for s in tensor.element_strides())} (non-contiguous)"
