@@ -176,6 +176,19 @@ def reads_shown(page) -> int:
     return int(text.split(" reads")[0].replace(",", "").replace("\u202f", "").strip() or 0)
 
 
+def open_in_page(browser, url: str, path: Path):
+    """A new page at `url`, booted (the demo shown), with `path` opened from the file input."""
+    page = browser.new_page()
+    page.goto(url)
+    page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
+    page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'"
+                           " && document.body.dataset.pending === '0'", timeout=180_000)
+    page.set_input_files("#file-input", str(path))
+    page.wait_for_function("n => document.body.dataset.model === n && document.body.dataset.pending === '0'",
+                           arg=path.name, timeout=180_000)
+    return page
+
+
 def browser_rows(path: Path, runs: int, cpython: dict, query: str) -> None:
     import threading
     from playwright.sync_api import sync_playwright
@@ -190,14 +203,7 @@ def browser_rows(path: Path, runs: int, cpython: dict, query: str) -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
         for _ in range(runs):
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
-            page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'"
-                                   " && document.body.dataset.pending === '0'", timeout=180_000)
-            page.set_input_files("#file-input", str(path))
-            page.wait_for_function("n => document.body.dataset.model === n && document.body.dataset.pending === '0'",
-                                   arg=path.name, timeout=180_000)
+            page = open_in_page(browser, url, path)
             for dtype in DTYPES:
                 name = f"w_{dtype.lower()}"
                 bytes_before, reads_before = int(page.get_attribute("#io", "data-bytes-read") or 0), reads_shown(page)

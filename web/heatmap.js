@@ -237,6 +237,9 @@ export class Heatmap {
       const image = bitmap(pixels, result.rows, result.cols);
       this.heat = {meta: result, args, image, values: new Float64Array(cells.buffer, cells.byteOffset, cells.byteLength / 8)};
       this.refine = Boolean(result.first_look);
+      // the bytes the whole lattice reads, as the worker planned them (bench/strided_reads.py)
+      if (result.cost_bytes !== undefined) this.dom.canvas.dataset.costBytes = String(result.cost_bytes);
+      else delete this.dom.canvas.dataset.costBytes;
       this.draw();
       // A zoom by wheel leaves the pointer still: read the new tile under it, not the old one.
       if (this.pointer && !this.drag) this.readout(this.pointer);

@@ -133,14 +133,19 @@ function safetyReport(safety) {
   const twoFiles = safety.torch_reading
     ? `These bytes are two files: torch.load reads them as ${safety.torch_reading.format}, not as what is shown here. `
     : "";
-  const verdict = twoFiles + (dangerous.length
+  // a TorchScript archive (formats/pytorch/torchscript.py): one verdict for its classes, folded
+  const script = safety.torchscript;
+  const folded = new Set(script ? script.classes : []);
+  const verdict = script
+    ? `${twoFiles}A TorchScript archive: ${script.headline}. torch.jit.load compiles and runs that code; tensorloupe never does.`
+    : twoFiles + (dangerous.length
     ? `${dangerous.length} dangerous global${dangerous.length > 1 ? "s" : ""}: loading this file with torch.load (weights_only=False) would run code (or may: names outside the allow-list are imported and called). tensorloupe never executes it.`
     : notes.length
       ? "The file's layout is deceptive: see the notes below."
       : globals.some((g) => g.verdict === "inert")
         ? "Only allow-listed or inert globals: nothing in the pickle asks to run code."
         : "Only allow-listed globals: nothing in the pickle asks to run code.");
-  const rows = globals.map((g) => el("tr", {class: `verdict-${g.verdict}`, dataset: {global: g.name}},
+  const rows = globals.filter((g) => !folded.has(g.name)).map((g) => el("tr", {class: `verdict-${g.verdict}`, dataset: {global: g.name}},
     el("td", {}, el("code", {text: g.name})),
     el("td", {}, el("span", {class: `badge ${g.verdict}`, text: VERDICT_LABEL[g.verdict] || g.verdict})),
     el("td", {class: "reason", text: g.reason || ""}),
@@ -164,7 +169,12 @@ function safetyReport(safety) {
                                                 torchReading: safety.torch_reading ? safety.torch_reading.path : ""}},
     el("h3", {text: "Pickle safety report"}),
     el("p", {class: "verdict", text: verdict}),
-    torchLine,
+    script ? el("details", {class: "torchscript", id: "torchscript", dataset: {classes: String(script.classes.length), codeFiles: String(script.code_files)}},
+      el("summary", {text: `${grouped(script.classes.length)} TorchScript classes, ${grouped(script.code_files)} code files (listed, never run)`}),
+      el("p", {class: "mono classes", text: script.classes.join(", ")}),
+      el("ul", {class: "code-files"}, script.code.map((f) => el("li", {dataset: {name: f.name}},
+        el("code", {text: f.name}), el("span", {class: "muted", text: ` ${bytes(f.size)}`}))))) : null,
+    script ? null : torchLine,
     notes.length ? el("ul", {class: "safety-notes"}, notes.map((n) => el("li", {text: n}))) : null,
     globals.length ? el("table", {class: "globals"},
       el("thead", {}, el("tr", {}, el("th", {text: "global"}), el("th", {text: "verdict"}),
@@ -219,7 +229,7 @@ function render(container, summary, io) {
     el("div", {class: "summary-head"},
       el("h2", {class: "file-name", text: summary.file}),
       el("div", {class: "facts"},
-        fact("format", "format", summary.format),
+        fact("format", "format", summary.extras.torchscript ? `TorchScript (a ${summary.format} archive)` : summary.format),
         fact("size", "size", bytes(summary.size), `${grouped(summary.size)} bytes`),
         fact("tensor_count", "tensors", grouped(summary.tensor_count)),
         parameters,
@@ -237,6 +247,7 @@ function render(container, summary, io) {
     container.append(safetyReport(extras.safety));
     delete extras.safety;
   }
+  delete extras.torchscript;      // shown in the safety report (its headline, classes, code files)
   if (extras.training) {
     container.append(trainingCard(extras.training));
     delete extras.training;

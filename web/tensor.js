@@ -125,6 +125,11 @@ class TensorView {
       // One file of a set (shards, split GGUF): which one holds this tensor.
       tensor.file && this.app.modelFile && tensor.file !== this.app.modelFile()
         ? el("span", {class: "chip file", id: "tensor-file", title: "the file that holds this tensor", text: `in ${tensor.file}`}) : null,
+      // A view whose storage is not row-major (a transposed torch tensor, a Fortran .npy): its
+      // strides; sampled views read it in its storage's order (sampler/layout.py).
+      tensor.strides ? el("span", {class: "chip strides", id: "tensor-strides",
+                                   title: "element strides: the storage is not in row-major order; samples are read in the storage's order",
+                                   text: `strides ${tensor.strides.join(", ")} (non-contiguous)`}) : null,
       el("span", {class: "chip offset", title: "absolute byte offset of the first element",
                   text: offset === null ? "at byte …" : `at byte ${grouped(offset)}`}),
     ].filter(Boolean));
@@ -175,6 +180,8 @@ class TensorView {
     const look = Boolean(sample.first_look);
     d.stats.dataset.samples = String(sample.samples);
     d.stats.dataset.firstLook = String(look);
+    if (sample.cost_bytes !== undefined) d.stats.dataset.costBytes = String(sample.cost_bytes);
+    else delete d.stats.dataset.costBytes;
     // A sample's min and max are not the tensor's: every sampled figure says it is sampled, and
     // a first look says it is one until the whole sample replaces it.
     const kind = sample.exhaustive ? "all elements" : look ? `sampled: ${grouped(sample.samples)}, a first look` : "sampled";
@@ -189,7 +196,8 @@ class TensorView {
     d.statsSub.textContent = sample.exhaustive
       ? `all ${grouped(sample.numel)} elements`
       : look ? `a first look at ${grouped(sample.samples)} of ${grouped(sample.numel)} elements, spread over the whole tensor: the full sample follows`
-      : `${grouped(sample.samples)} of ${grouped(sample.numel)} elements sampled (${percent(sample.samples / sample.numel)}) in evenly spread windows`;
+      : `${grouped(sample.samples)} of ${grouped(sample.numel)} elements sampled (${percent(sample.samples / sample.numel)}) in evenly spread windows`
+        + (sample.cost_bytes !== undefined && !look ? `, reading ${bytes(sample.cost_bytes)}` : "");
     clear(d.percentiles);
     const pct = Object.entries(s.percentiles || {});
     if (pct.length) {

@@ -39,7 +39,8 @@ from .errors import TensorloupeError, UnreadableError, UsageError
 from .healthscan import DEFAULT_BUDGET, DEFAULT_CONFIRM_BYTES, health, health_cost
 from .moe.redundancy import DEFAULT_SAMPLES_PER_MATRIX, DEFAULT_THRESHOLD, analyse
 from .sampler.repeats import checked_view
-from .sampler.sampling import DEFAULT_SAMPLES, exact_summary, histogram, sample, values
+from .sampler.layout import costed
+from .sampler.sampling import DEFAULT_SAMPLES, exact_summary, histogram, sample, sample_cost, values
 from .display import TerminalText, counted
 from .jsonable import bounded, json_number
 from .architecture.memory import CACHE_TYPES
@@ -574,6 +575,10 @@ def _stats_entry(args, t, meter, before: int, work: int) -> dict:
         entry["computed_as"] = t.info["computed as"]
     if args.exact:
         entry["exact_cost"] = cost.to_json()
+    elif costed(t):   # the bytes the sample asks of the file, stated by the plan it reads
+        entry["sample_bytes"] = sample_cost(t, args.samples)
+    if not t.contiguous:   # a view read in its storage's order (sampler/layout.py)
+        entry["strides"] = list(t.element_strides())
     return entry
 
 

@@ -103,7 +103,8 @@ def print_inspect(ckpt: Checkpoint, parameters: dict | None = None) -> None:
         print(f"  from        the Hub by HTTP Range (not in the Hugging Face cache): "
               f"{escaped(remote['repo'])}@{escaped(remote['revision'])}, {escaped(remote['endpoint'])}")
     container = ckpt.extras.get("container")   # a format inside another (a llamafile's GGUF)
-    print(f"  format      {ckpt.format}" + (f" (in a {container['format']}: member "
+    script = ckpt.extras.get("torchscript")   # formats/pytorch/torchscript.py
+    print(f"  format      {ckpt.format if not script else script['format'] + ' (a ' + ckpt.format + ' archive)'}" + (f" (in a {container['format']}: member "
                                             f"{escaped(container['member'])} at byte "
                                             f"{container['offset']:,})" if container else ""))
     print(f"  size        {human_bytes(ckpt.size)} ({ckpt.size:,} bytes)"
@@ -163,16 +164,22 @@ def print_inspect(ckpt: Checkpoint, parameters: dict | None = None) -> None:
             row = (indent + escaped(t.name), escaped(t.dtype) + _computed(t),
                    "×".join(map(str, t.shape)) or "scalar", human_bytes(t.stored_nbytes),
                    _bits(t), str(t.known_file_offset))
+            row += (_strides(t),) if strided else ()
             yield row + (escaped(t.file or "?"),) if several else row
 
-    header = ("name", "dtype", "shape", "size", "bits", "offset") + (("file",) if several else ())
+    strided = any(not t.contiguous for t in ckpt.tensors)   # a column only where a view has them
+    header = (("name", "dtype", "shape", "size", "bits", "offset") + (("strides",) if strided else ())
+              + (("file",) if several else ()))
     widths = [len(h) for h in header]
     for r in rows():
         widths = [max(w, len(c)) for w, c in zip(widths, r)]
     print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
     for r in rows():
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
-    if safety and safety.get("dangerous"):   # the verdict again, after every name it concerns
+    if safety and safety.get("torchscript"):   # the verdict again, after every name it concerns
+        print(f"\nSafety: {safety['torchscript']['headline']}. Do not torch.jit.load it unless you trust "
+              "its code.")
+    elif safety and safety.get("dangerous"):
         print(f"\nSafety: this file names {len(safety['dangerous'])} dangerous global(s); see the "
               "pickle safety report above. Do not torch.load it with weights_only=False.")
 
@@ -182,6 +189,11 @@ def _computed(t: Tensor) -> str:
     if not t.parts:
         return ""
     return " (ΔW)" if "computed as" in t.info else " (dequantised)"
+
+
+def _strides(t: Tensor) -> str:
+    """A view's element strides where they are not row-major ('1,512'), else nothing."""
+    return "" if t.contiguous else ",".join(map(str, t.element_strides()))
 
 
 def _bits(t: Tensor) -> str:
@@ -203,25 +215,48 @@ def print_safety(safety: dict) -> None:
     print("\nPickle safety report (nothing was executed)")
     for note in safety.get("notes", []):
         print(f"  NOTE: {escaped(note)}")
+    script = safety.get("torchscript")
+    if script:
+        print_torchscript(script)
     loads = safety.get("weights_only")
-    if loads is not None:
+    if loads is not None and script:   # its refused globals are the classes above
+        print("  torch.load(weights_only=True), torch's default since 2.6: refuses it (a TorchScript "
+              "archive: only torch.jit.load, which runs its code, opens it)")
+    elif loads is not None:
         print(f"  {escaped(weights_only_line(loads))}")
         if not loads["loads"]:
             print(f"    {escaped(loads['why'])}")
-    for g in safety.get("globals", []):
+    folded = set(script["classes"]) if script else set()   # said once, by the headline
+    def shown(name: str) -> bool:
+        return name not in folded
+    for g in [g for g in safety.get("globals", []) if shown(g["name"])]:
         mark = "DANGEROUS" if g["verdict"] == "dangerous" else g["verdict"]
         reason = f"  ({g['reason']})" if g.get("reason") else ""
         if g["verdict"] == "dangerous" and g.get("files"):   # a set's report: which file names it
             reason += f"  in {', '.join(g['files'])}"
         print(f"  {mark:<10} {escaped(g['name'])}  ×{g.get('count', 1)}{escaped(reason)}")
-    for call in safety.get("calls", []):
+    for call in [c for c in safety.get("calls", []) if shown(c["global"])]:
         args = ", ".join(json.dumps(a, ensure_ascii=False) for a in call.get("args", []))
         kwargs = f", **{json.dumps(call['kwargs'], ensure_ascii=False)}" if call.get("kwargs") else ""
         print(f"  call never made: {escaped(call['global'])}({escaped(args)}{escaped(kwargs)})")
-    if safety.get("dangerous"):
-        print(f"  This file names {len(safety['dangerous'])} dangerous global(s): "
-              f"{escaped(', '.join(safety['dangerous']))}. torch.load(weights_only=False) would run them "
+    dangerous = [n for n in safety.get("dangerous", []) if shown(n)]
+    if dangerous:
+        print(f"  This file names {len(dangerous)} dangerous global(s): "
+              f"{escaped(', '.join(dangerous))}. torch.load(weights_only=False) would run them "
               "(names outside the allow-list: may run them).")
+
+
+def print_torchscript(script: dict) -> None:
+    """A TorchScript archive's one verdict, its classes on one line, its code files listed."""
+    print(f"  DANGEROUS  {escaped(script['headline'])}")
+    print(f"    classes ({len(script['classes']):,}): {escaped(short(', '.join(script['classes']), 400))}")
+    print(f"    code files (listed, never run; {script['code_files']:,}):")
+    for f in script["code"]:
+        print(f"      {escaped(f['name'])}  {human_bytes(f['size'])}")
+    if script["code_files"] > len(script["code"]):
+        print(f"      … and {script['code_files'] - len(script['code']):,} more")
+    for note in script.get("notes", []):
+        print(f"    NOTE: {escaped(note)}")
 
 
 def print_pipeline(pipeline: dict) -> None:
@@ -346,6 +381,9 @@ def print_stats(entry: dict) -> None:
         how = f"{entry['samples']:,} of {entry['numel']:,} elements sampled: estimates"
         label, of = "sampled", f"{entry['samples']:,} sampled values (not every element)"
     print(f"{escaped(entry['name'])}  {escaped(entry['dtype'])}  {shape}  ({how})")
+    if entry.get("strides"):
+        print(f"  strides {', '.join(map(str, entry['strides']))} (non-contiguous): read in its storage's order"
+              + (f", {human_bytes(entry['sample_bytes'])}" if "sample_bytes" in entry else ""))
     if entry.get("dequantised_from"):
         print(f"  dequantised from {escaped(entry['dequantised_from'])}")
     if entry.get("computed_as"):

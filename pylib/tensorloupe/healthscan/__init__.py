@@ -25,8 +25,8 @@ from ..model import Checkpoint
 from ..opening import shards
 from . import confirm
 from .confirm import DEFAULT_CONFIRM_BYTES
-from .measure import (DEFAULT_BUDGET, Measure, exact_view, measure_steps, skip_reason,
-                      window_bytes, windows)
+from ..sampler.layout import window_cost
+from .measure import DEFAULT_BUDGET, Measure, exact_view, measure_steps, pieces, skip_reason, windows
 from .rules import SEVERITIES, Flag, lone_flags, median, sibling_flags
 
 __all__ = ["health", "health_steps", "health_cost", "Report", "Cost", "Flag", "Measure",
@@ -40,7 +40,8 @@ class Cost:
     skipped: int                 # tensors without weight values (integer buffers, empty, unknown dtype)
     budget: int | None           # bytes per tensor (None: every byte)
     scan_bytes: int              # bytes the scan reads
-    exact: bool                  # False if torch storages still need their ZIP headers read first
+    exact: bool                  # False if torch storages still need their ZIP headers read first,
+                                 # or a long strided window is costed by its span (an upper bound)
     confirm_bytes: int | None    # the most a confirmation reads of one flagged tensor
     elements: int = 0            # values the scan decodes (a stride-0 view's stored ones once)
 
@@ -93,9 +94,10 @@ def health_cost(checkpoint: Checkpoint, budget: int | None = DEFAULT_BUDGET,
     measured = [t for t in checkpoint.tensors if skip_reason(t) is None]
     views = [exact_view(t, budget, max_elements)[0] for t in measured]
     plans = [(v, windows(v, budget)) for v in views]
-    total = sum(window_bytes(v, s, n) for v, plan in plans for s, n in plan)
+    costs = [window_cost(v, s, n) for v, plan in plans for s, n in pieces(plan)]   # as measured
+    total = sum(n for n, _ in costs)
     elements = sum(n for _, plan in plans for _, n in plan)
-    exact = all(t.contiguous and t.known_file_offset is not None for t in measured)
+    exact = all(t.known_file_offset is not None for t in measured) and all(e for _, e in costs)
     return Cost(len(measured), len(checkpoint.tensors) - len(measured), budget, total, exact,
                 confirm_bytes, elements)
 

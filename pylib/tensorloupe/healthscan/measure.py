@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..sampler.gather import dtype_of, gather_range
+from ..sampler.layout import storage_view
 from ..model import Tensor
 from ..jsonable import json_number
 from ..roles import role_of
@@ -102,23 +103,22 @@ def windows(tensor: Tensor, budget: int | None) -> list[tuple[int, int]]:
     return plan_windows(tensor.numel, elements, block, WINDOWS)
 
 
-def window_bytes(tensor: Tensor, start: int, count: int) -> int:
-    """Bytes a window costs: the whole blocks it touches."""
-    info = dtype_of(tensor)
-    if not tensor.contiguous:
-        return count * info.block_bytes  # at least; strided gathers merge nearby ranges
-    first, last = start // info.block_elems, (start + count - 1) // info.block_elems
-    return (last - first + 1) * info.block_bytes
+def pieces(planned: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The windows cut into the pieces read and decoded at once (at most PIECE_ELEMS each)."""
+    for start, count in planned:
+        for piece in range(start, start + count, PIECE_ELEMS):
+            yield piece, min(PIECE_ELEMS, start + count - piece)
 
 
 def exact_view(tensor: Tensor, budget: int | None, max_elements: int | None = None):
-    """(the view read, its repeats): a whole-tensor read (budget None) reads a stride-0 view's
-    stored elements once, and is refused first if it would decode more elements than its bytes
-    hold (sampler.repeats); a budgeted read is bounded by its budget already."""
+    """(the view read, its repeats): the tensor's elements in storage order (a strided view is
+    read where its bytes lie: sampler.layout); a whole-tensor read (budget None) reads a stride-0
+    view's stored elements once, and is refused first if it would decode more elements than its
+    bytes hold (sampler.repeats); a budgeted read is bounded by its budget already."""
     if budget is None:
         view, repeats, _ = checked_view(tensor, max_elements)
         return view, repeats
-    return tensor, 1
+    return storage_view(tensor), 1
 
 
 def measure_steps(tensor: Tensor, budget: int | None,
@@ -132,27 +132,28 @@ def measure_steps(tensor: Tensor, budget: int | None,
         yield m
         return
     info = dtype_of(tensor)
+    # the digest is of the tensor's bytes in its own order: a strided view (read in its
+    # storage's order) has none, so that a transposed copy is not taken for a duplicate
+    hashed = tensor.contiguous
     tensor, repeats = exact_view(tensor, budget, max_elements)   # repeats > 1: a stride-0 view
     import hashlib   # here: importing tensorloupe brings this module
-    digest = hashlib.sha256() if tensor.contiguous and repeats == 1 else None
+    digest = hashlib.sha256() if hashed and tensor.contiguous and repeats == 1 else None
     # The sum of |w| is kept scaled by 2**-64: it can pass the largest float (values near 1e308)
     # while their mean does not, and scaling by a power of two is exact.
     stats, first, constant, abs_sum = Stats(), None, True, 0.0
-    for start, count in windows(tensor, budget):
-        for piece_start in range(start, start + count, PIECE_ELEMS):
-            n = min(PIECE_ELEMS, start + count - piece_start)
-            values = _read(tensor, info, piece_start, n, digest, m)
-            part = compute(values, percentiles=False)
-            finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
-            abs_sum += math.fsum([abs(v) * SCALE_DOWN for v in finite])
-            stats = merge(stats, part) if stats.count else part
-            if constant:
-                if first is None:
-                    first = values[0]
-                constant = part.finite == part.count and part.min == part.max == first
-            m.samples += n * repeats
-            _fill(m, repeated(stats, repeats), first if constant else None, abs_sum * repeats)
-            yield m
+    for piece_start, n in pieces(windows(tensor, budget)):
+        values = _read(tensor, info, piece_start, n, digest, m)
+        part = compute(values, percentiles=False)
+        finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
+        abs_sum += math.fsum([abs(v) * SCALE_DOWN for v in finite])
+        stats = merge(stats, part) if stats.count else part
+        if constant:
+            if first is None:
+                first = values[0]
+            constant = part.finite == part.count and part.min == part.max == first
+        m.samples += n * repeats
+        _fill(m, repeated(stats, repeats), first if constant else None, abs_sum * repeats)
+        yield m
     m.exact = m.samples == m.numel
     m.digest = digest.hexdigest() if digest is not None else None
     yield m

@@ -71,10 +71,8 @@ def gather(tensor: Tensor, positions: list[int]) -> list:
     if info.block_elems == 1 and all(map(operator.le, positions, islice(positions, 1, None))):
         return _gather_ascending(tensor, info, positions)
     be, bb = info.block_elems, info.block_bytes
-    wanted_blocks = sorted({p // be for p in positions})
+    wanted_blocks, runs, ranges = _block_runs(tensor, info, positions)
     decoded: dict[int, list] = {}
-    runs = list(_runs(wanted_blocks, bb))
-    ranges = [(tensor.offset + first * bb, (last - first + 1) * bb) for first, last in runs]
     for (first, last), data in zip(runs, read_batched(tensor.source, ranges)):
         lo = bisect_left(wanted_blocks, first)
         hi = bisect_left(wanted_blocks, last + 1)
@@ -90,6 +88,19 @@ def gather(tensor: Tensor, positions: list[int]) -> list:
                 start = (block - first) * bb
                 decoded[block] = info.decode(view[start:start + bb], tensor.big_endian)
     return [decoded[p // be][p % be] for p in positions]
+
+
+def range_plan(tensor: Tensor, info: DType, positions) -> list[tuple[int, int]]:
+    """The byte ranges `gather(tensor, positions)` reads (sampler/layout.py states costs by it)."""
+    return _block_runs(tensor, info, positions)[2] if positions else []
+
+
+def _block_runs(tensor: Tensor, info: DType, positions):
+    """(the blocks the positions lie in, sorted; their runs worth one read each; each run's range)."""
+    be, bb = info.block_elems, info.block_bytes
+    wanted_blocks = sorted({p // be for p in positions})
+    runs = list(_runs(wanted_blocks, bb))
+    return wanted_blocks, runs, [(tensor.offset + first * bb, (last - first + 1) * bb) for first, last in runs]
 
 
 def _gather_ascending(tensor: Tensor, info, positions: list[int]) -> list:

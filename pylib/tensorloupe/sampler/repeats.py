@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from ..errors import LimitError
 from ..model import Tensor
 from .gather import dtype_of
+from .layout import storage_view
 from .stats import Stats
 
 # An exact pass may decode this many times the elements the view's bytes hold (overlapping
@@ -79,7 +80,7 @@ def exact_cost(tensor: Tensor, max_elements: int | None = None) -> ExactCost:
 
 
 def checked_view(tensor: Tensor, max_elements: int | None = None) -> tuple[Tensor, int, ExactCost]:
-    """The distinct view an exact pass reads, its repeats and cost; refused up front (LimitError)
+    """The distinct view an exact pass reads (in storage order, layout.py), its repeats and cost; refused up front (LimitError)
     if it would decode more elements than allowed."""
     cost = exact_cost(tensor, max_elements)
     if cost.elements > cost.limit:
@@ -93,7 +94,7 @@ def checked_view(tensor: Tensor, max_elements: int | None = None) -> tuple[Tenso
                          f"{cost.elements}", file=getattr(tensor.source, "name", None),
                          expected=f"at most {cost.limit:,} elements", found=f"{cost.elements:,}")
     view, repeats = distinct_view(tensor)
-    return view, repeats, cost
+    return storage_view(view), repeats, cost
 
 
 def repeated(stats: Stats, repeats: int) -> Stats:

@@ -14,6 +14,7 @@ from typing import Iterator
 
 from ..errors import UsageError
 from .gather import dtype_of, gather, gather_range, gather_windows
+from .layout import planned_bytes, storage_view, window_bytes
 from ..model import Tensor
 from ..jsonable import json_number
 from .exact import (EXACT_CHUNK_ELEMS, exact_histogram, exact_stats, exact_stats_steps,  # noqa: F401
@@ -31,7 +32,8 @@ MAX_WINDOWS = 32
 class Sample:
     values: list
     stats: Stats
-    windows: list[tuple[int, int]]   # (first logical index, count) of each window read
+    windows: list[tuple[int, int]]   # (first index, count) of each window read, in the tensor's
+                                     # storage order (layout.storage_view; row-major if contiguous)
     numel: int
     first_look: bool = False         # a part of the sample's windows (staged.py), shown first
     ordered: list | None = field(default=None, repr=False, compare=False)   # finite values, sorted
@@ -79,16 +81,25 @@ def plan_windows(numel: int, max_samples: int, block_elems: int = 1,
 
 
 def sample_windows(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> list[tuple[int, int]]:
-    """The windows `sample` reads: (first logical index, count) each."""
+    """The windows `sample` reads: (first index, count) each, in the tensor's storage order (a
+    strided view is sampled where its bytes lie: layout.storage_view)."""
     if max_samples < 1:
         raise UsageError("max_samples must be at least 1")
     info = dtype_of(tensor)
-    return plan_windows(tensor.numel, max_samples, info.block_elems if tensor.contiguous else 1)
+    view = storage_view(tensor)
+    return plan_windows(view.numel, max_samples, info.block_elems if view.contiguous else 1)
 
 
 def read_windows(tensor: Tensor, windows: list[tuple[int, int]]) -> Iterator[list]:
-    """The values of each window in turn, every window's reads issued together."""
-    return gather_windows((tensor, start, count) for start, count in windows)
+    """The values of each of `sample_windows`' windows in turn, every window's reads issued together."""
+    view = storage_view(tensor)
+    return gather_windows((view, start, count) for start, count in windows)
+
+
+def sample_cost(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> int:
+    """Bytes `sample(tensor, max_samples)` asks of the source, stated before anything is read."""
+    view = storage_view(tensor)
+    return sum(window_bytes(view, start, count) for start, count in sample_windows(tensor, max_samples))
 
 
 def sample(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> Sample:
@@ -234,6 +245,12 @@ def grid(tensor: Tensor, rows: int = 256, cols: int = 256,
     (half-open) of it. Once the region is no larger than the lattice, each cell is one element."""
     plan = plan_grid(tensor, rows, cols, region, plane, index)
     return plan.grid(gather(tensor, plan.positions))
+
+
+def grid_cost(tensor: Tensor, plan: GridPlan) -> int:
+    """Bytes the lattice `plan` asks of a stored tensor's source (its coalesced ranges), stated
+    before anything is read."""
+    return planned_bytes(tensor, plan.positions)
 
 
 def plan_grid(tensor: Tensor, rows: int = 256, cols: int = 256,

@@ -20,7 +20,8 @@ from .. import open as open_checkpoint
 from ..errors import TensorloupeError, UsageError
 from ..sampler.gather import dtype_of
 from ..model import Checkpoint
-from ..sampler.sampling import EXACT_CHUNK_ELEMS, exact_stats_steps, values
+from ..sampler.layout import costed
+from ..sampler.sampling import EXACT_CHUNK_ELEMS, exact_stats_steps, grid_cost, sample_cost, values
 from ..sampler.staged import StagedGrid, StagedSample
 from ..jsonable import PREVIEW, json_number
 from ..quant.logical import apply as dequantise
@@ -248,6 +249,8 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps, SaveOps):
             self.staged_sample = staged if s else None
             s = s or staged.sample()
             out["sample"] = s.to_json()
+            if costed(t):   # the whole sample's bytes, stated by the plan it reads (a first look: part of them)
+                out["sample"]["cost_bytes"] = sample_cost(t)
             out["histogram"] = s.histogram(int(args.get("bins", HISTOGRAM_BINS))).to_json()
         out["tensor"] = t.to_json()  # after sampling: a torch storage's offset is known by then
         return out, []
@@ -267,7 +270,10 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps, SaveOps):
         scale = args.get("scale")
         if not isinstance(scale, (int, float)) or not scale > 0:
             scale = g.amax
-        return heatmap_reply(g, region, scale)
+        result, buffers = heatmap_reply(g, region, scale)
+        if costed(t):   # the whole lattice's bytes, stated by the plan it reads
+            result["cost_bytes"] = grid_cost(t, staged.plan)
+        return result, buffers
 
     def op_values(self, args):
         t = self.current().tensor(args["name"])

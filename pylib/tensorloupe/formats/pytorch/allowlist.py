@@ -30,7 +30,7 @@ TORCH_DTYPES: dict[str, tuple[str | None, int]] = {
     # Quantized tensors show their raw integer codes (int_repr), the scale is in the tensor's info.
     "qint8": ("I8", 1), "quint8": ("U8", 1), "qint32": ("I32", 4),
     "complex32": ("C32", 4), "quint4x2": (None, 1), "quint2x4": (None, 1),
-    "float4_e2m1fn_x2": (None, 1), "bits8": (None, 1), "bits16": (None, 2), "bits1x8": (None, 1),
+    "float4_e2m1fn_x2": ("F4", 1), "bits8": (None, 1), "bits16": (None, 2), "bits1x8": (None, 1),
     "bits2x4": (None, 1), "bits4x2": (None, 1),
 }
 # Spellings torch also accepts for the same dtypes (torch.float is torch.float32, ...).

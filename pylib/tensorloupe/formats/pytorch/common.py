@@ -18,6 +18,7 @@ from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
 from . import allowlist, subclasses, trainstate, weightsonly, zerostate
 from ...unpickling.objects import LIMITS, Limits, Marker, StandIn, shown
+from . import packed
 from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
 from .safety import render, safety_report, safety_warnings, segment
 from ...unpickling.machine import Unpickled, unpickle
@@ -244,9 +245,10 @@ def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: b
                                   f"{start * itemsize + nbytes} of a {available}-byte storage")
     normal = tuple(s for n, s in zip(shape, strides) if n != 1)
     contiguous = normal == tuple(s for n, s in zip(shape, contiguous_strides(shape)) if n != 1)
-    return Tensor(name, table or ref.dtype, tuple(shape), offset, nbytes, source=source,
-                  strides=None if contiguous else tuple(strides), big_endian=big_endian,
-                  problem=problem, info=info)
+    tensor = Tensor(name, table or ref.dtype, tuple(shape), offset, nbytes, source=source,
+                    strides=None if contiguous else tuple(strides), big_endian=big_endian,
+                    problem=problem, info=info)
+    return packed.as_codes(tensor, ref.dtype) if ref.dtype in packed.PACKED and not problem else tensor
 
 
 def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate, *,
@@ -289,6 +291,8 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
                                              else fmt)
     safety["weights_only"] = weightsonly.report(pickles[:1] if fmt == "pytorch-zip" else pickles,
                                                 kind, list(load_problems))
+    if (extras or {}).get("torchscript"):   # one verdict for its classes (torchscript.py)
+        safety["torchscript"] = extras["torchscript"]
     warnings = safety_warnings(safety) + list(warnings or [])
     problems = [t for t in tensors if t.problem]
     warnings += [f"tensor {t.name!r}: {t.problem}" for t in problems[:MAX_PROBLEM_WARNINGS]]

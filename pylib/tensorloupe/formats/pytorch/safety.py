@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...jsonable import NOT_MINE, PICKLED, Limits, bounded, key_text
 from ...unpickling.objects import Marker, SafeKey, StandIn
+from . import torchscript
 from .allowlist import NumpyData, StorageRef, TensorRef
 from ...unpickling.machine import Unpickled
 
@@ -126,6 +127,8 @@ def safety_report(pickles: list[Unpickled], notes: list[str] = ()) -> dict:
 def safety_warnings(safety: dict) -> list[str]:
     warnings = []
     dangerous = safety["dangerous"]
+    if safety.get("torchscript"):   # its classes are said once, by the TorchScript headline
+        dangerous = [n for n in dangerous if not torchscript.folded(n)]
     if dangerous:
         more = " …" if len(dangerous) > MAX_LISTED else ""
         warnings.append(f"the pickle names {len(dangerous)} dangerous globals (they run or may run "

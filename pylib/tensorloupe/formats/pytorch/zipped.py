@@ -17,6 +17,7 @@ from ...errors import FormatError, TensorloupeError, UnknownFormatError
 from ...model import Checkpoint
 from ...source import ByteSource
 from .allowlist import TORCH_DTYPES
+from . import torchscript
 from .common import checkpoint, load_pickle, storage_loader
 from ...unpickling.objects import LIMITS
 from .members import ENCRYPTED, LOCAL_HEADER, LOCAL_SIGNATURE, STORED, Archive
@@ -168,9 +169,10 @@ def read(source: ByteSource) -> Checkpoint:
     extras = {"archive": {"root": root.rstrip("/"), "members": len(archive.members),
                           "storages": len(members), **records}}
     if archive.find(root + "constants.pkl"):
-        extras["torchscript"] = True
-        warnings.append("this is a TorchScript archive: its code is not shown; the tensors of "
-                        "data.pkl are")
+        extras["torchscript"] = torchscript.summary(archive, root, [result, *others],
+                                                    lambda data: load_pickle(data, storage_loader()))
+        warnings.append(f"this is a TorchScript archive: {extras['torchscript']['headline']}; "
+                        "its code is listed, never run; the tensors of data.pkl are shown")
     return checkpoint(FORMAT, source, result.value, [result, *others], locate,
                       big_endian=byteorder == "big", warnings=warnings, extras=extras,
                       notes=notes, load_problems=_record_problems(archive, loader.storages, members))
