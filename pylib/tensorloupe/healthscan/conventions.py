@@ -12,7 +12,8 @@ asks for evidence a fault does not leave:
                    identical tensors and first-layer scales are its initialisation. One norm at
                    1 among trained ones is still a warning (it was not loaded); NaN never passes.
   open bound       a tensor that is one infinity everywhere (Gemma's audio clip bounds start so).
-  batch stats      BatchNorm's running_mean / running_var at 0 / 1 (updated in training mode only).
+  idle buffers     BatchNorm's running_mean / running_var at 0 / 1 (updated in training mode
+                   only), a VQ codebook's EMA buffers, I-BERT's integer-only copies (quant mode).
   equal vectors    copies among 1-D tensors (biases, norm weights) that start from one constant
                    and got the same updates; a copied matrix is still a warning.
   role constant    a tensor of one value where every member of its role (>= 2) has that value:
@@ -37,8 +38,19 @@ from .rules import Flag, is_norm
 
 # Flags a freshly initialised part explains (never a non-finite value).
 FRESH_KINDS = ("norm_untrained", "dead", "constant", "duplicate", "scale", "norm_collapsed", "blowup")
-# BatchNorm's running statistics: buffers, 0 and 1 until the layer runs in training mode.
-BATCH_STATS = re.compile(r"(^|\.)running_(mean|var)$")
+# Buffers that stay at their initial 0 (or 1) until a mode of the model runs: BatchNorm's running
+# statistics (training mode), a VQ codebook's EMA state (EnCodec's quantizer: k-means at the first
+# batch), I-BERT's integer-only copies (quant mode).
+BUFFERS = (
+    (re.compile(r"(^|\.)running_(mean|var)$"),
+     "BatchNorm running statistics at their initial values (0 mean, 1 variance): updated only "
+     "when the layer runs in training mode"),
+    (re.compile(r"(^|\.)codebook\.(embed|embed_avg|cluster_size)$"),
+     "a vector quantiser's codebook state (EMA buffers), zero until its first training batch "
+     "initialises it"),
+    (re.compile(r"(^|\.)([^.]*_integer|[^.]*_scaling_factor)$"),
+     "an integer-only quantisation buffer (I-BERT's), filled only when the model runs in quant mode"),
+)
 EDGE_FACTOR = 100.0     # a first-layer norm this far below its trend is collapsed all the same
 NORM_INIT = (0.0, 1.0)  # a norm weight's initial values: 1 (x * w), 0 (x * (1 + w))
 
@@ -76,9 +88,9 @@ def _why(f: Flag, m: Measure, members: list[Measure], fresh: bool | None, part: 
                 "as Gemma's audio clip bounds start)")
     if f.kind == "nonfinite":
         return None      # a NaN or a stray infinity is never a convention
-    if BATCH_STATS.search(m.name) and f.kind in ("dead", "constant", "duplicate"):
-        return ("BatchNorm running statistics at their initial values (0 mean, 1 variance): "
-                "updated only when the layer runs in training mode")
+    buffer = next((why for pattern, why in BUFFERS if pattern.search(m.name)), None)
+    if buffer and f.kind in ("dead", "constant", "duplicate"):
+        return buffer
     if f.kind == "constant" and len(members) >= 2 and all(x.constant == m.constant for x in members):
         return (f"every one of the {len(members)} members of its role is {m.constant:g}: the "
                 "architecture initialises it so (Mamba's D, dt_bias), and training moves it")
