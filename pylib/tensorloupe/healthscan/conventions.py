@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 
+from ..display import counted
 from .measure import Measure
 from .rules import Flag, is_norm
 
@@ -92,10 +93,10 @@ def _why(f: Flag, m: Measure, members: list[Measure], fresh: bool | None, part: 
     if buffer and f.kind in ("dead", "constant", "duplicate"):
         return buffer
     if f.kind == "constant" and len(members) >= 2 and all(x.constant == m.constant for x in members):
-        return (f"every one of the {len(members)} members of its role is {m.constant:g}: the "
+        return (f"every one of the {counted(len(members), 'member')} of its role is {m.constant:g}: the "
                 "architecture initialises it so (Mamba's D, dt_bias), and training moves it")
     if f.kind == "duplicate" and whole_role_identical:
-        return (f"every one of the {len(members)} layers holds the same values while the other "
+        return (f"every one of the {counted(len(members), 'layer')} holds the same values while the other "
                 "roles differ between layers: a deterministic initialisation (as Mamba's A_log), "
                 "not a copy-paste")
     if f.kind == "duplicate" and len(m.shape) == 1 and all(len(x.shape) == 1 for x in related):
