@@ -196,8 +196,11 @@ def test_a_layer_wise_trend_is_not_an_outlier():
 def test_norms_all_one_are_untrained_and_tied_embeddings_and_zero_biases_are_information():
     g = torch.Generator().manual_seed(3)
     embed = torch.randn(100, 16, generator=g) * 0.02
+    # One norm at 1 beside a trained one: that one was never trained (or not loaded). When every
+    # norm is at its initial value the model is fresh, which is information (test_health_calibration).
     model = {"model.embed_tokens.weight": embed, "lm_head.weight": embed.clone(),
              "model.norm.weight": torch.ones(16), "pooler.dense.bias": torch.zeros(16),
+             "model.layers.0.input_layernorm.weight": 1 + 0.1 * torch.randn(16, generator=g),
              "head.scale.weight": torch.full((4, 4), 0.5)}
     with _checkpoint(model) as ckpt:
         report = health(ckpt)

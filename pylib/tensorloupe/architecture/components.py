@@ -59,6 +59,9 @@ _TRAINING_SETS = [(group, where, fold, frozenset(words)) for group, where, fold,
 # inv_freq, GPT-2's causal mask, BART's final_logits_bias.
 BUFFER = re.compile(r"(^|\.)(position_ids|token_type_ids|num_batches_tracked|running_mean|"
                     r"running_var|inv_freq|masked_bias|final_logits_bias)$")
+# A pickled nn.Module lists which of its tensors are parameters and which buffers: that evidence
+# wins over the names (a custom buffer of any name; a learned parameter named like a buffer).
+SLOT_EVIDENCE = {"_buffers": "the pickled modules' _buffers", "_parameters": "the pickled modules' _parameters"}
 
 COMPONENTS = ("embeddings", "attention", "mlp", "experts", "shared_experts", "router", "norms",
               "output_head", "other")
@@ -130,6 +133,7 @@ class Breakdown:
     training: dict[str, Count] = field(default_factory=dict)
     buffers: Count = field(default_factory=Count)
     tied: Count = field(default_factory=Count)   # the same storage view as a tensor counted already
+    evidence: set[str] = field(default_factory=set)   # what told buffers from parameters
     model_tensors: list[Tensor] = field(default_factory=list)
     not_training: list[Tensor] = field(default_factory=list)   # all but training state, in order
 
@@ -156,7 +160,8 @@ class Breakdown:
     def to_json(self) -> dict:
         return {"by_component": {k: c.to_json() for k, c in self.components.items()},
                 "training_state": {k: c.to_json() for k, c in self.training.items()},
-                "buffers": self.buffers.to_json(), "tied": self.tied.to_json()}
+                "buffers": {**self.buffers.to_json(), "evidence": sorted(self.evidence)},
+                "tied": self.tied.to_json()}
 
 
 def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
@@ -177,8 +182,16 @@ def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
             out.training.setdefault(group, Count()).add(t)
             continue
         out.not_training.append(t)
-        if BUFFER.search(t.name) or t.info.get("buffer"):   # by name, or as the file says
+        # A pickled module's own _buffers / _parameters decide (formats/pytorch/moduleslots.py);
+        # else the file's word (a ZeRO buffer), else the name.
+        slot = t.info.get("module_slot")
+        evidence = (SLOT_EVIDENCE.get(slot) if slot else
+                    "the file" if t.info.get("buffer") else "names" if BUFFER.search(t.name) else None)
+        if slot in SLOT_EVIDENCE:
+            out.evidence.add(SLOT_EVIDENCE[slot])
+        if evidence and slot != "_parameters":
             out.buffers.add(t)
+            out.evidence.add(evidence)
             continue
         key = view_key(t)
         if key is not None and key in views:

@@ -65,7 +65,9 @@ def print_block(doc: dict) -> None:
               f"  {c['tensors']:>5} tensors")
     if params["buffers"]["tensors"]:
         b = params["buffers"]
-        print(f"  (buffers, not parameters: {b['parameters']:,} in {counted(b['tensors'], 'tensor')}, e.g. {b['example']})")
+        told = f"; told apart by {' and '.join(b['evidence'])}" if b.get("evidence") else ""
+        print(f"  (buffers, not parameters: {b['parameters']:,} in {counted(b['tensors'], 'tensor')}, "
+              f"e.g. {b['example']}{told})")
     if params["training_state"]:
         print("Training state (stored in the file, not counted as parameters)")
         for key, c in params["training_state"].items():

@@ -6,7 +6,8 @@
 Every tensor is measured from a few windows within a byte budget (`measure.py`; whole when it fits,
 and then exact), tensors are grouped by role (`roles.py`) and judged against their siblings
 (`rules.py`); what the samples suggest about copies and dead tensors is then decided on bytes
-(`confirm.py`). A package rather than one module so that each of those jobs stays one file.
+(`confirm.py`); flags a model's own conventions explain (a fresh model's norms, Mamba's init)
+become information (`conventions.py`). A package rather than one module so that each of those jobs stays one file.
 
 Cost: the scan reads the planned windows of every measurable tensor (`health_cost` counts them
 without reading); confirmations then read whole only the tensors the scan singled out (copies,
@@ -23,7 +24,7 @@ from ..errors import Cancelled, UsageError
 from ..jsonable import json_number
 from ..model import Checkpoint
 from ..opening import shards
-from . import confirm
+from . import confirm, conventions
 from .confirm import DEFAULT_CONFIRM_BYTES
 from ..sampler.layout import window_cost
 from .measure import DEFAULT_BUDGET, Measure, exact_view, measure_steps, pieces, skip_reason, windows
@@ -213,7 +214,7 @@ def _judge(measures: list[Measure], lone: dict[str, list[Flag]], copies: list[Fl
             flags += lone[m.name]
         healthy = [m for m in members if m.constant is None and m.mean_abs > 0 and math.isfinite(m.rms)]
         flags += sibling_flags(healthy)
-    flags += copies
+    flags = conventions.calibrate(flags + copies, measures)
     by_name = {m.name: m for m in measures}
     for f in flags:
         by_name[f.tensor].flags.append(f.kind)

@@ -38,7 +38,9 @@ MIN_CONSTANT_ELEMS = 8
 MAD_TO_SIGMA = 1.4826
 
 NORM = re.compile(r"(^|\.)([^.]*norm[^.]*|ln_?[^.]*|[^.]*_ln)\.(weight|gamma|scale)$", re.IGNORECASE)
-BIAS = re.compile(r"(^|\.)(bias|beta)$")
+# A bias by name: ".bias", packed ones named "<what>_bias" (gpt-oss' experts.down_proj_bias,
+# DeepSeek's e_score_correction_bias), and torch's RNN biases (lstm.bias_ih_l0, bias_hh_l1_reverse).
+BIAS = re.compile(r"(^|\.)(bias|beta|[^.]*_bias|bias_(ih|hh)_l\d+(_reverse)?)$")
 
 
 @dataclass

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 
-from . import training
+from . import deepspeed_parallel, training
 from .beside import small_text
-from ..errors import FormatError, UnsupportedError, UsageError
+from ..errors import FormatError, UsageError
 from ..model import Checkpoint, Tensor
 from ..source.joined import JoinedSource, Piece
 
@@ -38,7 +38,8 @@ MAX_LISTED = 20              # missing rank files named one by one; the rest are
 
 def is_member(name: str) -> bool:
     base = training.basename(name)
-    return MODEL_STATES.fullmatch(base) is not None or OPTIM_STATES.fullmatch(base) is not None
+    return (MODEL_STATES.fullmatch(base) is not None or OPTIM_STATES.fullmatch(base) is not None
+            or deepspeed_parallel.is_layer(base))
 
 
 def read_tag(path: str) -> str | None:
@@ -58,15 +59,30 @@ def _rank(name: str) -> tuple[str, int, int]:
 
 
 def read_set(sources: list, read) -> Checkpoint:
-    """The model the ZeRO files `sources` make; `read(source)` reads one file (its Checkpoint)."""
+    """The model the ZeRO files `sources` make; `read(source)` reads one file (its Checkpoint).
+    Pipeline layer files and tensor-parallel ranks: opening/deepspeed_parallel.py."""
+    if any(deepspeed_parallel.is_layer(s.name) for s in sources):
+        return deepspeed_parallel.read_pipeline(sources, read, _rank)
+    by_mp: dict[int, list] = {}
+    for s in sources:
+        mp = _rank(s.name)[2]
+        if mp >= MAX_RANKS:
+            raise UsageError(f"model-parallel rank {mp} is more ranks than a checkpoint has",
+                             format=FORMAT, file=training.basename(s.name))
+        by_mp.setdefault(mp, []).append(s)
+    ranks = {mp: _read_rank(group, read, mp) for mp, group in sorted(by_mp.items())}
+    world = ranks[min(ranks)].extras["deepspeed"]["mp_world_size"]
+    if list(ranks) == [0] and (type(world) is not int or world <= 1):
+        return ranks[0]
+    return deepspeed_parallel.tensor_parallel(ranks, len(sources))
+
+
+def _read_rank(sources: list, read, mp: int) -> Checkpoint:
+    """The model of one model-parallel rank `mp`'s ZeRO files (all of `sources`)."""
     by_role: dict[str, dict[int, Checkpoint]] = {}
     sizes = {}
     for s in sources:
-        role, rank, mp = _rank(s.name)
-        if mp != 0:
-            raise UnsupportedError(f"this is rank {mp} of a model-parallel (tensor-parallel) ZeRO "
-                                   "checkpoint: only mp_rank_00 is merged (as zero_to_fp32 does)",
-                                   file=training.basename(s.name), format=FORMAT)
+        role, rank, _ = _rank(s.name)
         if rank >= MAX_RANKS:
             raise UsageError(f"rank {rank} is more ranks than a ZeRO checkpoint has",
                              file=training.basename(s.name), format=FORMAT)
@@ -78,8 +94,8 @@ def read_set(sources: list, read) -> Checkpoint:
     models = by_role.get(MODEL_ROLE, {})
     optims = by_role.get(OPTIMIZER_ROLE, {})
     if 0 not in models:
-        raise UsageError("the ZeRO checkpoint's rank-0 model states (mp_rank_00_model_states.pt"
-                         " or zero_pp_rank_0_mp_rank_00_model_states.pt) were not given: they "
+        raise UsageError(f"the ZeRO checkpoint's rank-0 model states (mp_rank_{mp:02d}_model_states.pt"
+                         f" or zero_pp_rank_0_mp_rank_{mp:02d}_model_states.pt) were not given: they "
                          "list the parameters", format=FORMAT, file=sources[0].name)
     head = _summary(models[0], "model states")
     if not optims:
@@ -92,7 +108,7 @@ def read_set(sources: list, read) -> Checkpoint:
         raise FormatError("the optimizer states give no ZeRO stage 1-3 and partition count",
                           file=optims[min(optims)].name, format=FORMAT,
                           found=f"stage {stage}, partition_count {counts}")
-    errors, problems = _missing(optims, models, world, stage, sources)
+    errors, problems = _missing(optims, models, world, stage, sources, mp)
     flat = _flat_groups(optims, world, first)
     tensors, warnings = _tensors(models, head, stage, world, flat, first)
     files = [c for ranks in by_role.values() for c in ranks.values()]
@@ -104,6 +120,7 @@ def read_set(sources: list, read) -> Checkpoint:
               "safety": merge_reports([(c.name, c.extras.get("safety") or {}) for c in files]),
               "deepspeed": {"stage": stage, "world_size": world, "ds_version": head["ds_version"],
                             "global_steps": head["global_steps"],
+                            "mp_world_size": head.get("mp_world_size"),
                             "files": sorted(sizes)},
               "shards": {"count": world, "missing": sorted(problems)[:MAX_LISTED], "errors": errors,
                          "missing_count": len(problems),
@@ -127,7 +144,7 @@ def _summary(ckpt: Checkpoint, role: str) -> dict:
     return found
 
 
-def _missing(optims: dict, models: dict, world: int, stage: int, sources) -> tuple[list, dict]:
+def _missing(optims: dict, models: dict, world: int, stage: int, sources, mp: int = 0) -> tuple[list, dict]:
     """Sentences for the rank files not given, and {file name: rank}."""
     like = training.basename(next(s.name for s in sources if OPTIM_STATES.fullmatch(
         training.basename(s.name))))
@@ -135,9 +152,9 @@ def _missing(optims: dict, models: dict, world: int, stage: int, sources) -> tup
     out, errors = {}, []
     for r in range(world):
         if r not in optims:
-            out[f"{m['bf16'] or ''}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"] = r
+            out[f"{m['bf16'] or ''}zero_pp_rank_{r}_mp_rank_{mp:02d}_optim_states.pt"] = r
         if stage == 3 and r not in models:
-            out[f"zero_pp_rank_{r}_mp_rank_00_model_states.pt"] = r
+            out[f"zero_pp_rank_{r}_mp_rank_{mp:02d}_model_states.pt"] = r
     extra = sorted(r for r in optims if r >= world)
     if extra:
         raise FormatError(f"optimizer states of rank {extra[0]} were given, but the partition "
@@ -299,6 +316,10 @@ def lone_sentence(name: str) -> str | None:
     """What a ZeRO file opened by itself is part of (detect.py says it), else None."""
     if not is_member(name):
         return None
+    if deepspeed_parallel.is_layer(name):
+        layer, _ = deepspeed_parallel.layer_of(name)
+        return (f"this is layer {layer} of a DeepSpeed pipeline checkpoint (one file per layer): "
+                "open the folder to see the layers as one model")
     role, rank, _ = _rank(name)
     return (f"this is the {role} of rank {rank} of a DeepSpeed ZeRO checkpoint: the model's fp32 "
             "master weights are split over the folder's *_optim_states.pt files; open the folder "

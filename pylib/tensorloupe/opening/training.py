@@ -32,13 +32,16 @@ OPTIMIZER, SCHEDULER, RNG, ARGS, STATE, SCALER, SAMPLER, CUSTOM = (
     "optimizer", "scheduler", "rng", "training arguments", "trainer state", "loss scaler",
     "sampler", "custom state")
 TRAINER, ACCELERATE, DEEPSPEED = "transformers Trainer", "accelerate", "DeepSpeed ZeRO"
-MODEL_STATES = "model states"
+MODEL_STATES, PIPELINE_LAYER = "model states", "pipeline layer"
 # deepspeed/runtime/engine.py _get_ckpt_name, _get_zero_ckpt_name (bf16_ from the bf16 optimizer):
 # a ZeRO checkpoint's files (opening/deepspeed.py opens them together)
 ZERO_MODEL_STATES = re.compile(r"(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)"
                                r"_model_states\.pt")
 ZERO_OPTIM_STATES = re.compile(r"(?P<bf16>bf16_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)"
                                r"_optim_states\.pt")
+# deepspeed/runtime/pipe/module.py ckpt_layer_path: a pipeline layer's weights (opened with the
+# folder by opening/deepspeed_parallel.py; alone, it says it is one layer)
+ZERO_LAYER_STATES = re.compile(r"layer_(?P<layer>\d+)(?:-model_(?P<mp>\d+))?-model_states\.pt")
 
 # (name pattern, kind, whose file): transformers' trainer.py constants (OPTIMIZER_NAME,
 # SCHEDULER_NAME, TRAINING_ARGS_NAME, TRAINER_STATE_NAME, SCALER_NAME, rng_state[_N].pth) and
@@ -58,6 +61,7 @@ FILES = [
     (re.compile(r"scaler\.pt"), SCALER, None),
     (ZERO_OPTIM_STATES, OPTIMIZER, DEEPSPEED),
     (ZERO_MODEL_STATES, MODEL_STATES, DEEPSPEED),
+    (ZERO_LAYER_STATES, PIPELINE_LAYER, DEEPSPEED),
 ]
 JSON_KINDS = (STATE,)
 MAX_STATE_BYTES = 64 << 20     # trainer_state.json: a few KB, a long run's log history a few MB

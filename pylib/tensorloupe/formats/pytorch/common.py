@@ -16,7 +16,7 @@ from typing import Callable
 from ...errors import FormatError, LimitError, TensorloupeError
 from ...model import Checkpoint, Tensor, contiguous_strides
 from ...source import ByteSource
-from . import allowlist, subclasses, trainstate, weightsonly, zerostate
+from . import allowlist, moduleslots, subclasses, trainstate, weightsonly, zerostate
 from ...unpickling.objects import LIMITS, Limits, Marker, StandIn, shown
 from . import packed
 from .allowlist import TORCH_DTYPES, StorageRef, TensorRef, dtype_of
@@ -266,6 +266,7 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
     names: dict[int, str] = {}
     tensors: list[Tensor] = []
     used: set[str] = set()
+    slot_of = moduleslots.slots(root) if found else {}
     repeats: dict[str, int] = {}
     for name, ref in found:
         unique = name
@@ -274,6 +275,8 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
             unique = f"{name}#{repeats[name]}"
         used.add(unique)
         tensor = make_tensor(unique, ref, source, locate, big_endian)
+        if id(ref) in slot_of:   # a pickled module says: parameter or buffer (moduleslots.py)
+            tensor.info["module_slot"] = slot_of[id(ref)]
         if id(ref) in names:
             tensor.info["same_as"] = names[id(ref)]  # one tensor object saved under two names
         names.setdefault(id(ref), unique)

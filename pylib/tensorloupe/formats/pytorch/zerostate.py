@@ -107,6 +107,7 @@ def _model_states(top: dict, name_of) -> dict:
                               if type(k) is str and type(v) is str],
             "ds_version": top.get("ds_version") if type(top.get("ds_version")) is str else None,
             "dp_world_size": _int(top.get("dp_world_size")),
+            "mp_world_size": _int(top.get("mp_world_size")),
             "global_steps": _int(top.get("global_steps"))}
 
 
