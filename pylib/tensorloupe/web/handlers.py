@@ -141,7 +141,7 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps, SaveOps):
 
         index = beside_urls.pipeline_index(urls)   # a diffusers folder: its files found first
         if index is not None:
-            from . import hub
+            from ..opening import hubfiles as hub   # its shard_urls: an index names its shards
             urls, found = beside_urls.pipeline_files(index, beside_urls.probe_all, remote.open_url,
                                                      hub.shard_urls)
             probes = {**(probes or {}), **found}
