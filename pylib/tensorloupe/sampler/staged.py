@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from .gather import gather, reads_apart
 from ..model import Tensor
-from .sampling import (DEFAULT_SAMPLES, Grid, Sample, plan_grid, read_windows, sample_windows,
-                       summarized)
+from .sampling import (DEFAULT_SAMPLES, Grid, Sample, plan_grid, read_windows, sample_order,
+                       sample_windows, summarized)
 
 EVERY = 8
 # A lattice of fewer rows than this is drawn in one go: its reads are quick enough.
@@ -27,6 +27,7 @@ class StagedSample:
     def __init__(self, tensor: Tensor, max_samples: int = DEFAULT_SAMPLES):
         self.tensor = tensor
         self.windows = sample_windows(tensor, max_samples)
+        self.order = sample_order(tensor, max_samples)
         self.parts: dict[int, list] = {}     # window number -> its values, once read
 
     def first_look(self) -> Sample | None:
@@ -36,14 +37,15 @@ class StagedSample:
             return None
         which = range(EVERY // 2, len(self.windows), EVERY)
         return summarized(self._values(which), [self.windows[k] for k in which], self.tensor.numel,
-                          first_look=True)
+                          first_look=True, order=self.order)
 
     def sample(self) -> Sample:
-        return summarized(self._values(range(len(self.windows))), self.windows, self.tensor.numel)
+        return summarized(self._values(range(len(self.windows))), self.windows, self.tensor.numel,
+                          order=self.order)
 
     def _values(self, which) -> list:
         missing = [k for k in which if k not in self.parts]
-        self.parts.update(zip(missing, read_windows(self.tensor, [self.windows[k] for k in missing])))
+        self.parts.update(zip(missing, read_windows(self.tensor, [self.windows[k] for k in missing], self.order)))
         values: list = []
         for k in which:
             values += self.parts[k]
