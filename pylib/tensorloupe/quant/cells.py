@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from ..dtypes import lookup
+from . import mlx
 from .decode import _AWQ_NIBBLE, E2M1, _rows, gptq_groups
 from .records import Logical
 from .rounding import round_to
@@ -133,23 +134,33 @@ def _fp8_block(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]
 
 
 def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
-    """MLX affine: code c of a row is bits [c*bits, (c+1)*bits) of its little-endian words."""
+    """MLX: code c of a row is bits [c*bits, (c+1)*bits) of its little-endian words. Affine:
+    w = scales * q + biases in the scales' dtype; the float modes (mxfp4, nvfp4, mxfp8): the
+    code's E2M1 or E4M3 value times its group's E8M0 or E4M3 scale, as mlx.decode gives."""
     sch = t.scheme
-    if sch.strategy != "affine":
-        return None
+    fixed = mlx.MODES.get(sch.strategy)
     bits, gs, mask = sch.bits, sch.group_size, (1 << sch.bits) - 1
-    codes, scales, biases = t.parts["codes"], t.parts["scales"], t.parts["biases"]
+    codes, scales = t.parts["codes"], t.parts["scales"]
     w0, w1 = cols[0] * bits // 32, ((cols[-1] + 1) * bits - 1) // 32 + 1
     g0, g1 = cols[0] // gs, cols[-1] // gs + 1
-    raw, sc, bs = yield [(codes.name, rows, w0, w1), (scales.name, rows, g0, g1), (biases.name, rows, g0, g1)]
-    s = [_unpack(scales, b) for b in sc]
-    b = [_unpack(biases, x) for x in bs]
+    asks = [(codes.name, rows, w0, w1), (scales.name, rows, g0, g1)]
+    if fixed is None:
+        asks.append((t.parts["biases"].name, rows, g0, g1))
+    raw, sc, *bs = yield asks
+    s = [lookup(fixed.scale if fixed else scales.dtype).decode(x) for x in sc]
+    b = [_unpack(scales, x) for x in bs[0]] if fixed is None else None
+    table = (mlx.E2M1 if bits == 4 else mlx._E4M3) if fixed else None
     dt = scales.dtype
     out = []
     for i in range(len(rows)):
         stream = int.from_bytes(raw[i], "little")
         q = [(stream >> (c * bits - 32 * w0)) & mask for c in cols]
         sg = [s[i][c // gs - g0] for c in cols]
+        if fixed is not None:
+            vals = [table[x] * y for x, y in zip(q, sg)]
+            # mxfp8 returns bfloat16: exact but for scales near the extremes (mlx.decode rounds then)
+            out.append(round_to("BF16", vals) if sch.strategy == "mxfp8" else vals)
+            continue
         bg = [b[i][c // gs - g0] for c in cols]
         out.append(round_to(dt, [p + z for p, z in zip(round_to(dt, [x * y for x, y in zip(sg, q)]), bg)]))
     return out
