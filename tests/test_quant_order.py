@@ -124,3 +124,20 @@ def test_a_sample_reads_at_most_twice_an_f16_sample(tmp_path):
         assert got <= 2 * f16, (layout, got, f16)
         # codes, scales, zeros of the (at most two) stored rows a window crosses (+ g_idx)
         assert reads <= 2 * 3 * 32 + 1, (layout, reads)
+
+
+def test_a_lattice_of_crossing_rows_is_drawn_in_one_go(tmp_path):
+    """A first look at an eighth of a GPTQ lattice's rows reads the same packed rows as the whole
+    lattice (each spans every output): the page would read them twice (4.0x the F16 heatmap's
+    bytes, measured), so it draws the lattice at once, reading each once."""
+    from tensorloupe.sampler.staged import StagedGrid
+    from tensorloupe.sampler.sampling import grid
+    g = 1024 // 128
+    path = _file(tmp_path / "gptq", [("w.qweight", "I32", [1024 // 8, 1024]), ("w.qzeros", "I32", [g, 1024 // 8]),
+                                     ("w.scales", "F16", [g, 1024])],
+                 {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "checkpoint_format": "gptq"})
+    with tensorloupe.open(path) as ckpt:
+        t = ckpt.tensor("w.weight")
+        staged = StagedGrid(t, 256, 256)
+        assert staged.first_look() is None
+        assert staged.grid().values == grid(t, 256, 256).values

@@ -11,7 +11,8 @@ together (`run`), and each cell is a few integer operations.
 
 Each decoder is a generator: it yields, once, the stored ranges it needs as a list of requests
 (part, stored rows, c0, c1), receives for each request the bytes of elements [c0, c1) of each of
-those rows, and returns values[i][j] for rows[i] x cols[j], the same values the row decoders give.
+those rows, and returns the values of rows x cols, row-major (value i * len(cols) + j is
+rows[i] x cols[j]), the same values the row decoders give.
 `run` drives several at once, so that a sample's 32 windows (quant/order.py) are one vectored
 read per source, as a float tensor's are.
 """
@@ -19,10 +20,12 @@ read per source, as a float tensor's are.
 from __future__ import annotations
 
 import math
+from itertools import groupby
+from operator import mul
 
 from ..dtypes import lookup
 from . import mlx
-from .decode import _AWQ_NIBBLE, E2M1, _rows, gptq_groups
+from .decode import _AWQ_NIBBLE, _E2M1_PAIRS, E2M1, _rows, gptq_groups
 from .records import Logical
 from .rounding import round_to
 
@@ -32,6 +35,11 @@ _WORDS = lookup("U32")     # GPTQ's I32 words read unsigned: a straddling code j
 
 def _unpack(part, data: bytes) -> list:
     return lookup(part.dtype).decode(data)
+
+
+def _row_major(by_col: list[list]) -> list:
+    """The values of lists made column by column, row-major (one column: that list)."""
+    return by_col[0] if len(by_col) == 1 else [v for row in zip(*by_col) for v in row]
 
 
 def _gptq(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
@@ -71,7 +79,7 @@ def _gptq(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
         else:
             q = [(low[j] >> sh) & mask for j in js]
         by_col.append(round_to(scales.dtype, [sg[j] * (c - z) for j, c, z in zip(js, q, zg)]))
-    return [list(r) for r in zip(*by_col)]
+    return _row_major(by_col)
 
 
 def _awq(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
@@ -92,7 +100,7 @@ def _awq(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
         qj, zg, sg = q[j], z[gidx[i]], s[gidx[i]]
         by_col.append(round_to(scales.dtype, [sg[k] * (((qj[w] >> sh) & 15) - ((zg[w] >> sh) & 15))
                                               for w, sh, k in at]))
-    return [list(r) for r in zip(*by_col)]
+    return _row_major(by_col)
 
 
 def _mxfp4(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
@@ -101,13 +109,10 @@ def _mxfp4(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
     blocks, scales = t.parts["codes"], t.parts["scales"]
     _, width, stored = t.shape
     out = []
-    by_expert: dict[int, list[int]] = {}
-    for k in rows:
-        by_expert.setdefault(k // width, []).append(k)
     asks, spans = [], []
-    for e, ks in by_expert.items():
+    for e, ks in groupby(rows, key=lambda k: k // width):     # rows ascending: one run per expert
         cs = [k % width for k in ks]
-        b0, b1 = 16 * (cs[0] // 32) + (cs[0] % 32) // 2, 16 * (cs[-1] // 32) + (cs[-1] % 32) // 2 + 1
+        b0, b1 = cs[0] // 2, cs[-1] // 2 + 1       # code c is nibble c % 2 of byte c // 2 of the row
         g0, g1 = cs[0] // 32, cs[-1] // 32 + 1
         srows = [e * stored + r for r in cols]
         asks += [(blocks.name, srows, b0, b1), (scales.name, srows, g0, g1)]
@@ -115,10 +120,18 @@ def _mxfp4(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
     got = yield asks
     for (cs, b0, g0), codes, exps in zip(spans, got[::2], got[1::2]):
         scale = [[math.inf if x == 255 else math.ldexp(1.0, x - 127) for x in row] for row in exps]
-        at = [(16 * (c // 32) + (c % 32) // 2 - b0, 4 * (c & 1), c // 32 - g0) for c in cs]
-        # stored row by stored row: one comprehension over the logical rows it holds
-        by_row = [[E2M1[(row[b] >> shift) & 15] * sr[g] for b, shift, g in at] for row, sr in zip(codes, scale)]
-        out += [list(r) for r in zip(*by_row)]
+        c0, n = cs[0], len(cs)
+        if cs[-1] - c0 == n - 1 and not (c0 | n) & 1:
+            # a run of whole bytes (a sample's window): every byte's two values, each times its
+            # group's scale, at C speed
+            first = c0 - 32 * g0
+            by_row = [list(map(mul, [v for b in row for v in _E2M1_PAIRS[b]],
+                               [x for x in sr for _ in range(32)][first:first + n])) for row, sr in zip(codes, scale)]
+        else:
+            at = [(c // 2 - b0, 4 * (c & 1), c // 32 - g0) for c in cs]
+            # stored row by stored row: one comprehension over the logical rows it holds
+            by_row = [[E2M1[(row[b] >> shift) & 15] * sr[g] for b, shift, g in at] for row, sr in zip(codes, scale)]
+        out += _row_major(by_row)
     return out
 
 
@@ -130,7 +143,7 @@ def _fp8_block(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]
     q = [_unpack(codes, b) for b in raw]
     srows = sorted({r // bm for r in rows})
     s = dict(zip(srows, (_rows(read, scale, r, r + 1) for r in srows)))
-    return [[q[i][c - c0] * s[r // bm][c // bn] for c in cols] for i, r in enumerate(rows)]
+    return [q[i][c - c0] * s[r // bm][c // bn] for i, r in enumerate(rows) for c in cols]
 
 
 def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
@@ -159,10 +172,10 @@ def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
         if fixed is not None:
             vals = [table[x] * y for x, y in zip(q, sg)]
             # mxfp8 returns bfloat16: exact but for scales near the extremes (mlx.decode rounds then)
-            out.append(round_to("BF16", vals) if sch.strategy == "mxfp8" else vals)
+            out += round_to("BF16", vals) if sch.strategy == "mxfp8" else vals
             continue
         bg = [b[i][c // gs - g0] for c in cols]
-        out.append(round_to(dt, [p + z for p, z in zip(round_to(dt, [x * y for x, y in zip(sg, q)]), bg)]))
+        out += round_to(dt, [p + z for p, z in zip(round_to(dt, [x * y for x, y in zip(sg, q)]), bg)])
     return out
 
 
@@ -174,8 +187,8 @@ def decodable(t: Logical) -> bool:
 
 
 def run(t: Logical, read, pick_many, products: list) -> list:
-    """For each (rows, cols) of `products` (both ascending), values[i][j] of rows[i] x cols[j],
-    or None where this layout has no cell decoder for it. Every decoder's requests are read in
+    """For each (rows, cols) of `products` (both ascending), the values of rows x cols,
+    row-major, or None where this layout has no cell decoder for it. Every decoder's requests are read in
     one `pick_many(requests) -> [per request: [bytes per stored row]]`."""
     fn = CELLS[t.scheme.layout]
     out: list = [None] * len(products)
@@ -199,6 +212,6 @@ def run(t: Logical, read, pick_many, products: list) -> list:
 
 
 def cells(t: Logical, read, pick_many, rows: list[int], cols: list[int]) -> list[list] | None:
-    """values[i][j] of logical rows[i] x columns[j] (both ascending), or None where this layout
-    has no cell decoder (the caller decodes whole rows)."""
+    """The values of logical rows x columns (both ascending), row-major, or None where this
+    layout has no cell decoder (the caller decodes whole rows)."""
     return run(t, read, pick_many, [(rows, cols)])[0] if decodable(t) else None

@@ -258,7 +258,9 @@ class DequantisedSource(RowsSource):
         grids = iter(self._decoding(run, self._pick_many, [p for these in segments for p in these]))
         out = []
         for these in segments:
-            flat = [v for _ in these for row in next(grids) for v in row]
+            flat: list = []
+            for _ in these:
+                flat += next(grids)
             out.append(list(array("f", flat)))
         self.reads += 1
         self.bytes_read += 4 * sum(n for _, n in windows)
@@ -276,12 +278,13 @@ class DequantisedSource(RowsSource):
         grid = self._decoding(cells, self._pick_many, rows, wanted)
         if grid is None:
             return None
-        at_row = {r: i for i, r in enumerate(rows)}
+        n = len(wanted)
+        at_row = {r: i * n for i, r in enumerate(rows)}
         at_col = {c: j for j, c in enumerate(wanted)}
         self.reads += 1
         self.bytes_read += 4 * len(positions)
         # float32 as the row decoders give them (an MXFP4 6 * 2**127 is inf there too)
-        return list(array("f", [grid[at_row[p // cols]][at_col[p % cols]] for p in positions]))
+        return list(array("f", [grid[at_row[p // cols] + at_col[p % cols]] for p in positions]))
 
     def _pick_many(self, requests: list[tuple[str, list[int], int, int]]) -> list[list[bytes]]:
         """For each request (part, stored rows, c0, c1), columns [c0, c1) of each of those rows:

@@ -66,10 +66,12 @@ class StagedGrid:
     def first_look(self) -> Grid | None:
         """Every EVERY-th row and column of the lattice; None when drawing it in two stages would
         not pay (fewer than MIN_ROWS rows) or would change the reads (rows close enough in the
-        file to be read together)."""
+        file to be read together, or logical rows that cross the stored rows, as a GPTQ, AWQ or
+        MXFP4 weight's do: an eighth of its lattice rows needs the same stored rows as all)."""
         plan = self.plan
         n = len(plan.row_index)
-        if n < MIN_ROWS or not reads_apart(self.tensor, plan.spans):
+        if n < MIN_ROWS or not reads_apart(self.tensor, plan.spans) \
+                or getattr(self.tensor.source, "sample_order", None) is not None:
             return None
         which = range(EVERY // 2, n, EVERY)
         cols = slice(EVERY // 2, None, EVERY) if len(plan.col_index) >= EVERY else slice(None)
