@@ -81,3 +81,24 @@ def test_a_broken_hf_quant_config_is_said_and_nothing_is_dequantised(tmp_path):
         assert "quantisation" not in ckpt.extras
         assert any("hf_quant_config.json" in w and "not valid JSON" in w for w in ckpt.warnings), ckpt.warnings
         assert ckpt.tensor("model.layers.0.mlp.down_proj.weight").dtype == "U8"    # shown as stored
+
+
+@pytest.mark.parametrize("kind", ["padded", "swizzled"])
+def test_padded_and_swizzled_block_scales_give_the_exports_values(kind):
+    """ModelOpt's own pad_nvfp4_weights("row_col") and swizzle_nvfp4_scales (the cuBLAS 128x4
+    block layout its single-file export writes) change only where the scales lie: every weight
+    equals ModelOpt's dequantisation of the export before them."""
+    want = reference(OUT / "modelopt_export_nvfp4")
+    with tensorloupe.open(OUT / f"modelopt_export_nvfp4_{kind}" / "model.safetensors") as ckpt:
+        assert (ckpt.extras["quantisation"]["dequantised"], ckpt.extras["quantisation"]["packed"]) == (14, 0)
+        for name, w in want.items():
+            t = ckpt.tensor(name)
+            scale = next(p for p in t.parts if p.name.endswith("weight_scale"))
+            assert scale.shape != (w.shape[0], w.shape[1] // 16)        # the layout did change
+            assert ("cuBLAS" in t.info["dequantised from"]) == (kind == "swizzled")
+            # a row reads its packed row and the 128-row tile of scales that holds its own
+            before = ckpt.bytes_read()
+            t.source.read(4 * t.shape[1] * 3, 4 * t.shape[1])
+            assert 0 < ckpt.bytes_read() - before <= t.shape[1] // 2 + 128 * scale.shape[1] + 4
+            got = np.frombuffer(t.source.read(0, t.source.size), "<f4").reshape(t.shape)
+            assert np.array_equal(got, w.numpy()), name
