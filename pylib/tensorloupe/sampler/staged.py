@@ -32,8 +32,11 @@ class StagedSample:
 
     def first_look(self) -> Sample | None:
         """Every EVERY-th window (an eighth of the values, spread over the whole tensor like the
-        rest); None when the sample has fewer windows than that (it is read in one go)."""
-        if len(self.windows) < EVERY:
+        rest); None when the sample has fewer windows than that, or runs in storage order (a
+        GPTQ, AWQ or MXFP4 weight's: one batch of small reads, decoded with the lattice's cell
+        decoders; in the page its second half would wait behind the whole heatmap lattice, which
+        those layouts draw without a first look): then it is read in one go."""
+        if len(self.windows) < EVERY or self.order is not None:
             return None
         which = range(EVERY // 2, len(self.windows), EVERY)
         return summarized(self._values(which), [self.windows[k] for k in which], self.tensor.numel,
