@@ -71,9 +71,10 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
     found = beside.config_for(paths)
     config, where = found.data, beside.CONFIG_NAME
     if not (isinstance(config, dict) and ("quantization_config" in config or "quantization" in config)):
-        config, where, problem = _hf_quant_config(paths)    # a ModelOpt export's hf_quant_config.json
-        if problem:
-            ckpt.warnings.append(f"{problem} (its quantisation is not applied)")
+        found = beside.quantisation_for(paths)    # a ModelOpt export's hf_quant_config.json
+        config, where = found.data, found.where
+        if found.problem:
+            ckpt.warnings.append(f"{found.problem} (its quantisation is not applied)")
     if config is not None:
         from .quant.logical import apply
         try:
@@ -82,16 +83,6 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
             ckpt.close()
             raise
     return ckpt
-
-
-def _hf_quant_config(paths: list[str]) -> tuple[dict | None, str, str | None]:
-    """({"quantization": config.json's quantization_config} or None, where, why a file that is
-    there cannot be read) from the hf_quant_config.json beside the files (quant/hfquant.py)."""
-    from .opening import beside
-    from .quant import hfquant
-    found = beside.find(paths, hfquant.NAME)
-    translated = hfquant.quantization_config(found.data)
-    return ({hfquant.KEY: translated} if translated else None), hfquant.NAME, found.problem
 
 
 def _adapted(ckpt: Checkpoint, files: list[str]) -> None:
