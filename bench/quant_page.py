@@ -19,10 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from browser_views import CLICK, WATCH, reads_shown  # noqa: E402
+from browser_views import ARGS, CLICK, WATCH, reads_shown, ready_page  # noqa: E402
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DONE = ("() => window.__views.statsFinal !== null && window.__views.heatmap !== null"
         " && document.body.dataset.pending === '0'"
         " && document.getElementById('heatmap').dataset.loading !== 'true'")
@@ -58,11 +56,7 @@ def report(files: dict, runs: int) -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
         for _ in range(runs):
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
-            page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'"
-                                   " && document.body.dataset.pending === '0'", timeout=180_000)
+            page = ready_page(browser, url)
             _one(page, *files["F16"])       # warm-up: the first selection imports the views' modules
             for scheme, (path, name) in files.items():
                 rows[scheme].append(_one(page, path, name))

@@ -142,3 +142,10 @@ def test_a_lattice_of_crossing_rows_is_drawn_in_one_go(tmp_path):
         staged = StagedGrid(t, 256, 256)
         assert staged.first_look() is None
         assert staged.grid().values == grid(t, 256, 256).values
+
+
+def test_a_float16_product_past_its_range_is_inf_as_torch_gives():
+    """GPTQ, AWQ and compressed-tensors multiply in the scales' float16: a product past 65504
+    rounds to inf there (it raised OverflowError from struct before)."""
+    from tensorloupe.quant.rounding import round_to
+    assert round_to("F16", [65519.0, 65520.0, -1e6, 1.0]) == [65504.0, float("inf"), float("-inf"), 1.0]

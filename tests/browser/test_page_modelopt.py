@@ -4,25 +4,14 @@ as the scheme's source, and does not list the file as a model of its own."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from page_checks import assert_stats_equal
+from page_checks import assert_stats_equal, cli_inspect, cli_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "fixtures" / "out" / "quant"
-
-
-def cli(*args):
-    out = subprocess.run([sys.executable, "-m", "tensorloupe.cli", *map(str, args), "--json"],
-                         capture_output=True, text=True, check=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT / "pylib")})
-    return json.loads(out.stdout)
 
 
 @pytest.mark.parametrize("algo", ["fp8", "nvfp4"])
@@ -35,11 +24,11 @@ def test_an_export_with_only_hf_quant_config_is_dequantised_as_the_cli(app, algo
     app.open_with_input(model, folder / "config.json", folder / "hf_quant_config.json")
     app.wait_model(model.name, before)
     app.select(name)
-    (sampled,) = cli("stats", model, name)
+    sampled = cli_stats(model, name)
     assert_stats_equal(app.stats(), sampled["stats"])
     page = app.page
     assert page.inner_text("#stats-dequantised") == f"dequantised from {sampled['dequantised_from']}"
-    quantisation = cli("inspect", model)["extras"]["quantisation"]
+    quantisation = cli_inspect(model)["extras"]["quantisation"]
     assert quantisation["source"] == "hf_quant_config.json quantization"
     app.tab("summary")
     card = page.locator("#quantisation")
