@@ -20,6 +20,7 @@ read per source, as a float tensor's are.
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from itertools import groupby
 from operator import mul
 
@@ -29,6 +30,9 @@ from .decode import _AWQ_NIBBLE, _E2M1_PAIRS, E2M1, _rows, gptq_groups
 from .records import Logical
 from .rounding import round_to
 
+
+# a cell decoder: yields its requests once, is sent their bytes, returns the values row-major
+Decoder = Generator[list, list, list]
 
 _WORDS = lookup("U32")     # GPTQ's I32 words read unsigned: a straddling code joins two of them
 
@@ -42,7 +46,7 @@ def _row_major(by_col: list[list]) -> list:
     return by_col[0] if len(by_col) == 1 else [v for row in zip(*by_col) for v in row]
 
 
-def _gptq(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
+def _gptq(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """rows: outputs o, cols: inputs i. qweight [in*bits/32, out]: input i of output o is bits
     [i*bits, (i+1)*bits) of column o read down the packed rows (3 bits straddle two words)."""
     sch = t.scheme
@@ -82,7 +86,7 @@ def _gptq(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
     return _row_major(by_col)
 
 
-def _awq(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
+def _awq(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """rows: outputs o, cols: inputs i. qweight [in, out/8]: output o of input i is nibble
     AWQ_NIBBLE[o % 8] of word o // 8 of row i; qzeros [groups, out/8] likewise; W = (q - z) * s."""
     qweight, qzeros, scales = t.parts["codes"], t.parts["qzeros"], t.parts["scales"]
@@ -103,7 +107,7 @@ def _awq(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
     return _row_major(by_col)
 
 
-def _mxfp4(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
+def _mxfp4(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """rows: k = (expert e, logical column c) of [E, G*32, R]; cols: stored rows r. The value is
     nibble c%2 of byte (c%32)//2 of block c//32 of stored row (e, r), times 2**(scale - 127)."""
     blocks, scales = t.parts["codes"], t.parts["scales"]
@@ -135,7 +139,7 @@ def _mxfp4(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
     return out
 
 
-def _fp8_block(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
+def _fp8_block(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     codes, scale = t.parts["codes"], t.parts["weight_scale_inv"]
     bm, bn = t.scheme.block
     c0, c1 = cols[0], cols[-1] + 1
@@ -146,7 +150,7 @@ def _fp8_block(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]
     return [q[i][c - c0] * s[r // bm][c // bn] for i, r in enumerate(rows) for c in cols]
 
 
-def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
+def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """MLX: code c of a row is bits [c*bits, (c+1)*bits) of its little-endian words. Affine:
     w = scales * q + biases in the scales' dtype; the float modes (mxfp4, nvfp4, mxfp8): the
     code's E2M1 or E4M3 value times its group's E8M0 or E4M3 scale, as mlx.decode gives."""
@@ -162,7 +166,7 @@ def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> list[list]:
     raw, sc, *bs = yield asks
     s = [lookup(fixed.scale if fixed else scales.dtype).decode(x) for x in sc]
     b = [_unpack(scales, x) for x in bs[0]] if fixed is None else None
-    table = (mlx.E2M1 if bits == 4 else mlx._E4M3) if fixed else None
+    table = (mlx.E2M1 if bits == 4 else mlx.E4M3) if fixed else None
     dt = scales.dtype
     out = []
     for i in range(len(rows)):
@@ -188,8 +192,8 @@ def decodable(t: Logical) -> bool:
 
 def run(t: Logical, read, pick_many, products: list) -> list:
     """For each (rows, cols) of `products` (both ascending), the values of rows x cols,
-    row-major, or None where this layout has no cell decoder for it. Every decoder's requests are read in
-    one `pick_many(requests) -> [per request: [bytes per stored row]]`."""
+    row-major, or None where this layout has no cell decoder for it. Every decoder's requests
+    are read in one `pick_many(requests) -> [per request: [bytes per stored row]]`."""
     fn = CELLS[t.scheme.layout]
     out: list = [None] * len(products)
     waiting, asks = [], []
