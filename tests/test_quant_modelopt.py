@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 import tensorloupe
 
-from test_quant_wiring import run_json
+from test_quant_wiring import _snr_db, run_json
 
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out" / "quant"
 CASES = [f"modelopt_export_{algo}{only}" for algo in ("fp8", "nvfp4") for only in ("", "_hf_only")]
@@ -102,3 +102,16 @@ def test_padded_and_swizzled_block_scales_give_the_exports_values(kind):
             assert 0 < ckpt.bytes_read() - before <= t.shape[1] // 2 + 128 * scale.shape[1] + 4
             got = np.frombuffer(t.source.read(0, t.source.size), "<f4").reshape(t.shape)
             assert np.array_equal(got, w.numpy()), name
+
+
+@pytest.mark.parametrize("case", ["modelopt_export_fp8_hf_only", "modelopt_export_nvfp4_hf_only"])
+def test_diff_fp32_against_the_export_gives_the_snr_of_modelopts_values(case, capsys):
+    """The export quantised quant_files' tiny Llama, whose fp32 weights llama64_fp32 holds."""
+    base_path = OUT / "llama64_fp32" / "model.safetensors"
+    base = load_file(str(base_path))
+    want = reference(OUT / case)
+    doc = run_json(capsys, "diff", base_path, OUT / case, "--exact")
+    rows = {r["name"]: r for r in doc["tensors"]}
+    for name, w in want.items():
+        assert rows[name]["snr_db"] == pytest.approx(_snr_db(base[name], w), abs=1e-6), name
+    assert doc["summary"]["median_snr_db"] > (20 if "fp8" in case else 5)
