@@ -171,6 +171,20 @@ CLICK = """name => {
 }"""
 
 
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def ready_page(browser, url: str):
+    """A new page of the app at `url`, Python ready and the demo model shown."""
+    page = browser.new_page()
+    page.goto(url)
+    page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
+    page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'"
+                           " && document.body.dataset.pending === '0'", timeout=180_000)
+    return page
+
+
 def reads_shown(page) -> int:
     text = page.inner_text("#io-detail")
     return int(text.split(" reads")[0].replace(",", "").replace("\u202f", "").strip() or 0)
@@ -178,11 +192,7 @@ def reads_shown(page) -> int:
 
 def open_in_page(browser, url: str, path: Path):
     """A new page at `url`, booted (the demo shown), with `path` opened from the file input."""
-    page = browser.new_page()
-    page.goto(url)
-    page.wait_for_selector("body[data-python=ready]", state="attached", timeout=180_000)
-    page.wait_for_function("() => document.body.dataset.model === 'demo-moe.safetensors'"
-                           " && document.body.dataset.pending === '0'", timeout=180_000)
+    page = ready_page(browser, url)
     page.set_input_files("#file-input", str(path))
     page.wait_for_function("n => document.body.dataset.model === n && document.body.dataset.pending === '0'",
                            arg=path.name, timeout=180_000)
@@ -197,11 +207,9 @@ def browser_rows(path: Path, runs: int, cpython: dict, query: str) -> None:
     server = build.make_server(ROOT / "dist", port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/" + (f"?{query}" if query else "")
-    args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
     results: dict = {dtype: [] for dtype in DTYPES}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
         for _ in range(runs):
             page = open_in_page(browser, url, path)
             for dtype in DTYPES:

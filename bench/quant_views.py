@@ -1,8 +1,8 @@
 """Benchmark: select -> stats and select -> heatmap of a quantised 4096 x 4096 weight (GPTQ 4-bit,
 AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, MLX affine 4-bit), against the same views of an unquantised
-F16 tensor of that shape, in CPython.
+F16 tensor of that shape, in CPython and (with --browser) in the page.
 
-    python bench/quant_views.py [--runs 3] [--side 4096]
+    python bench/quant_views.py [--runs 3] [--side 4096] [--browser]
 
 Each file is sparse: its header, and random bytes only in the small parts (scales, zero points,
 block scales); the packed codes are holes (zero codes decode on the same path as any other
@@ -11,6 +11,10 @@ codes, so the time is the decoders'). The views are the Tensor tab's first work:
 0's matrix for the 3-D MXFP4 experts, against an F16 [1, side, side]), each on a freshly opened
 checkpoint. Printed per scheme: median times, the ratio to F16's, reads and
 bytes read, and whether the bytes read are within 2x the F16 view's (the bound we hold).
+With --browser, the same two views in the app (headless Chromium, as bench/browser_views.py
+drives it): each file opened with its config.json, the tensor selected, the time until the
+full sample's statistics are shown and until the last heatmap is drawn, and the worker's reads
+and bytes for both, against the F16 tensor's in the same page.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ def _random(dtype: str, count: int, seed: int) -> bytes:
     return bytes(rnd.randrange(256) for _ in range(count * ITEM[dtype]))
 
 
-def write(folder: Path, parts: list, config: dict | None) -> Path:
+def write(folder: Path, parts: list, config: dict | None, stem: str = "model") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     header, offset, writes = {}, 0, []
     for i, (name, dtype, shape, fill) in enumerate(parts):
@@ -92,7 +96,7 @@ def write(folder: Path, parts: list, config: dict | None) -> Path:
             writes.append((offset, struct.pack(f"<{count}i", *(j // 128 for j in range(count)))))
         offset += n * count
     text = json.dumps(header).encode()
-    path = folder / "model.safetensors"
+    path = folder / f"{stem}.safetensors"
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text)
         for at, blob in writes:
@@ -139,16 +143,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--side", type=int, default=4096)
     parser.add_argument("--only", nargs="*", help="schemes to run (F16 always runs)")
+    parser.add_argument("--browser", action="store_true", help="also time the views in the page")
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores; {args.side} x {args.side}, "
           f"median of {args.runs}")
     with tempfile.TemporaryDirectory() as tmp:
         table = schemes(args.side)
-        results = {}
+        results, files = {}, {}
         for scheme, (name, parts, config) in table.items():
             if args.only and not scheme.startswith("F16") and scheme not in args.only:
                 continue
-            path = write(Path(tmp) / scheme, parts, config)
+            path = write(Path(tmp) / scheme, parts, config, scheme)
+            files[scheme] = (path, name)
             results[scheme] = views(path, name, args.runs)
         for scheme, got in results.items():
             base = results["F16-3d" if scheme == "MXFP4" else "F16"]
@@ -158,6 +164,9 @@ def main() -> None:
                 bound = "ok" if nbytes <= 2 * b0 else "OVER 2x"
                 print(f"  {scheme:10s} select -> {view:7s} {t * 1e3:8.1f} ms  {t / t0:5.1f}x F16's  "
                       f"{reads:4d} reads {nbytes / 1024:8.0f} KiB ({nbytes / b0:4.2f}x F16's: {bound})")
+        if args.browser:
+            import quant_page
+            quant_page.report(files, args.runs)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,12 @@ from tensorloupe.sampler.sampling import grid, plan_grid, values
 # this module also runs inside Pyodide (tests/pyodide), where the cell decoders run in the page
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out"
 CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.glob("quant_lib/*")]
-               if p.name.startswith(("gptq", "awq", "mxfp4", "fp8_block", "mlx_affine", "mlx_experts")))
+               if p.name.startswith(("gptq", "awq", "mxfp4", "fp8_block", "mlx_affine", "mlx_experts",
+                                   "mlx_mxfp4", "mlx_nvfp4", "mlx_mxfp8")))
 
 
 def test_the_cases_are_there():
-    assert len(CASES) >= 21, "run fixtures/make.py first"
+    assert len(CASES) >= 24, "run fixtures/make.py first"
 
 
 @pytest.mark.parametrize("case", CASES)

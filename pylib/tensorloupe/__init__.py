@@ -68,11 +68,18 @@ def _dequantised(ckpt: Checkpoint, files: list) -> Checkpoint:
     if not local or len(local) < len(files):
         return ckpt
     from .opening import beside
-    found = beside.config_for([_os.fspath(f) for f in local])
-    if isinstance(found.data, dict) and ("quantization_config" in found.data or "quantization" in found.data):
+    paths = [_os.fspath(f) for f in local]
+    found = beside.config_for(paths)
+    config, where = found.data, beside.CONFIG_NAME
+    if not (isinstance(config, dict) and ("quantization_config" in config or "quantization" in config)):
+        found = beside.quantisation_for(paths)    # a ModelOpt export's hf_quant_config.json
+        config, where = found.data, found.where
+        if found.problem:
+            ckpt.warnings.append(f"{found.problem} (its quantisation is not applied)")
+    if config is not None:
         from .quant.logical import apply
         try:
-            apply(ckpt, found.data, beside.CONFIG_NAME)
+            apply(ckpt, config, where)
         except BaseException:
             ckpt.close()
             raise

@@ -24,6 +24,7 @@ CONFIG_NAME = "config.json"
 TOKENIZER_NAME = "tokenizer.json"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 ADAPTER_CONFIG_NAME = "adapter_config.json"   # a PEFT adapter's settings (adapters/config.py)
+HF_QUANT_CONFIG_NAME = "hf_quant_config.json"  # a ModelOpt export's scheme (quant/hfquant.py)
 # A config.json is a few KB; refuse to parse anything absurd.
 MAX_CONFIG_BYTES = 10 << 20
 # tokenizer.json files of 256k-token vocabularies are ~20-35 MB.
@@ -32,9 +33,11 @@ MAX_TOKENIZER_BYTES = 64 << 20
 ROLES = {CONFIG_NAME: "the model's configuration (config.json)",
          TOKENIZER_NAME: "the tokenizer (tokenizer.json)",
          TOKENIZER_CONFIG_NAME: "the tokenizer's settings (tokenizer_config.json)",
-         ADAPTER_CONFIG_NAME: "a PEFT adapter's settings (adapter_config.json)"}
+         ADAPTER_CONFIG_NAME: "a PEFT adapter's settings (adapter_config.json)",
+         HF_QUANT_CONFIG_NAME: "a ModelOpt export's quantisation (hf_quant_config.json)"}
 LIMITS = {CONFIG_NAME: MAX_CONFIG_BYTES, TOKENIZER_NAME: MAX_TOKENIZER_BYTES,
-          TOKENIZER_CONFIG_NAME: MAX_CONFIG_BYTES, ADAPTER_CONFIG_NAME: MAX_CONFIG_BYTES}
+          TOKENIZER_CONFIG_NAME: MAX_CONFIG_BYTES, ADAPTER_CONFIG_NAME: MAX_CONFIG_BYTES,
+          HF_QUANT_CONFIG_NAME: MAX_CONFIG_BYTES}
 
 
 class Found(NamedTuple):
@@ -123,6 +126,16 @@ def config_for(files, given: str | None = None, load=None) -> Found:
         except TensorloupeError as e:
             return Found(None, given, str(e))
     return find(files, CONFIG_NAME)
+
+
+def quantisation_for(files) -> Found:
+    """For a checkpoint whose config.json names no quantisation: the hf_quant_config.json beside
+    its `files` as a config ({"quantization": its quantization_config}, quant/hfquant.py), or a
+    Found without data (absent, naming none, or with the `problem` that it cannot be read)."""
+    from ..quant import hfquant
+    found = find(files, HF_QUANT_CONFIG_NAME)
+    translated = hfquant.quantization_config(found.data)
+    return Found({hfquant.KEY: translated} if translated else None, HF_QUANT_CONFIG_NAME, found.problem)
 
 
 def load(where: str, name: str | None = None) -> dict:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Callable, Generic, NamedTuple, TypeVar
 
-from .beside import ADAPTER_CONFIG_NAME, CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
+from .beside import ADAPTER_CONFIG_NAME, CONFIG_NAME, HF_QUANT_CONFIG_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from .detect import EXTENSIONS, is_external_data
 from .pipeline import MODEL_INDEX, is_index as is_pipeline_index, preferred
 from .shards import PART_NAME
@@ -39,7 +39,7 @@ from ..formats.multifile import DATA_EXTENSION, METADATA_NAME, is_member as is_d
 # A shard set's index, by the extension of the shards it names: transformers writes
 # model.safetensors.index.json, and (4.x, safe_serialization=False) pytorch_model.bin.index.json.
 INDEX_SUFFIXES = {".safetensors.index.json": "safetensors", ".bin.index.json": "bin"}
-BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, ADAPTER_CONFIG_NAME)
+BESIDE = (CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, ADAPTER_CONFIG_NAME, HF_QUANT_CONFIG_NAME)
 ONNX_EXTENSION = ".onnx"
 
 PART, INDEX, ALONGSIDE, TRAINING, DCP, ZERO, MODEL, OTHER, DATA = (

@@ -7,21 +7,32 @@ there costs 1M values in Python for 65,536 cells, and for layouts whose logical 
 of the stored parts (GPTQ, gpt-oss MXFP4) one read per stored row per logical row: 130,000 reads
 for a GPTQ lattice (AWQ alike), a million for MXFP4 (bench/quant_views.py measured 5.3 s and 17 s). Here
 each needed stored row is read once, as one range over the columns the cells need, all issued
-together (`pick`), and each cell is a few integer operations.
+together (`run`), and each cell is a few integer operations.
 
-`pick(part, rows, c0, c1)` returns, for each stored row in `rows`, its elements [c0, c1) as bytes.
-Each decoder returns values[i][j] for rows[i] x cols[j], the same values the row decoders give.
+Each decoder is a generator: it yields, once, the stored ranges it needs as a list of requests
+(part, stored rows, c0, c1), receives for each request the bytes of elements [c0, c1) of each of
+those rows, and returns the values of rows x cols, row-major (value i * len(cols) + j is
+rows[i] x cols[j]), the same values the row decoders give.
+`run` drives several at once, so that a sample's 32 windows (quant/order.py) are one vectored
+read per source, as a float tensor's are.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
+from itertools import groupby
+from operator import mul
 
 from ..dtypes import lookup
-from .decode import _AWQ_NIBBLE, E2M1, _rows, gptq_groups
+from . import mlx
+from .decode import _AWQ_NIBBLE, _E2M1_PAIRS, E2M1, _rows, gptq_groups
 from .records import Logical
 from .rounding import round_to
 
+
+# a cell decoder: yields its requests once, is sent their bytes, returns the values row-major
+Decoder = Generator[list, list, list]
 
 _WORDS = lookup("U32")     # GPTQ's I32 words read unsigned: a straddling code joins two of them
 
@@ -30,7 +41,12 @@ def _unpack(part, data: bytes) -> list:
     return lookup(part.dtype).decode(data)
 
 
-def _gptq(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list]:
+def _row_major(by_col: list[list]) -> list:
+    """The values of lists made column by column, row-major (one column: that list)."""
+    return by_col[0] if len(by_col) == 1 else [v for row in zip(*by_col) for v in row]
+
+
+def _gptq(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """rows: outputs o, cols: inputs i. qweight [in*bits/32, out]: input i of output o is bits
     [i*bits, (i+1)*bits) of column o read down the packed rows (3 bits straddle two words)."""
     sch = t.scheme
@@ -39,116 +55,167 @@ def _gptq(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list
     gidx = gptq_groups(t, read)
     o0, o1 = rows[0], rows[-1] + 1
     words = sorted({w for i in cols for w in (i * bits // 32, ((i + 1) * bits - 1) // 32)})
-    packed = dict(zip(words, (_WORDS.decode(b) for b in pick(qweight.name, words, o0, o1))))
     groups = sorted({gidx[i] for i in cols})
-    s = dict(zip(groups, (_unpack(scales, b) for b in pick(scales.name, groups, o0, o1))))
     z0, z1 = o0 * bits // 32, ((o1 * bits) - 1) // 32 + 1
-    zw = dict(zip(groups, (_WORDS.decode(b) for b in pick(qzeros.name, groups, z0, z1))))
+    qw, sc, zr = yield [(qweight.name, words, o0, o1), (scales.name, groups, o0, o1), (qzeros.name, groups, z0, z1)]
+    packed = dict(zip(words, map(_WORDS.decode, qw)))
+    s = dict(zip(groups, (_unpack(scales, b) for b in sc)))
+    zw = dict(zip(groups, map(_WORDS.decode, zr)))
     v1 = sch.strategy in ("gptq", "gemm")
 
-    def zero(g, o):
-        at = o * bits - 32 * z0
-        w, sh = divmod(at, 32)
-        word = zw[g][w] | ((zw[g][w + 1] << 32) if sh + bits > 32 else 0)
-        z = (word >> sh) & mask
-        return (z + 1) & mask if v1 else z     # v1 stores z - 1
+    def zeros(g):       # the zero point of group g for each output asked
+        row, out = zw[g], []
+        for o in rows:
+            w, sh = divmod(o * bits - 32 * z0, 32)
+            z = ((row[w] | ((row[w + 1] << 32) if sh + bits > 32 else 0)) >> sh) & mask
+            out.append((z + 1) & mask if v1 else z)     # v1 stores z - 1
+        return out
 
-    at = [divmod(i * bits, 32) + (gidx[i],) for i in cols]
-    out = []
-    for o in rows:
-        j = o - o0
-        zo = {g: zero(g, o) for g in groups}
-        vals = []
-        for w, sh, g in at:
-            word = packed[w][j] | ((packed[w + 1][j] << 32) if sh + bits > 32 else 0)
-            vals.append(s[g][j] * (((word >> sh) & mask) - zo[g]))
-        out.append(round_to(scales.dtype, vals))
-    return out
+    zo = {g: zeros(g) for g in groups}
+    js = [o - o0 for o in rows]
+    by_col = []       # column by column: one comprehension over the rows, rounded at once
+    for i in cols:
+        (w, sh), g = divmod(i * bits, 32), gidx[i]
+        low, sg, zg = packed[w], s[g], zo[g]
+        if sh + bits > 32:      # straddles two words
+            high = packed[w + 1]
+            q = [((low[j] | (high[j] << 32)) >> sh) & mask for j in js]
+        else:
+            q = [(low[j] >> sh) & mask for j in js]
+        by_col.append(round_to(scales.dtype, [sg[j] * (c - z) for j, c, z in zip(js, q, zg)]))
+    return _row_major(by_col)
 
 
-def _awq(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list]:
+def _awq(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """rows: outputs o, cols: inputs i. qweight [in, out/8]: output o of input i is nibble
     AWQ_NIBBLE[o % 8] of word o // 8 of row i; qzeros [groups, out/8] likewise; W = (q - z) * s."""
     qweight, qzeros, scales = t.parts["codes"], t.parts["qzeros"], t.parts["scales"]
     gidx = gptq_groups(t, read)
     o0, o1 = rows[0], rows[-1] + 1
     w0, w1 = o0 // 8, (o1 - 1) // 8 + 1
-    q = [_WORDS.decode(b) for b in pick(qweight.name, cols, w0, w1)]
     groups = sorted({gidx[i] for i in cols})
-    s = dict(zip(groups, (_unpack(scales, b) for b in pick(scales.name, groups, o0, o1))))
-    z = dict(zip(groups, (_WORDS.decode(b) for b in pick(qzeros.name, groups, w0, w1))))
-    out = []
-    for o in rows:
-        w, shift = o // 8 - w0, 4 * _AWQ_NIBBLE[o % 8]
-        vals = []
-        for j, i in enumerate(cols):
-            g = gidx[i]
-            vals.append(s[g][o - o0] * (((q[j][w] >> shift) & 15) - ((z[g][w] >> shift) & 15)))
-        out.append(round_to(scales.dtype, vals))
-    return out
+    qw, sc, zr = yield [(qweight.name, cols, w0, w1), (scales.name, groups, o0, o1), (qzeros.name, groups, w0, w1)]
+    q = [_WORDS.decode(b) for b in qw]
+    s = dict(zip(groups, (_unpack(scales, b) for b in sc)))
+    z = dict(zip(groups, map(_WORDS.decode, zr)))
+    at = [(o // 8 - w0, 4 * _AWQ_NIBBLE[o % 8], o - o0) for o in rows]
+    by_col = []       # column by column: one comprehension over the rows, rounded at once
+    for j, i in enumerate(cols):
+        qj, zg, sg = q[j], z[gidx[i]], s[gidx[i]]
+        by_col.append(round_to(scales.dtype, [sg[k] * (((qj[w] >> sh) & 15) - ((zg[w] >> sh) & 15))
+                                              for w, sh, k in at]))
+    return _row_major(by_col)
 
 
-def _mxfp4(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list]:
+def _mxfp4(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """rows: k = (expert e, logical column c) of [E, G*32, R]; cols: stored rows r. The value is
     nibble c%2 of byte (c%32)//2 of block c//32 of stored row (e, r), times 2**(scale - 127)."""
     blocks, scales = t.parts["codes"], t.parts["scales"]
     _, width, stored = t.shape
     out = []
-    by_expert: dict[int, list[int]] = {}
-    for k in rows:
-        by_expert.setdefault(k // width, []).append(k)
-    for e, ks in by_expert.items():
+    asks, spans = [], []
+    for e, ks in groupby(rows, key=lambda k: k // width):     # rows ascending: one run per expert
         cs = [k % width for k in ks]
-        b0, b1 = 16 * (cs[0] // 32) + (cs[0] % 32) // 2, 16 * (cs[-1] // 32) + (cs[-1] % 32) // 2 + 1
+        b0, b1 = cs[0] // 2, cs[-1] // 2 + 1       # code c is nibble c % 2 of byte c // 2 of the row
         g0, g1 = cs[0] // 32, cs[-1] // 32 + 1
         srows = [e * stored + r for r in cols]
-        codes = pick(blocks.name, srows, b0, b1)
-        exps = pick(scales.name, srows, g0, g1)
+        asks += [(blocks.name, srows, b0, b1), (scales.name, srows, g0, g1)]
+        spans.append((cs, b0, g0))
+    got = yield asks
+    for (cs, b0, g0), codes, exps in zip(spans, got[::2], got[1::2]):
         scale = [[math.inf if x == 255 else math.ldexp(1.0, x - 127) for x in row] for row in exps]
-        for c in cs:
-            at, shift, g = 16 * (c // 32) + (c % 32) // 2 - b0, 4 * (c & 1), c // 32 - g0
-            out.append([E2M1[(codes[j][at] >> shift) & 15] * scale[j][g] for j in range(len(cols))])
+        c0, n = cs[0], len(cs)
+        if cs[-1] - c0 == n - 1 and not (c0 | n) & 1:
+            # a run of whole bytes (a sample's window): every byte's two values, each times its
+            # group's scale, at C speed
+            first = c0 - 32 * g0
+            by_row = [list(map(mul, [v for b in row for v in _E2M1_PAIRS[b]],
+                               [x for x in sr for _ in range(32)][first:first + n])) for row, sr in zip(codes, scale)]
+        else:
+            at = [(c // 2 - b0, 4 * (c & 1), c // 32 - g0) for c in cs]
+            # stored row by stored row: one comprehension over the logical rows it holds
+            by_row = [[E2M1[(row[b] >> shift) & 15] * sr[g] for b, shift, g in at] for row, sr in zip(codes, scale)]
+        out += _row_major(by_row)
     return out
 
 
-def _fp8_block(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list]:
+def _fp8_block(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     codes, scale = t.parts["codes"], t.parts["weight_scale_inv"]
     bm, bn = t.scheme.block
     c0, c1 = cols[0], cols[-1] + 1
-    q = [_unpack(codes, b) for b in pick(codes.name, rows, c0, c1)]
+    (raw,) = yield [(codes.name, rows, c0, c1)]
+    q = [_unpack(codes, b) for b in raw]
     srows = sorted({r // bm for r in rows})
     s = dict(zip(srows, (_rows(read, scale, r, r + 1) for r in srows)))
-    return [[q[i][c - c0] * s[r // bm][c // bn] for c in cols] for i, r in enumerate(rows)]
+    return [q[i][c - c0] * s[r // bm][c // bn] for i, r in enumerate(rows) for c in cols]
 
 
-def _mlx(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list]:
-    """MLX affine: code c of a row is bits [c*bits, (c+1)*bits) of its little-endian words."""
+def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
+    """MLX: code c of a row is bits [c*bits, (c+1)*bits) of its little-endian words. Affine:
+    w = scales * q + biases in the scales' dtype; the float modes (mxfp4, nvfp4, mxfp8): the
+    code's E2M1 or E4M3 value times its group's E8M0 or E4M3 scale, as mlx.decode gives."""
     sch = t.scheme
-    if sch.strategy != "affine":
-        return None
+    fixed = mlx.MODES.get(sch.strategy)
     bits, gs, mask = sch.bits, sch.group_size, (1 << sch.bits) - 1
-    codes, scales, biases = t.parts["codes"], t.parts["scales"], t.parts["biases"]
+    codes, scales = t.parts["codes"], t.parts["scales"]
     w0, w1 = cols[0] * bits // 32, ((cols[-1] + 1) * bits - 1) // 32 + 1
     g0, g1 = cols[0] // gs, cols[-1] // gs + 1
-    raw = pick(codes.name, rows, w0, w1)
-    s = [_unpack(scales, b) for b in pick(scales.name, rows, g0, g1)]
-    b = [_unpack(biases, x) for x in pick(biases.name, rows, g0, g1)]
+    asks = [(codes.name, rows, w0, w1), (scales.name, rows, g0, g1)]
+    if fixed is None:
+        asks.append((t.parts["biases"].name, rows, g0, g1))
+    raw, sc, *bs = yield asks
+    s = [lookup(fixed.scale if fixed else scales.dtype).decode(x) for x in sc]
+    b = [_unpack(scales, x) for x in bs[0]] if fixed is None else None
+    table = (mlx.E2M1 if bits == 4 else mlx.E4M3) if fixed else None
     dt = scales.dtype
     out = []
     for i in range(len(rows)):
         stream = int.from_bytes(raw[i], "little")
         q = [(stream >> (c * bits - 32 * w0)) & mask for c in cols]
         sg = [s[i][c // gs - g0] for c in cols]
+        if fixed is not None:
+            vals = [table[x] * y for x, y in zip(q, sg)]
+            # mxfp8 returns bfloat16: exact but for scales near the extremes (mlx.decode rounds then)
+            out += round_to("BF16", vals) if sch.strategy == "mxfp8" else vals
+            continue
         bg = [b[i][c // gs - g0] for c in cols]
-        out.append(round_to(dt, [p + z for p, z in zip(round_to(dt, [x * y for x, y in zip(sg, q)]), bg)]))
+        out += round_to(dt, [p + z for p, z in zip(round_to(dt, [x * y for x, y in zip(sg, q)]), bg)])
     return out
 
 
 CELLS = {"gptq": _gptq, "awq": _awq, "mxfp4": _mxfp4, "fp8-block": _fp8_block, "mlx": _mlx}
 
 
-def cells(t: Logical, read, pick, rows: list[int], cols: list[int]) -> list[list] | None:
-    """values[i][j] of logical rows[i] x columns[j] (both ascending), or None where this layout
-    has no cell decoder (the caller decodes whole rows)."""
-    fn = CELLS.get(t.scheme.layout)
-    return fn(t, read, pick, rows, cols) if fn and not t.reason else None
+def decodable(t: Logical) -> bool:
+    return t.scheme is not None and t.scheme.layout in CELLS and not t.reason
+
+
+def run(t: Logical, read, pick_many, products: list) -> list:
+    """For each (rows, cols) of `products` (both ascending), the values of rows x cols,
+    row-major, or None where this layout has no cell decoder for it. Every decoder's requests
+    are read in one `pick_many(requests) -> [per request: [bytes per stored row]]`."""
+    fn = CELLS[t.scheme.layout]
+    out: list = [None] * len(products)
+    waiting, asks = [], []
+    for k, (rows, cols) in enumerate(products):
+        decoder = fn(t, read, rows, cols)
+        try:
+            asks.append(next(decoder))
+            waiting.append((k, decoder))
+        except StopIteration as done:      # a decoder that reads nothing (no cell path here)
+            out[k] = done.value
+    got = iter(pick_many([ask for these in asks for ask in these]))
+    for (k, decoder), these in zip(waiting, asks):
+        try:
+            decoder.send([next(got) for _ in these])
+        except StopIteration as done:
+            out[k] = done.value
+        else:
+            raise RuntimeError(f"the {t.scheme.layout} cell decoder asked twice")
+    return out
+
+
+def cells(t: Logical, read, pick_many, rows: list[int], cols: list[int]) -> list[list] | None:
+    """The values of logical rows x columns (both ascending), row-major, or None where this
+    layout has no cell decoder (the caller decodes whole rows)."""
+    return run(t, read, pick_many, [(rows, cols)])[0] if decodable(t) else None

@@ -10,7 +10,6 @@ exact in double.
 from __future__ import annotations
 
 import math
-import struct
 import sys
 from array import array
 from typing import Callable
@@ -19,6 +18,7 @@ from ..dtypes import lookup
 from ..errors import FormatError, UnsupportedError, UsageError
 from . import mlx, quanto, torchao
 from .groups import Logical
+from .rounding import round_to
 
 Read = Callable[[str, int, int], bytes]
 
@@ -85,14 +85,7 @@ def _fp8_scaled(t: Logical, read: Read, r0: int, r1: int) -> array:
 def _in_dtype_of(out: array, dtype: str) -> array:
     """compressed-tensors returns the weight in the scale's dtype: a BF16/F16 scale rounds each
     float32 product once more (round to nearest even), as torch's bf16/f16 multiply does."""
-    if dtype == "BF16":
-        bits = array("I", out.tobytes())
-        # NaN never arises (finite codes times finite scales); ties to even on the kept half
-        rounded = array("I", (((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16 & 0xFFFFFFFF for b in bits))
-        return array("f", rounded.tobytes())
-    if dtype == "F16":
-        return array("f", struct.unpack(f"<{len(out)}e", struct.pack(f"<{len(out)}e", *out)))
-    return out
+    return array("f", round_to(dtype, out)) if dtype in ("BF16", "F16") else out
 
 
 def _bitstream(raw: bytes, n: int, bits: int, first_bit: int = 0) -> list:
@@ -238,7 +231,13 @@ def gptq_groups(t: Logical, read: Read) -> list[int]:
     """The group of each input of a GPTQ/AWQ weight: its act-order g_idx, else i // group_size."""
     scales, ins = t.parts["scales"], t.shape[1]
     if "g_idx" in t.parts:
-        return _group_index(read, t.parts["g_idx"], ins, scales, scales.shape[0], "groups")
+        memo = getattr(read, "memo", None)      # a reader kept for many calls: checked once
+        if memo is not None and "g_idx" in memo:
+            return memo["g_idx"]
+        gidx = _group_index(read, t.parts["g_idx"], ins, scales, scales.shape[0], "groups")
+        if memo is not None:
+            memo["g_idx"] = gidx
+        return gidx
     gs = ins if t.scheme.group_size == -1 else t.scheme.group_size
     return [i // gs for i in range(ins)]
 

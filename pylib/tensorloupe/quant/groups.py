@@ -44,7 +44,8 @@ def group(descriptors, config: dict, source: str,
     out: list[Logical] = []
     used: set[str] = set()
     sparsity = config.get("sparsity_config")
-    said = {method, fmt, str(sparsity.get("format")) if isinstance(sparsity, dict) else ""}
+    said = {method, fmt, str(sparsity.get("format")) if isinstance(sparsity, dict) else "",
+            f"{method} {config.get('quant_algo')}"}      # ModelOpt: the algorithm picks the row
     for layout in LAYOUTS:
         if said.isdisjoint(layout.methods):
             continue

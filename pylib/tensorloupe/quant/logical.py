@@ -21,9 +21,10 @@ from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource
 from . import mlx, quanto, torchao
-from .cells import cells
+from .cells import cells, run
 from .decode import dequantise
 from .groups import Logical, Scheme, group
+from .order import order_of
 
 DESCRIBERS = {"mlx": mlx.describe, "quanto": quanto.describe, "torchao": torchao.describe}
 
@@ -144,10 +145,11 @@ def _facts(scheme: Scheme) -> dict:
 class _Reader:
     """What a decoder reads with: `read(part, first row, rows)`, and `read.cols(part, c0, c1)`."""
 
-    __slots__ = ("rows", "cols")
+    __slots__ = ("rows", "cols", "memo")
 
     def __init__(self, rows, cols):
         self.rows, self.cols = rows, cols
+        self.memo: dict = {}     # what decoders derive once per weight (GPTQ's checked g_idx)
 
     def __call__(self, name: str, row_start: int, row_count: int) -> bytes:
         return self.rows(name, row_start, row_count)
@@ -231,16 +233,38 @@ class DequantisedSource(RowsSource):
         self._whole: dict[str, bytes] = {}               # small parts read once, whole
         self._columns: dict[tuple, bytes] = {}           # the last columns read of large parts
         self._reader = _Reader(self._read_part, self._read_cols)
+        # where logical rows cross the stored rows, a sample's windows run in storage order
+        self.sample_order = order_of(logical)
 
-    def _compute(self, r0: int, r1: int) -> array:
+    def _decoding(self, fn, *args):
+        """fn(*args), its errors located in this file and said as this weight's."""
         t = self.logical
         try:
-            return dequantise(t, self._reader, r0, r1)
+            return fn(t, self._reader, *args)
         except TensorloupeError as e:
             raise e.located(file=self.name)
         except LOW_LEVEL_ERRORS as e:
             raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
                               file=self.name) from e
+
+    def _compute(self, r0: int, r1: int) -> array:
+        return self._decoding(dequantise, r0, r1)
+
+    def read_sample(self, windows: list[tuple[int, int]]) -> list[list]:
+        """The values of each window of `sample_order` (quant/order.py), as float32: each window
+        decoded from the runs of stored bytes it is, every window's reads issued together."""
+        order = self.sample_order
+        segments = [order.segments(start, count) for start, count in windows]
+        grids = iter(self._decoding(run, self._pick_many, [p for these in segments for p in these]))
+        out = []
+        for these in segments:
+            flat: list = []
+            for _ in these:
+                flat += next(grids)
+            out.append(list(array("f", flat)))
+        self.reads += 1
+        self.bytes_read += 4 * sum(n for _, n in windows)
+        return out
 
     def cells(self, positions: list[int]) -> list | None:
         """The values at these flat positions (a heatmap lattice: sampler/gather.py asks first),
@@ -251,35 +275,35 @@ class DequantisedSource(RowsSource):
         wanted = sorted({p % cols for p in positions})
         if len(positions) < CELLS_AT_LEAST or len(rows) * len(wanted) > 2 * len(positions):
             return None
-        t = self.logical
-        try:
-            grid = cells(t, self._reader, self._pick, rows, wanted)
-        except TensorloupeError as e:
-            raise e.located(file=self.name)
-        except LOW_LEVEL_ERRORS as e:
-            raise FormatError(f"tensor {t.name!r} cannot be dequantised as {describe(t.scheme)}: {e}",
-                              file=self.name) from e
+        grid = self._decoding(cells, self._pick_many, rows, wanted)
         if grid is None:
             return None
-        at_row = {r: i for i, r in enumerate(rows)}
+        n = len(wanted)
+        at_row = {r: i * n for i, r in enumerate(rows)}
         at_col = {c: j for j, c in enumerate(wanted)}
         self.reads += 1
         self.bytes_read += 4 * len(positions)
         # float32 as the row decoders give them (an MXFP4 6 * 2**127 is inf there too)
-        return list(array("f", [grid[at_row[p // cols]][at_col[p % cols]] for p in positions]))
+        return list(array("f", [grid[at_row[p // cols] + at_col[p % cols]] for p in positions]))
 
-    def _pick(self, name: str, rows: list[int], c0: int, c1: int) -> list[bytes]:
-        """Columns [c0, c1) of each of these stored rows of a part: one range per row, all
-        issued together."""
-        part = self.parts[name]
-        count = self.logical.part_rows.get(name) or part.shape[0]
-        item = max(1, int(lookup(part.dtype).bits) // 8)
-        row = part.nbytes // max(count, 1)
-        if not (0 <= c0 <= c1 <= row // item and all(0 <= r < count for r in rows)):
-            raise FormatError(f"tensor {name!r} has {count} rows of {row // item}: columns {c0}..{c1} "
-                              f"of rows {rows[0]}..{rows[-1]} cannot hold part of {self.logical.name!r}",
-                              file=self.name)
-        return part.source.read_many([(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in rows])
+    def _pick_many(self, requests: list[tuple[str, list[int], int, int]]) -> list[list[bytes]]:
+        """For each request (part, stored rows, c0, c1), columns [c0, c1) of each of those rows:
+        one range per row, every request's ranges issued together (one read_many per source)."""
+        ranges, sources = [], {}
+        for name, rows, c0, c1 in requests:
+            part = self.parts[name]
+            count = self.logical.part_rows.get(name) or part.shape[0]
+            item = max(1, int(lookup(part.dtype).bits) // 8)
+            row = part.nbytes // max(count, 1)
+            if not (0 <= c0 <= c1 <= row // item and all(0 <= r < count for r in rows)):
+                raise FormatError(f"tensor {name!r} has {count} rows of {row // item}: columns {c0}..{c1} "
+                                  f"of rows {rows[0]}..{rows[-1]} cannot hold part of {self.logical.name!r}",
+                                  file=self.name)
+            mine = sources.setdefault(id(part.source), (part.source, []))[1]
+            ranges.append((id(part.source), len(mine), len(rows)))
+            mine += [(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in rows]
+        got = {key: source.read_many(asked) for key, (source, asked) in sources.items()}
+        return [got[key][at:at + n] for key, at, n in ranges]
 
     def _read_cols(self, name: str, c0: int, c1: int, r0: int = 0, r1: int | None = None) -> bytes:
         """Columns [c0, c1) of rows [r0, r1) (default all) of a part, row after row: a GPTQ, AWQ
@@ -318,4 +342,10 @@ class DequantisedSource(RowsSource):
             raise FormatError(f"tensor {name!r} has {rows} rows: rows {row_start}..{row_start + row_count} "
                               f"of it cannot hold part of {self.logical.name!r}", file=self.name)
         row = part.nbytes // max(rows, 1)
+        if (row_start, row_count) == (0, rows) and part.nbytes <= WHOLE_PART_BYTES:
+            # a small part read whole (g_idx, a global scale): once, for every window and cell call
+            whole = self._whole.get(name)
+            if whole is None:
+                whole = self._whole[name] = part.source.read_data(part.offset, part.nbytes)
+            return whole
         return part.source.read_data(part.offset + row_start * row, row_count * row)

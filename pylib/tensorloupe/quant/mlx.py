@@ -33,7 +33,7 @@ class Mode(NamedTuple):
 # the float modes fix their bits and group size; affine takes the config's
 MODES = {"mxfp4": Mode(4, 32, "F8_E8M0"), "nvfp4": Mode(4, 16, "F8_E4M3"), "mxfp8": Mode(8, 32, "F8_E8M0")}
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-_E4M3 = tuple(lookup("F8_E4M3").decode(bytes(range(256))))
+E4M3 = tuple(lookup("F8_E4M3").decode(bytes(range(256))))
 
 
 def is_mlx(config: dict) -> bool:
@@ -121,7 +121,7 @@ def decode(t: Logical, read, r0: int, r1: int) -> array:
         elif bits == 4:
             values = [E2M1[q] * s[g] for q in domain]
         else:
-            values = [_E4M3[q] * s[g] for q in domain]
+            values = [E4M3[q] * s[g] for q in domain]
         out += itemgetter(*group)(values) if table else values
     if fixed is not None and mode == "mxfp8" and not all(-100 <= math.log2(v) <= 100 for v in s if v == v):
         out = round_to("BF16", out)     # products can leave bfloat16's range only near the extremes

@@ -10,6 +10,7 @@ MLX's float32/float16/bfloat16 arithmetic through Python floats gives the same b
 
 from __future__ import annotations
 
+import math
 import struct
 from array import array
 from functools import lru_cache
@@ -19,7 +20,10 @@ def round_to(dtype: str, values) -> list:
     """`values` rounded to `dtype` (F32, F16 or BF16; round to nearest even), as floats."""
     if dtype == "F16":
         n = len(values)
-        return list(struct.unpack(f"<{n}e", struct.pack(f"<{n}e", *values)))
+        try:
+            return list(struct.unpack(f"<{n}e", struct.pack(f"<{n}e", *values)))
+        except OverflowError:     # a product past float16's range: inf, as torch's f16 multiply gives
+            return [_f16(v) for v in values]
     f32 = array("f", values)
     if dtype != "BF16":
         return list(f32)
@@ -27,6 +31,13 @@ def round_to(dtype: str, values) -> list:
     # ties to even on the kept half; NaN never arises (finite codes times finite scales)
     kept = array("I", (((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16 & 0xFFFFFFFF for b in bits))
     return list(array("f", kept.tobytes()))
+
+
+def _f16(v: float) -> float:
+    try:
+        return struct.unpack("<e", struct.pack("<e", v))[0]
+    except OverflowError:     # struct refuses exactly where the rounded value is past 65504
+        return math.copysign(math.inf, v)
 
 
 @lru_cache(maxsize=None)

@@ -26,8 +26,10 @@ LAYOUTS = (
     # compressed-tensors int-quantized / float-quantized (naive_quantized/base.py), fp8 per tensor or
     # channel: codes under the weight's own name, W = (q - z) * s broadcast by strategy (tensor,
     # channel, group), computed in the scale's dtype (forward.py dequantize: output dtype = scale's).
+    # ModelOpt FP8 (qtensor/fp8_tensor.py FP8QTensor.dequantize: q * weight_scale, one F32 per
+    # tensor) is this row too: "modelopt FP8" is its quant_method and quant_algo.
     Layout("fp8-scaled", "weight", ("weight_scale",), ("weight_zero_point", "input_scale"),
-           ("fp8", "float-quantized", "naive-quantized", "int-quantized")),
+           ("fp8", "float-quantized", "naive-quantized", "int-quantized", "modelopt FP8")),
     # compressed-tensors pack_quantized/helpers.py pack_to_int32: element i at bit i*bits of its row,
     # stored unsigned (+2**(bits-1)); W = (q - z) * s by strategy (channel or group).
     Layout("ct-pack", "weight_packed", ("weight_scale", "weight_shape"), ("weight_zero_point", "weight_g_idx"),

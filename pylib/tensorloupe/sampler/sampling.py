@@ -32,11 +32,22 @@ MAX_WINDOWS = 32
 class Sample:
     values: list
     stats: Stats
-    windows: list[tuple[int, int]]   # (first index, count) of each window read, in the tensor's
-                                     # storage order (layout.storage_view; row-major if contiguous)
+    # (first index, count) of each window read: in `order` when there is one (a dequantised
+    # weight read along its stored rows), else in the tensor's storage order (layout.storage_view;
+    # row-major if contiguous)
+    windows: list[tuple[int, int]]
     numel: int
     first_look: bool = False         # a part of the sample's windows (staged.py), shown first
     ordered: list | None = field(default=None, repr=False, compare=False)   # finite values, sorted
+    # None: windows of row-major logical indices; else the storage order they run in
+    # (quant/order.py: its `logical(i)` is the logical index of element i of the order)
+    order: object | None = None
+
+    def indices(self) -> list[int]:
+        """The row-major logical index of each value, in order: which elements the sample took
+        (a strided view's windows are indices in its storage order instead: layout.storage_view)."""
+        at = (lambda i: i) if self.order is None else self.order.logical
+        return [at(i) for start, count in self.windows for i in range(start, start + count)]
 
     @property
     def exhaustive(self) -> bool:
@@ -55,12 +66,15 @@ class Sample:
                "exhaustive": self.exhaustive, "extremes": "exact" if self.exhaustive else "sampled"}
         if self.first_look:
             out["first_look"] = True
+        if self.order is not None:
+            out["windows_along"] = self.order.label
         return out
 
 
-def summarized(values: list, windows: list[tuple[int, int]], numel: int, first_look: bool = False) -> Sample:
+def summarized(values: list, windows: list[tuple[int, int]], numel: int, first_look: bool = False,
+               order=None) -> Sample:
     stats, ordered = summarize(values)
-    return Sample(values, stats, windows, numel, first_look, ordered)
+    return Sample(values, stats, windows, numel, first_look, ordered, order)
 
 
 def plan_windows(numel: int, max_samples: int, block_elems: int = 1,
@@ -80,34 +94,53 @@ def plan_windows(numel: int, max_samples: int, block_elems: int = 1,
     return out
 
 
+def sample_order(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES):
+    """The storage order a sample of this tensor runs in (quant/order.py: a dequantised weight
+    whose logical rows cross its stored rows), or None: row-major. A tensor read whole is read
+    in row-major order."""
+    order = getattr(tensor.source, "sample_order", None)
+    if order is None or tensor.numel <= max_samples or tensor.offset or not tensor.contiguous:
+        return None
+    return order
+
+
 def sample_windows(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> list[tuple[int, int]]:
-    """The windows `sample` reads: (first index, count) each, in the tensor's storage order (a
-    strided view is sampled where its bytes lie: layout.storage_view)."""
+    """The windows `sample` reads: (first index, count) each, in `sample_order(tensor)` when it
+    has one, else in the tensor's storage order (a strided view is sampled where its bytes lie:
+    layout.storage_view)."""
     if max_samples < 1:
         raise UsageError("max_samples must be at least 1")
+    order = sample_order(tensor, max_samples)
+    if order is not None:
+        return plan_windows(tensor.numel, max_samples, order.align)
     info = dtype_of(tensor)
     view = storage_view(tensor)
     return plan_windows(view.numel, max_samples, info.block_elems if view.contiguous else 1)
 
 
-def read_windows(tensor: Tensor, windows: list[tuple[int, int]]) -> Iterator[list]:
-    """The values of each of `sample_windows`' windows in turn, every window's reads issued together."""
+def read_windows(tensor: Tensor, windows: list[tuple[int, int]], order=None) -> Iterator[list]:
+    """The values of each of `sample_windows`' windows in turn, every window's reads issued
+    together."""
+    if order is not None:
+        return iter(tensor.source.read_sample(windows))
     view = storage_view(tensor)
     return gather_windows((view, start, count) for start, count in windows)
 
 
 def sample_cost(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> int:
-    """Bytes `sample(tensor, max_samples)` asks of the source, stated before anything is read."""
+    """Bytes `sample(tensor, max_samples)` asks of the source, stated before anything is read
+    (a tensor read from its own bytes: layout.costed)."""
     view = storage_view(tensor)
     return sum(window_bytes(view, start, count) for start, count in sample_windows(tensor, max_samples))
 
 
 def sample(tensor: Tensor, max_samples: int = DEFAULT_SAMPLES) -> Sample:
     windows = sample_windows(tensor, max_samples)
+    order = sample_order(tensor, max_samples)
     values: list = []
-    for part in read_windows(tensor, windows):
+    for part in read_windows(tensor, windows, order):
         values += part
-    return summarized(values, windows, tensor.numel)
+    return summarized(values, windows, tensor.numel, order=order)
 
 
 def values(tensor: Tensor, start: int = 0, count: int = 100) -> list:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from .gather import gather, reads_apart
 from ..model import Tensor
-from .sampling import (DEFAULT_SAMPLES, Grid, Sample, plan_grid, read_windows, sample_windows,
-                       summarized)
+from .sampling import (DEFAULT_SAMPLES, Grid, Sample, plan_grid, read_windows, sample_order,
+                       sample_windows, summarized)
 
 EVERY = 8
 # A lattice of fewer rows than this is drawn in one go: its reads are quick enough.
@@ -27,23 +27,28 @@ class StagedSample:
     def __init__(self, tensor: Tensor, max_samples: int = DEFAULT_SAMPLES):
         self.tensor = tensor
         self.windows = sample_windows(tensor, max_samples)
+        self.order = sample_order(tensor, max_samples)
         self.parts: dict[int, list] = {}     # window number -> its values, once read
 
     def first_look(self) -> Sample | None:
         """Every EVERY-th window (an eighth of the values, spread over the whole tensor like the
-        rest); None when the sample has fewer windows than that (it is read in one go)."""
-        if len(self.windows) < EVERY:
+        rest); None when the sample has fewer windows than that, or runs in storage order (a
+        GPTQ, AWQ or MXFP4 weight's: one batch of small reads, decoded with the lattice's cell
+        decoders; in the page its second half would wait behind the whole heatmap lattice, which
+        those layouts draw without a first look): then it is read in one go."""
+        if len(self.windows) < EVERY or self.order is not None:
             return None
         which = range(EVERY // 2, len(self.windows), EVERY)
         return summarized(self._values(which), [self.windows[k] for k in which], self.tensor.numel,
-                          first_look=True)
+                          first_look=True, order=self.order)
 
     def sample(self) -> Sample:
-        return summarized(self._values(range(len(self.windows))), self.windows, self.tensor.numel)
+        return summarized(self._values(range(len(self.windows))), self.windows, self.tensor.numel,
+                          order=self.order)
 
     def _values(self, which) -> list:
         missing = [k for k in which if k not in self.parts]
-        self.parts.update(zip(missing, read_windows(self.tensor, [self.windows[k] for k in missing])))
+        self.parts.update(zip(missing, read_windows(self.tensor, [self.windows[k] for k in missing], self.order)))
         values: list = []
         for k in which:
             values += self.parts[k]
@@ -64,10 +69,12 @@ class StagedGrid:
     def first_look(self) -> Grid | None:
         """Every EVERY-th row and column of the lattice; None when drawing it in two stages would
         not pay (fewer than MIN_ROWS rows) or would change the reads (rows close enough in the
-        file to be read together)."""
+        file to be read together, or logical rows that cross the stored rows, as a GPTQ, AWQ or
+        MXFP4 weight's do: an eighth of its lattice rows needs the same stored rows as all)."""
         plan = self.plan
         n = len(plan.row_index)
-        if n < MIN_ROWS or not reads_apart(self.tensor, plan.spans):
+        if n < MIN_ROWS or not reads_apart(self.tensor, plan.spans) \
+                or getattr(self.tensor.source, "sample_order", None) is not None:
             return None
         which = range(EVERY // 2, n, EVERY)
         cols = slice(EVERY // 2, None, EVERY) if len(plan.col_index) >= EVERY else slice(None)

@@ -194,6 +194,11 @@ class Session(MoEOps, HealthOps, CompareOps, ModelOps, SaveOps):
         if config_warning:
             ckpt.warnings.append(config_warning)
         dequantise(ckpt, config, config_where or "config.json")   # its quantization_config, if any
+        if "quantisation" not in ckpt.extras and paths:     # else a ModelOpt hf_quant_config.json beside
+            found = beside.quantisation_for([p for p in paths if isinstance(p, str)])
+            if found.problem:
+                ckpt.warnings.append(f"{found.problem} (its quantisation is not applied)")
+            dequantise(ckpt, found.data, found.where)
         if layout_of(t.name for t in ckpt.tensors):   # a LoRA adapter: ΔW (adapters/), with
             from .. import adapters                     # the adapter_config.json dropped beside it
             adapters.adopt(ckpt, [p for p in paths or [] if isinstance(p, str)])
