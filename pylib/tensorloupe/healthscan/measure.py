@@ -121,10 +121,11 @@ def exact_view(tensor: Tensor, budget: int | None, max_elements: int | None = No
     return tensor, 1
 
 
-def measure_steps(tensor: Tensor, budget: int | None,
-                  max_elements: int | None = None) -> Iterator[Measure]:
+def measure_steps(tensor: Tensor, budget: int | None, max_elements: int | None = None,
+                  datas: list[bytes] | None = None) -> Iterator[Measure]:
     """Measure `tensor` piece by piece: yields the measure after each piece read (the last yield
-    is complete), so that a long whole-tensor read can be cancelled between pieces."""
+    is complete), so that a long whole-tensor read can be cancelled between pieces. `datas`: the
+    bytes of `planned_reads(tensor, budget)`, read already (reads.py reads them ahead)."""
     role = role_of(tensor.name)
     m = Measure(tensor.name, role.role, role.layer, role.expert, tensor.dtype, tuple(tensor.shape),
                 tensor.numel, tensor.nbytes, skipped=skip_reason(tensor))
@@ -138,35 +139,73 @@ def measure_steps(tensor: Tensor, budget: int | None,
     # The sum of |w| is kept scaled by 2**-64: it can pass the largest float (values near 1e308)
     # while their mean does not, and scaling by a power of two is exact.
     stats, first, constant, abs_sum = Stats(), None, True, 0.0
-    for start, count in windows(tensor, budget):
-        for piece_start in range(start, start + count, PIECE_ELEMS):
-            n = min(PIECE_ELEMS, start + count - piece_start)
-            values = _read(tensor, info, piece_start, n, digest, m)
-            part = compute(values, percentiles=False)
-            finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
-            abs_sum += math.fsum([abs(v) * SCALE_DOWN for v in finite])
-            stats = merge(stats, part) if stats.count else part
-            if constant:
-                if first is None:
-                    first = values[0]
-                constant = part.finite == part.count and part.min == part.max == first
-            m.samples += n * repeats
-            _fill(m, repeated(stats, repeats), first if constant else None, abs_sum * repeats)
-            yield m
+    given = iter(datas) if datas is not None and digest is not None else None
+    for piece_start, n in _pieces(tensor, budget):
+        values = _read(tensor, info, piece_start, n, digest, m, next(given) if given else None)
+        part = compute(values, percentiles=False)
+        finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
+        abs_sum += _abs_sum_scaled(finite, info)
+        stats = merge(stats, part) if stats.count else part
+        if constant:
+            if first is None:
+                first = values[0]
+            constant = part.finite == part.count and part.min == part.max == first
+        m.samples += n * repeats
+        _fill(m, repeated(stats, repeats), first if constant else None, abs_sum * repeats)
+        yield m
     m.exact = m.samples == m.numel
     m.digest = digest.hexdigest() if digest is not None else None
     yield m
 
 
-def _read(tensor: Tensor, info, start: int, count: int, digest, m: Measure) -> list:
+def _pieces(tensor: Tensor, budget: int | None) -> list[tuple[int, int]]:
+    """(start, count) of the pieces read, in order: the windows, cut at PIECE_ELEMS."""
+    return [(piece, min(PIECE_ELEMS, start + count - piece)) for start, count in windows(tensor, budget)
+            for piece in range(start, start + count, PIECE_ELEMS)]
+
+
+def _piece_range(tensor: Tensor, info, start: int, count: int) -> tuple[int, int]:
+    """The bytes of a piece's whole blocks: (offset in the tensor's source, length)."""
+    be, bb = info.block_elems, info.block_bytes
+    first, last = start // be, (start + count - 1) // be
+    return tensor.offset + first * bb, (last - first + 1) * bb
+
+
+def planned_reads(tensor: Tensor, budget: int | None) -> list[tuple[int, int]] | None:
+    """The ranges of `tensor.source` that `measure_steps` reads, in order, where they can all be
+    read before it runs (a budgeted scan of a contiguous tensor: a few small windows); None
+    where it reads for itself (a whole-tensor read is streamed; a strided one is gathered)."""
+    if budget is None or skip_reason(tensor) is not None or not tensor.contiguous:
+        return None
+    info = dtype_of(tensor)
+    return [_piece_range(tensor, info, start, count) for start, count in _pieces(tensor, budget)]
+
+
+# Element types whose values all lie within float32's range, so that scaling them by 2**-64
+# is exact and the scaled sum of |w| is the sum's scaled (below 2**-958 a double would lose bits).
+_WIDE_FLOATS = ("F64",)
+
+
+def _abs_sum_scaled(finite: list[float], info) -> float:
+    """fsum of |w| * 2**-64 (see measure_steps): the same number, at C speed, where it is exact."""
+    if info.name not in _WIDE_FLOATS:
+        try:
+            return math.fsum(map(abs, finite)) * SCALE_DOWN
+        except OverflowError:
+            pass
+    return math.fsum([abs(v) * SCALE_DOWN for v in finite])
+
+
+def _read(tensor: Tensor, info, start: int, count: int, digest, m: Measure, data: bytes | None) -> list:
     if digest is None:
         before = tensor.source.root().bytes_read
         values = gather_range(tensor, start, count)
         m.bytes_read += tensor.source.root().bytes_read - before
         return values
-    be, bb = info.block_elems, info.block_bytes
-    first, last = start // be, (start + count - 1) // be
-    data = tensor.source.read_data(tensor.offset + first * bb, (last - first + 1) * bb)
+    if data is None:
+        data = tensor.source.read_data(*_piece_range(tensor, info, start, count))
+    be = info.block_elems
+    first = start // be
     m.bytes_read += len(data)
     digest.update(data)
     skip = start - first * be
