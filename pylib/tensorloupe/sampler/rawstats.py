@@ -6,9 +6,10 @@ number, for the types in FAST; they return None / False where they cannot promis
 caller then decodes the chunk as before). The exact pass (exact.py) is bound by these:
 
 * F32: one float per element still, but the sum decides that no NaN or Inf is there (a finite
-  fsum of float32 values proves it), so the pass that counts them is skipped; |v| < 1e-6 is
-  counted on the bytes (the magnitude's top byte says it for all but a few values); the
-  histogram bins the array itself (no list of floats made for it).
+  fsum of float32 values proves it), so the pass that counts them is skipped; |v| < 1e-6, the
+  zeros, the minimum and the maximum are looked for only among the few values the top bytes
+  single out (within a sign the float32 order is the byte order); the histogram bins the array
+  itself (no list of floats made for it).
 * Q8_0: x = d * q (an f16 scale per 32 int8 codes) and no float is made per element: the blocks
   are grouped by their scale and each group's codes are summed at C speed (sum of the bytes,
   sum of q*q through two translate tables), so every figure is a few exact products per distinct
@@ -26,10 +27,12 @@ import math
 import struct
 import sys
 from array import array
-from collections import Counter
+from collections import defaultdict
 from functools import lru_cache
+from itertools import repeat
+from operator import mul, sub, truediv
 
-from ..dtypes.ggml.legacy import Q8_0, QK8_0
+from ..dtypes import lookup
 from ..model import Tensor
 from .gather import WindowBytes, dtype_of
 from .stats import CANCELLATION, NEAR_ZERO, Binner, Stats, _m2
@@ -58,7 +61,8 @@ def add_chunk(binner: Binner, window: WindowBytes, every_finite: bool) -> bool:
 
 def _whole(window: WindowBytes) -> bool:
     """Whole blocks, every element of them wanted, little-endian, a size the bounds allow."""
-    elems, size = BLOCKS[window.dtype]
+    info = lookup(window.dtype)
+    elems, size = info.block_elems, info.block_bytes
     return (not window.skip and not window.big_endian and 0 < window.count <= MAX_CHUNK_ELEMS
             and len(window.data) == window.count // elems * size and window.count % elems == 0)
 
@@ -162,7 +166,15 @@ def _f32_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
 
 # --- Q8_0 --------------------------------------------------------------------------------------
 
-_Q8_BYTES = Q8_0.size
+QK8_0 = 32   # ggml's block_q8_0 (dtypes/ggml/legacy.py), imported where a block is read: a
+# safetensors file never loads the ggml codecs (tests/test_lazy_imports.py)
+
+
+def _q8_0():
+    from ..dtypes.ggml.legacy import Q8_0
+    return Q8_0
+
+
 _OFFSET = bytes((b + 128) & 0xFF for b in range(256))   # int8 code -> q + 128 (0 .. 255, ordered)
 # q * q = high * 256 + low, by offset code
 _SQUARE_LOW = bytes(((u - 128) ** 2) & 0xFF for u in range(256))
@@ -184,18 +196,16 @@ def _within(k: int) -> bytes:
 def _groups(data: bytes):
     """(scale code, the codes of its blocks as q + 128) per distinct scale, ascending; None if a
     scale is Inf or NaN."""
-    scales = Q8_0.col(data, "d")
+    layout = _q8_0()
+    scales = layout.col(data, "d")
     if scales[1::2].translate(_F16_SPECIAL).count(1):
         return None
-    codes = memoryview(scales).cast("H").tolist()
-    qs = Q8_0.col(data, "qs").translate(_OFFSET)
-    rows = [qs[o:o + QK8_0] for o in range(0, len(qs), QK8_0)]
-    joined = b"".join(map(rows.__getitem__, sorted(range(len(codes)), key=codes.__getitem__)))
-    at, out = 0, []
-    for code, blocks in sorted(Counter(codes).items()):
-        out.append((code, joined[at:at + blocks * QK8_0]))
-        at += blocks * QK8_0
-    return out
+    start = layout.fields["qs"].offset
+    rows = [data[o:o + QK8_0] for o in range(start, len(data), layout.size)]
+    by_scale = defaultdict(list)
+    for code, row in zip(memoryview(scales).cast("H").tolist(), rows):
+        by_scale[code].append(row)
+    return [(code, b"".join(blocks).translate(_OFFSET)) for code, blocks in sorted(by_scale.items())]
 
 
 def _q8_0_stats(data: bytes) -> Stats | None:
@@ -227,7 +237,7 @@ def _q8_0_stats(data: bytes) -> Stats | None:
         while k < 128 and abs(d) * (k + 1) < NEAR_ZERO:
             k += 1
         near += u.translate(_within(k)).count(1) if k else u.count(128)
-    n = len(data) // _Q8_BYTES * QK8_0
+    n = len(data) // _q8_0().size * QK8_0
     stats = Stats(count=n, finite=n, exact_zeros=zeros, zeros=near / n)
     stats.min, stats.max = min(lows), max(highs)
     if stats.min == 0.0 or stats.max == 0.0:    # which zero min() would keep depends on the order
@@ -242,26 +252,31 @@ def _q8_0_stats(data: bytes) -> Stats | None:
     return stats
 
 
+_CODES = tuple(range(-128, 128))
+
+
+@lru_cache(maxsize=1 << 13)
+def _bin_table(code: int, scale: float, lo: float, width: float, bins: int) -> bytes:
+    """Translate table: offset code -> the bin of d * q, as Binner.add bins it (at its scale,
+    the last bin holding the top edge; codes outside [lo, hi], which no value has, clamped).
+    Cached: a tensor has a few thousand distinct scales, each in many chunks."""
+    scaled = map(mul, repeat(_f16(code) * scale), _CODES)
+    index = map(math.floor, map(truediv, map(sub, scaled, repeat(lo)), repeat(width)))
+    return bytes(map(min, repeat(bins - 1), map(max, repeat(0), index)))
+
+
 def _q8_0_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
     groups = _groups(data)
     if groups is None:
         return False
     if binner.constant:
-        binner.counts[0] += len(data) // _Q8_BYTES * QK8_0 * binner.weight
+        binner.counts[0] += len(data) // _q8_0().size * QK8_0 * binner.weight
         return True
     lo, width, scale = binner._scaled()
-    last = binner.bins - 1
-    floor = math.floor
-    binned = []
-    for code, u in groups:
-        d = _f16(code) * scale
-        table = bytes(min(last, max(0, floor((d * (c - 128) - lo) / width))) for c in range(256))
-        binned.append(u.translate(table))
-    joined = b"".join(binned)
+    joined = b"".join([u.translate(_bin_table(code, scale, lo, width, binner.bins)) for code, u in groups])
     for k in range(binner.bins):
         binner.counts[k] += joined.count(k) * binner.weight
     return True
 
 
 FAST = {"F32": (_f32_stats, _f32_add), "Q8_0": (_q8_0_stats, _q8_0_add)}
-BLOCKS = {"F32": (1, 4), "Q8_0": (QK8_0, _Q8_BYTES)}
