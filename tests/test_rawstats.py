@@ -19,7 +19,7 @@ from tensorloupe.sampler import rawstats
 from tensorloupe.sampler.sampling import exact_summary
 
 BINS = 32
-CHUNK = 1 << 14      # several chunks per tensor, some with non-finite values, most without
+CHUNK = 1 << 17      # several chunks per tensor (of at least rawstats.MIN_Q8_0_BLOCKS blocks)
 
 
 def f32_cases() -> dict[str, np.ndarray]:
@@ -42,7 +42,7 @@ def f32_cases() -> dict[str, np.ndarray]:
 def q8_0_cases() -> dict[str, np.ndarray]:
     """Raw Q8_0 blocks (34 bytes: f16 scale, 32 int8 codes), as rows of whole blocks."""
     rng = np.random.default_rng(4)
-    x = (rng.standard_normal(3 * CHUNK + 32 * 33) * 0.02).astype(np.float32)   # 33 odd rows of a block
+    x = (rng.standard_normal(3 * CHUNK + 32 * 2049) * 0.02).astype(np.float32)   # an odd count of blocks
     plain = quantize(x.reshape(-1, 32), Q.Q8_0).reshape(-1, 34).copy()
     odd = plain.copy()
     scales = odd[:, 0:2].copy().view("<f2").reshape(-1)

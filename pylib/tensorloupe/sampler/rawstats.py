@@ -208,8 +208,13 @@ def _groups(data: bytes):
     return [(code, b"".join(blocks).translate(_OFFSET)) for code, blocks in sorted(by_scale.items())]
 
 
+# Below this many blocks a chunk has nearly a scale per block: grouping costs more than it saves
+# (the health scan's 4 KiB windows).
+MIN_Q8_0_BLOCKS = 1 << 11
+
+
 def _q8_0_stats(data: bytes) -> Stats | None:
-    groups = _groups(data)
+    groups = _groups(data) if len(data) >= MIN_Q8_0_BLOCKS * _q8_0().size else None
     if groups is None:
         return None
     sums, squares, lows, highs = [], [], [], []
@@ -266,7 +271,7 @@ def _bin_table(code: int, scale: float, lo: float, width: float, bins: int) -> b
 
 
 def _q8_0_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
-    groups = _groups(data)
+    groups = _groups(data) if len(data) >= MIN_Q8_0_BLOCKS * _q8_0().size else None
     if groups is None:
         return False
     if binner.constant:
