@@ -64,3 +64,25 @@ def test_a_custom_end_and_an_iterator_that_runs_out():
     number = jobs.start(Job("short", short, 9, state=[], result=lambda seen: {"seen": seen}))["job"]
     replies = [jobs.step(number) for _ in range(3)]
     assert [r["finished"] for r in replies] == [False, False, True] and replies[-1]["seen"] == [1, 2]
+
+
+def test_a_sliced_job_takes_steps_until_its_time_is_up(monkeypatch):
+    # slice_seconds: one request runs steps until that long has passed, at least one; the
+    # clock is ours here: every step "takes" 10 ms.
+    now = [0.0]
+    monkeypatch.setattr("tensorloupe.web.jobs.time.perf_counter", lambda: now[0])
+
+    def slow(n):
+        for done, total, seen in counting(n):
+            now[0] += 0.010
+            yield done, total, seen
+
+    jobs = Jobs()
+    number = jobs.start(Job("sliced", slow(10), 10, result=lambda seen: {"sum": sum(seen)},
+                            slice_seconds=0.025))["job"]
+    assert jobs.step(number)["done"] == 3          # 10, 20, 30 ms: the third passes 25 ms
+    assert jobs.step(number)["done"] == 6
+    longer = jobs.start(Job("one at a time", slow(10), 10, result=dict, slice_seconds=0.001))["job"]
+    assert jobs.step(longer)["done"] == 1          # a step longer than the slice: still one
+    rest = [jobs.step(number) for _ in range(2)]
+    assert [r["done"] for r in rest] == [9, 10] and rest[-1]["finished"] and rest[-1]["sum"] == 55

@@ -10,6 +10,7 @@ import health_files
 import tensorloupe
 from tensorloupe.errors import UsageError
 from tensorloupe.healthscan import health, health_cost
+from tensorloupe.web import health_ops
 from tensorloupe.web.handlers import Session
 
 
@@ -42,7 +43,9 @@ def test_plan_then_job_give_the_cli_report(faults):
     assert json.loads(json.dumps(steps[-1]["report"])) == expected
 
 
-def test_a_cancelled_scan_reads_no_more(faults):
+def test_a_cancelled_scan_reads_no_more(faults, monkeypatch):
+    # one tensor (or window) per request, so that five requests leave the scan mid-way
+    monkeypatch.setattr(health_ops, "STEP_SECONDS", 0.0)
     session = opened(faults)
     number = session.op_health_start({})[0]["job"]
     for _ in range(5):

@@ -28,6 +28,7 @@ from . import confirm, conventions
 from .confirm import DEFAULT_CONFIRM_BYTES
 from ..sampler.layout import window_cost
 from .measure import DEFAULT_BUDGET, Measure, exact_view, measure_steps, pieces, skip_reason, windows
+from .reads import read_ahead
 from .rules import SEVERITIES, Flag, lone_flags, median, sibling_flags
 
 __all__ = ["health", "health_steps", "health_cost", "Report", "Cost", "Flag", "Measure",
@@ -129,9 +130,10 @@ def _steps(checkpoint, cost, budget, confirm_bytes, max_elements=None):
     start = checkpoint.bytes_read()
     report = Report(checkpoint.name, checkpoint.format, cost, [])
     total = len(checkpoint.tensors)
+    ahead = read_ahead(checkpoint.tensors, budget)
     for i, tensor in enumerate(checkpoint.tensors):
         m = None
-        for m in measure_steps(tensor, budget, max_elements):
+        for m in measure_steps(tensor, budget, max_elements, next(ahead)):
             report.bytes_read = checkpoint.bytes_read() - start
             yield i, total, report
         report.measures.append(m)

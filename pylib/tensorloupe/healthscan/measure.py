@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ..sampler.gather import dtype_of, gather_range
+from ..sampler import rawstats
+from ..sampler.gather import WindowBytes, dtype_of, gather_range
 from ..sampler.layout import storage_view
 from ..model import Tensor
 from ..jsonable import json_number
@@ -121,10 +122,11 @@ def exact_view(tensor: Tensor, budget: int | None, max_elements: int | None = No
     return storage_view(tensor), 1
 
 
-def measure_steps(tensor: Tensor, budget: int | None,
-                  max_elements: int | None = None) -> Iterator[Measure]:
+def measure_steps(tensor: Tensor, budget: int | None, max_elements: int | None = None,
+                  datas: list[bytes] | None = None) -> Iterator[Measure]:
     """Measure `tensor` piece by piece: yields the measure after each piece read (the last yield
-    is complete), so that a long whole-tensor read can be cancelled between pieces."""
+    is complete), so that a long whole-tensor read can be cancelled between pieces. `datas`: the
+    bytes of `planned_reads(tensor, budget)`, read already (reads.py reads them ahead)."""
     role = role_of(tensor.name)
     m = Measure(tensor.name, role.role, role.layer, role.expert, tensor.dtype, tuple(tensor.shape),
                 tensor.numel, tensor.nbytes, skipped=skip_reason(tensor))
@@ -141,11 +143,13 @@ def measure_steps(tensor: Tensor, budget: int | None,
     # The sum of |w| is kept scaled by 2**-64: it can pass the largest float (values near 1e308)
     # while their mean does not, and scaling by a power of two is exact.
     stats, first, constant, abs_sum = Stats(), None, True, 0.0
-    for piece_start, n in pieces(windows(tensor, budget)):
-        values = _read(tensor, info, piece_start, n, digest, m)
-        part = compute(values, percentiles=False)
+    given = iter(datas) if datas is not None and digest is not None else None
+    for piece_start, n in _pieces(tensor, budget):
+        values, window = _read(tensor, info, piece_start, n, digest, m, next(given) if given else None)
+        # the statistics from the bytes where rawstats can (the same numbers, less Python per value)
+        part = (window and rawstats.chunk_stats(window)) or compute(values, percentiles=False)
         finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
-        abs_sum += math.fsum([abs(v) * SCALE_DOWN for v in finite])
+        abs_sum += _abs_sum_scaled(finite, info)
         stats = merge(stats, part) if stats.count else part
         if constant:
             if first is None:
@@ -159,19 +163,59 @@ def measure_steps(tensor: Tensor, budget: int | None,
     yield m
 
 
-def _read(tensor: Tensor, info, start: int, count: int, digest, m: Measure) -> list:
+def _pieces(tensor: Tensor, budget: int | None) -> list[tuple[int, int]]:
+    """(start, count) of the pieces read, in order: the windows, cut at PIECE_ELEMS."""
+    return list(pieces(windows(tensor, budget)))
+
+
+def _piece_range(tensor: Tensor, info, start: int, count: int) -> tuple[int, int]:
+    """The bytes of a piece's whole blocks: (offset in the tensor's source, length)."""
+    be, bb = info.block_elems, info.block_bytes
+    first, last = start // be, (start + count - 1) // be
+    return tensor.offset + first * bb, (last - first + 1) * bb
+
+
+def planned_reads(tensor: Tensor, budget: int | None) -> list[tuple[int, int]] | None:
+    """The ranges of `tensor.source` that `measure_steps` reads, in order, where they can all be
+    read before it runs (a budgeted scan of a contiguous tensor: a few small windows); None
+    where it reads for itself (a whole-tensor read is streamed; a strided one is gathered)."""
+    if budget is None or skip_reason(tensor) is not None or not tensor.contiguous:
+        return None
+    info = dtype_of(tensor)
+    return [_piece_range(tensor, info, start, count) for start, count in _pieces(tensor, budget)]
+
+
+# Element types whose values all lie within float32's range, so that scaling them by 2**-64
+# is exact and the scaled sum of |w| is the sum's scaled (below 2**-958 a double would lose bits).
+_WIDE_FLOATS = ("F64",)
+
+
+def _abs_sum_scaled(finite: list[float], info) -> float:
+    """fsum of |w| * 2**-64 (see measure_steps): the same number, at C speed, where it is exact."""
+    if info.name not in _WIDE_FLOATS:
+        try:
+            return math.fsum(map(abs, finite)) * SCALE_DOWN
+        except OverflowError:
+            pass
+    return math.fsum([abs(v) * SCALE_DOWN for v in finite])
+
+
+def _read(tensor: Tensor, info, start: int, count: int, digest, m: Measure, data: bytes | None):
+    """(the piece's values, its bytes as a WindowBytes where rawstats can summarise them)."""
     if digest is None:
         before = tensor.source.root().bytes_read
         values = gather_range(tensor, start, count)
         m.bytes_read += tensor.source.root().bytes_read - before
-        return values
-    be, bb = info.block_elems, info.block_bytes
-    first, last = start // be, (start + count - 1) // be
-    data = tensor.source.read_data(tensor.offset + first * bb, (last - first + 1) * bb)
+        return values, None
+    if data is None:
+        data = tensor.source.read_data(*_piece_range(tensor, info, start, count))
+    be = info.block_elems
+    first = start // be
     m.bytes_read += len(data)
     digest.update(data)
     skip = start - first * be
-    return info.decode(data, tensor.big_endian)[skip:skip + count]
+    window = WindowBytes(tensor.dtype, tensor.big_endian, skip, count, data) if rawstats.supported(tensor) else None
+    return info.decode(data, tensor.big_endian)[skip:skip + count], window
 
 
 def _fill(m: Measure, stats: Stats, constant, abs_sum: float) -> None:

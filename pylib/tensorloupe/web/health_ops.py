@@ -11,6 +11,11 @@ from __future__ import annotations
 from ..errors import UsageError
 from .jobs import Job
 
+# Each request of the scan takes tensors for about this long: its steps are a tensor (or a
+# window of one) each, a millisecond or two, and a round trip to the page per step cost more
+# than the scan itself (web/jobs.py). Cancel and other requests still get in within this time.
+STEP_SECONDS = 0.05
+
 
 def _budget(args) -> int | None:
     from ..healthscan import DEFAULT_BUDGET
@@ -38,4 +43,4 @@ class HealthOps:
             progress=lambda report: {"bytes_read": report.bytes_read if report else 0,
                                      "phase": report.phase if report else "scan"},
             finished=lambda done, total, report: report.complete,
-            result=lambda report: {"report": report.to_json()})), []
+            result=lambda report: {"report": report.to_json()}, slice_seconds=STEP_SECONDS)), []

@@ -25,6 +25,7 @@ function of its latest state. Opening another checkpoint drops every job (Jobs.c
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterator
 
 from ..errors import UsageError
@@ -38,14 +39,18 @@ class Job:
     it. `finished(done, total, state)` says whether a step was the last (default: done reached
     total; the iterator running out finishes the job too); `progress(state)` adds fields to the
     progress sent after each step; `result(state)` is the JSON added to the last reply;
-    `on_finish(state)` runs once when the job finishes (e.g. to keep the analysis)."""
+    `on_finish(state)` runs once when the job finishes (e.g. to keep the analysis).
+    `slice_seconds`: a request takes steps until this long has passed (0: one step), for jobs
+    of many short steps, where a round trip to the page per step would cost more than the step
+    (the health scan: ~2,300 steps of a millisecond or two for a 135M-parameter GGUF)."""
 
     def __init__(self, label: str, steps: Steps, total: int, *, result: Callable[[Any], dict],
                  state: Any = None, progress: Callable[[Any], dict] | None = None,
                  finished: Callable[[int, int, Any], bool] | None = None,
-                 on_finish: Callable[[Any], None] | None = None):
+                 on_finish: Callable[[Any], None] | None = None, slice_seconds: float = 0.0):
         self.label = label
         self.steps = steps
+        self.slice_seconds = slice_seconds
         self.done, self.total, self.state = 0, total, state
         self._result = result
         self._progress = progress or (lambda state: {})
@@ -54,12 +59,17 @@ class Job:
         self.finished = False
 
     def step(self) -> None:
-        try:
-            self.done, self.total, self.state = next(self.steps)
-        except StopIteration:
-            self.finished = True
-        else:
-            self.finished = self._finished(self.done, self.total, self.state)
+        """One step, or as many as fit in `slice_seconds` (at least one)."""
+        until = time.perf_counter() + self.slice_seconds
+        while True:
+            try:
+                self.done, self.total, self.state = next(self.steps)
+            except StopIteration:
+                self.finished = True
+            else:
+                self.finished = self._finished(self.done, self.total, self.state)
+            if self.finished or time.perf_counter() >= until:
+                break
         if self.finished and self._on_finish is not None:
             self._on_finish(self.state)
 

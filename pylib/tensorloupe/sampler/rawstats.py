@@ -1,0 +1,287 @@
+"""Exact statistics and histogram counts of a chunk from its raw bytes, faster than element by element.
+
+`chunk_stats(window)` is `compute(decode_window(*window), percentiles=False)` and
+`add_chunk(binner, window, every_finite)` is `binner.add(<the window's finite values>, within=True)`, number for
+number, for the types in FAST; they return None / False where they cannot promise that (the
+caller then decodes the chunk as before). The exact pass (exact.py) is bound by these:
+
+* F32: one float per element still, but the sum decides that no NaN or Inf is there (a finite
+  fsum of float32 values proves it), so the pass that counts them is skipped; |v| < 1e-6, the
+  zeros, the minimum and the maximum are looked for only among the few values the top bytes
+  single out (within a sign the float32 order is the byte order); the histogram bins the array
+  itself (no list of floats made for it).
+* Q8_0: x = d * q (an f16 scale per 32 int8 codes) and no float is made per element: the blocks
+  are grouped by their scale and each group's codes are summed at C speed (sum of the bytes,
+  sum of q*q through two translate tables), so every figure is a few exact products per distinct
+  scale: sum(x) = fsum(d * sum(q)) (each product exact, so the fsum is the one over the
+  elements), sum(x*x) likewise, min and max from each group's extreme codes. The histogram
+  translates each group's codes to bin numbers through a table per scale.
+A chunk whose result would need the element order (a zero extreme, whose sign min() takes from
+the first of equal values), a non-finite scale, or the sum of squared deviations (a mean far
+from 0) is left to the element path.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import sys
+from array import array
+from collections import defaultdict
+from functools import lru_cache
+from itertools import repeat
+from operator import mul, sub, truediv
+
+from ..dtypes import lookup
+from ..model import Tensor
+from .gather import WindowBytes, dtype_of
+from .stats import CANCELLATION, NEAR_ZERO, Binner, Stats, _m2
+
+# Chunks above this many elements are left to the element path (the exact-product bounds below).
+MAX_CHUNK_ELEMS = 1 << 24
+
+
+def supported(tensor: Tensor) -> bool:
+    """Whether `tensor`'s chunks can be summarised from their bytes here."""
+    return (tensor.dtype in FAST and tensor.contiguous and not tensor.parts and not tensor.big_endian
+            and sys.byteorder == "little" and dtype_of(tensor).name == tensor.dtype)
+
+
+def chunk_stats(window: WindowBytes) -> Stats | None:
+    if not _whole(window):
+        return None
+    return FAST[window.dtype][0](window.data)
+
+
+def add_chunk(binner: Binner, window: WindowBytes, every_finite: bool) -> bool:
+    if not _whole(window):
+        return False
+    return FAST[window.dtype][1](binner, window.data, every_finite)
+
+
+def _whole(window: WindowBytes) -> bool:
+    """Whole blocks, every element of them wanted, little-endian, a size the bounds allow."""
+    info = lookup(window.dtype)
+    elems, size = info.block_elems, info.block_bytes
+    return (not window.skip and not window.big_endian and 0 < window.count <= MAX_CHUNK_ELEMS
+            and len(window.data) == window.count // elems * size and window.count % elems == 0)
+
+
+# --- F32 ---------------------------------------------------------------------------------------
+
+def _smallest_f32_at_least(x: float) -> int:
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    return bits if struct.unpack("<f", struct.pack("<I", bits))[0] >= x else bits + 1
+
+
+# |v| < NEAR_ZERO  <=>  the magnitude's bits are below those of the smallest float32 >= NEAR_ZERO;
+# by the magnitude's top byte: below NEAR_TOP surely, above it surely not, equal: look closer.
+_NEAR_BITS = _smallest_f32_at_least(NEAR_ZERO)
+_NEAR_TOP = _NEAR_BITS >> 24
+_TOP_CLASS = bytes(0 if b & 0x7F < _NEAR_TOP else 1 if b & 0x7F == _NEAR_TOP else 2 for b in range(256))
+
+
+def _near_zero_f32(top: bytes, values: list[float]) -> int:
+    classes = top.translate(_TOP_CLASS)
+    unsure = classes.count(1)
+    if unsure > len(values) // FEW:      # many values near the threshold: look at each
+        return sum(1 for v in values if -NEAR_ZERO < v < NEAR_ZERO)
+    return classes.count(0) + sum(1 for i in _where(classes, 1) if -NEAR_ZERO < values[i] < NEAR_ZERO)
+
+
+# Where the top bytes single out fewer than len // FEW values, those are looked at one by one.
+FEW = 16
+_MAGNITUDE_TOP = bytes(b & 0x7F for b in range(256))
+
+
+def _where(classes: bytes, byte: int):
+    """Positions of `byte` in `classes`."""
+    at = classes.find(byte)
+    while at >= 0:
+        yield at
+        at = classes.find(byte, at + 1)
+
+
+@lru_cache(maxsize=None)
+def _table(kind: str, byte: int) -> bytes:
+    """Translate tables of 0/1 flags: "beyond" a top byte (the same sign, further from zero:
+    within a sign the float32 order of magnitudes is the byte order), "equal" to it, or "from"
+    a second byte on."""
+    test = {"beyond": lambda b: b & 0x80 == byte & 0x80 and b > byte, "equal": lambda b: b == byte,
+            "from": lambda b: b >= byte}[kind]
+    return bytes(1 if test(b) else 0 for b in range(256))
+
+
+def _extreme_f32(data: bytes, top: bytes, values: list[float], highest: bool) -> float:
+    """max(values) (or min), looking only at the values at least as far from zero as the top 16
+    bits of the extreme of every 64th value; the builtin over all of them where those are many,
+    or where the extreme may be a zero (the sign of an equal extreme zero is the first one's)."""
+    pick = max if highest else min
+    bound = pick(values[::64])
+    if (bound > 0) != highest or not struct.pack("<f", bound)[3] & 0x7F:
+        return pick(values)
+    second, first = struct.pack("<f", bound)[2:]
+    beyond = top.translate(_table("beyond", first))
+    level = (int.from_bytes(top.translate(_table("equal", first)), "little")
+             & int.from_bytes(data[2::4].translate(_table("from", second)), "little"))
+    level_flags = level.to_bytes(len(top), "little")
+    if beyond.count(1) + level_flags.count(1) > len(values) // FEW:
+        return pick(values)
+    return pick(values[i] for flags in (beyond, level_flags) for i in _where(flags, 1))
+
+
+def _zeros_f32(top: bytes, values: list[float]) -> int:
+    """values.count(0.0): only values whose magnitude's top byte is 0 can be zeros."""
+    small = top.translate(_MAGNITUDE_TOP)
+    if small.count(0) > len(values) // FEW:
+        return values.count(0.0)
+    return sum(1 for i in _where(small, 0) if values[i] == 0.0)
+
+
+def _f32_stats(data: bytes) -> Stats | None:
+    values = array("f", data).tolist()
+    n = len(values)
+    try:
+        total = math.fsum(values)
+    except (OverflowError, ValueError):   # never for float32 values; inf - inf raises ValueError
+        return None
+    if not math.isfinite(total):          # a NaN or an infinity among them: counted elsewhere
+        return None
+    top = data[3::4]                      # each value's sign and top 7 exponent bits
+    stats = Stats(count=n, finite=n)
+    stats.min, stats.max = _extreme_f32(data, top, values, False), _extreme_f32(data, top, values, True)
+    stats.mean = mean = total / n
+    stats.m2 = _m2(values, mean)
+    stats.std = math.sqrt(stats.m2 / n)
+    stats.exact_zeros = _zeros_f32(top, values)
+    stats.zeros = _near_zero_f32(top, values) / n
+    return stats
+
+
+def _f32_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+    values = array("f", data)
+    binner.add(values if every_finite else list(filter(math.isfinite, values)), within=True)
+    return True
+
+
+# --- Q8_0 --------------------------------------------------------------------------------------
+
+QK8_0 = 32   # ggml's block_q8_0 (dtypes/ggml/legacy.py), imported where a block is read: a
+# safetensors file never loads the ggml codecs (tests/test_lazy_imports.py)
+
+
+def _q8_0():
+    from ..dtypes.ggml.legacy import Q8_0
+    return Q8_0
+
+
+_OFFSET = bytes((b + 128) & 0xFF for b in range(256))   # int8 code -> q + 128 (0 .. 255, ordered)
+# q * q = high * 256 + low, by offset code
+_SQUARE_LOW = bytes(((u - 128) ** 2) & 0xFF for u in range(256))
+_SQUARE_HIGH = bytes(((u - 128) ** 2) >> 8 for u in range(256))
+_F16_SPECIAL = bytes(1 if b & 0x7C == 0x7C else 0 for b in range(256))   # high byte of inf/NaN
+_SPLIT = 1 << 26
+
+
+def _f16(code: int) -> float:
+    return struct.unpack("<e", code.to_bytes(2, "little"))[0]
+
+
+@lru_cache(maxsize=130)
+def _within(k: int) -> bytes:
+    """Translate table: 1 for the offset codes of |q| <= k, else 0."""
+    return bytes(1 if abs(u - 128) <= k else 0 for u in range(256))
+
+
+def _groups(data: bytes):
+    """(scale code, the codes of its blocks as q + 128) per distinct scale, ascending; None if a
+    scale is Inf or NaN."""
+    layout = _q8_0()
+    scales = layout.col(data, "d")
+    if scales[1::2].translate(_F16_SPECIAL).count(1):
+        return None
+    start = layout.fields["qs"].offset
+    rows = [data[o:o + QK8_0] for o in range(start, len(data), layout.size)]
+    by_scale = defaultdict(list)
+    for code, row in zip(memoryview(scales).cast("H").tolist(), rows):
+        by_scale[code].append(row)
+    return [(code, b"".join(blocks).translate(_OFFSET)) for code, blocks in sorted(by_scale.items())]
+
+
+# Below this many blocks a chunk has nearly a scale per block: grouping costs more than it saves
+# (the health scan's 4 KiB windows).
+MIN_Q8_0_BLOCKS = 1 << 11
+
+
+def _q8_0_stats(data: bytes) -> Stats | None:
+    groups = _groups(data) if len(data) >= MIN_Q8_0_BLOCKS * _q8_0().size else None
+    if groups is None:
+        return None
+    sums, squares, lows, highs = [], [], [], []
+    zeros = near = 0
+    for code, u in groups:
+        d, m = _f16(code), len(u)
+        first = next(c for c in range(256) if c in u) - 128
+        last = next(c for c in range(255, -1, -1) if c in u) - 128
+        if d == 0.0:                                # every value is a zero
+            zeros += m
+            near += m
+            lows.append(d * first)
+            highs.append(d * first)
+            continue
+        s1 = sum(u) - 128 * m
+        s2 = sum(u.translate(_SQUARE_LOW)) + 256 * sum(u.translate(_SQUARE_HIGH))
+        d2 = d * d                                  # 22 bits: exact
+        sums.append(d * s1)                         # |s1| < 2**31: exact
+        squares += [d2 * (s2 // _SPLIT) * _SPLIT, d2 * (s2 % _SPLIT)]   # each part exact
+        ends = (d * first, d * last) if d > 0 else (d * last, d * first)
+        lows.append(ends[0])
+        highs.append(ends[1])
+        zeros += u.count(128)
+        k = 0
+        while k < 128 and abs(d) * (k + 1) < NEAR_ZERO:
+            k += 1
+        near += u.translate(_within(k)).count(1) if k else u.count(128)
+    n = len(data) // _q8_0().size * QK8_0
+    stats = Stats(count=n, finite=n, exact_zeros=zeros, zeros=near / n)
+    stats.min, stats.max = min(lows), max(highs)
+    if stats.min == 0.0 or stats.max == 0.0:    # which zero min() would keep depends on the order
+        return None
+    stats.mean = mean = math.fsum(sums) / n
+    total_squares = math.fsum(squares)
+    m2 = total_squares - n * mean * mean
+    if not (math.isfinite(total_squares) and m2 * CANCELLATION >= total_squares):
+        return None                             # _m2 would sum the squared deviations
+    stats.m2 = m2
+    stats.std = math.sqrt(m2 / n)
+    return stats
+
+
+_CODES = tuple(range(-128, 128))
+
+
+@lru_cache(maxsize=1 << 13)
+def _bin_table(code: int, scale: float, lo: float, width: float, bins: int) -> bytes:
+    """Translate table: offset code -> the bin of d * q, as Binner.add bins it (at its scale,
+    the last bin holding the top edge; codes outside [lo, hi], which no value has, clamped).
+    Cached: a tensor has a few thousand distinct scales, each in many chunks."""
+    scaled = map(mul, repeat(_f16(code) * scale), _CODES)
+    index = map(math.floor, map(truediv, map(sub, scaled, repeat(lo)), repeat(width)))
+    return bytes(map(min, repeat(bins - 1), map(max, repeat(0), index)))
+
+
+def _q8_0_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+    groups = _groups(data) if len(data) >= MIN_Q8_0_BLOCKS * _q8_0().size else None
+    if groups is None:
+        return False
+    if binner.constant:
+        binner.counts[0] += len(data) // _q8_0().size * QK8_0 * binner.weight
+        return True
+    lo, width, scale = binner._scaled()
+    joined = b"".join([u.translate(_bin_table(code, scale, lo, width, binner.bins)) for code, u in groups])
+    for k in range(binner.bins):
+        binner.counts[k] += joined.count(k) * binner.weight
+    return True
+
+
+FAST = {"F32": (_f32_stats, _f32_add), "Q8_0": (_q8_0_stats, _q8_0_add)}
