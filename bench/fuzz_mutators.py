@@ -122,6 +122,11 @@ def pickle_spans(data: bytes, start: int = 0) -> tuple[list[tuple[int, int]], in
     return [(start + a, start + b) for a, b in zip(ops, ends)], start + ends[-1]
 
 
+# The largest opcode repeat a splice makes: polyglot input 762,606 of seed 1 repeated an already
+# repeated piece 3,000 times and the harness itself ran out of memory making it.
+MAX_REPEAT_BYTES = 4 << 20
+
+
 def splice_pickle(rng: random.Random, data: bytes, spans, donors: list[bytes]) -> bytes:
     """1-4 opcode-level edits: delete, repeat, transplant from another pickle, or re-argument."""
     pieces = [data[a:b] for a, b in spans]
@@ -130,8 +135,9 @@ def splice_pickle(rng: random.Random, data: bytes, spans, donors: list[bytes]) -
         op = rng.randrange(6)
         if op == 0:
             del pieces[i]
-        elif op == 1:
-            pieces.insert(i, pieces[i] * rng.choice((1, 2, 50, 3000)))
+        elif op == 1:   # repeated, up to MAX_REPEAT_BYTES (a repeat of a repeat grew past memory)
+            times = rng.choice((1, 2, 50, 3000))
+            pieces.insert(i, pieces[i] * max(1, min(times, MAX_REPEAT_BYTES // max(1, len(pieces[i])))))
         elif op == 2:
             donor = rng.choice(donors)
             a = rng.randrange(len(donor))
