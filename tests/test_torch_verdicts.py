@@ -19,10 +19,13 @@ import pytest
 import torch  # noqa: F401 (the oracle: this module is skipped where torch does not exist)
 
 import bin_shard_files
+import count_files
 import dcp_files
 import deepspeed_files
+import deepspeed_parallel_files
 import hostile_files
 import polyglot_files
+import strided_files
 import torch_files
 import training_files
 
@@ -32,10 +35,11 @@ from tensorloupe.formats.pytorch import weightsonly
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITERS = (torch_files, hostile_files, polyglot_files, bin_shard_files, training_files, dcp_files,
-           deepspeed_files)
+           deepspeed_files, deepspeed_parallel_files, strided_files, count_files)
 # Files that are no pickle for torch.load: it hands *.safetensors to safetensors, and JSON is
-# read by the libraries that wrote it (an index.json opens its shard set here, not one file).
-NOT_PICKLES = (".safetensors", ".json")
+# read by the libraries that wrote it (an index.json opens its shard set here, not one file);
+# a .npy is NumPy's (numpy.load), not torch's.
+NOT_PICKLES = (".safetensors", ".json", ".npy")
 
 TORCH_LOADS = r"""
 import contextlib, io, json, pickle, sys, warnings
