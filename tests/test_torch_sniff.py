@@ -33,8 +33,8 @@ def test_torchscript_archive_opens_by_content(script):
     proc = cli("inspect", script, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["format"] == "pytorch-zip" and doc["extras"]["torchscript"] is True
-    assert any("TorchScript" in w for w in doc["warnings"])
+    assert doc["format"] == "pytorch-zip" and doc["extras"]["torchscript"]["format"] == "TorchScript"
+    assert doc["extras"]["torchscript"]["code_files"] == 1
     loaded = torch.jit.load(str(script))
     for name in ("weight", "bias"):
         proc = cli("values", script, name, "--json", "--count", "10")

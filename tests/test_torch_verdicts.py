@@ -24,9 +24,11 @@ import dcp_files
 import deepspeed_files
 import deepspeed_parallel_files
 import hostile_files
+import nemo_files
 import polyglot_files
 import strided_files
 import torch_files
+import torchao_files
 import training_files
 
 import tensorloupe
@@ -35,7 +37,7 @@ from tensorloupe.formats.pytorch import weightsonly
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITERS = (torch_files, hostile_files, polyglot_files, bin_shard_files, training_files, dcp_files,
-           deepspeed_files, deepspeed_parallel_files, strided_files, count_files)
+           deepspeed_files, deepspeed_parallel_files, strided_files, count_files, torchao_files, nemo_files)
 # Files that are no pickle for torch.load: it hands *.safetensors to safetensors, and JSON is
 # read by the libraries that wrote it (an index.json opens its shard set here, not one file);
 # a .npy is NumPy's (numpy.load), not torch's.
@@ -78,7 +80,22 @@ def written(tmp_path_factory):
             path = Path(path)
             files |= {p for p in (path.rglob("*") if path.is_dir() else [path]) if p.is_file()}
     files |= set(beyond_the_writers(out / "beyond"))
+    files = {m for p in files for m in nemo_members(p, out / "nemo-members")}
     return sorted(p for p in files if not p.name.endswith(NOT_PICKLES))
+
+
+def nemo_members(path: Path, out: Path) -> list[Path]:
+    """A .nemo as torch sees it: NeMo extracts the tar and torch.loads its model_weights.ckpt
+    (the .nemo's own report names that member, test_a_nemo_verdict_names_its_member)."""
+    if path.suffix != ".nemo":
+        return [path]
+    import tarfile
+    with tarfile.open(path) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("model_weights.ckpt"))
+        target = out / path.stem / "model_weights.ckpt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(tar.extractfile(member).read())
+    return [target]
 
 
 def beyond_the_writers(out: Path) -> list[Path]:
@@ -252,3 +269,11 @@ def test_each_part_of_a_folder_keeps_torch_s_verdict_and_the_set_merges_them(wri
     assert each == [True, True, True]
     merged = tensorloupe.open(str(shards)).extras["safety"]["weights_only"]
     assert merged["loads"] is True and merged["refused"] == []
+
+
+def test_a_nemo_verdict_names_its_member(written, tmp_path):
+    ckpt = tensorloupe.open(str(ROOT / "fixtures" / "out" / "nemo" / "tiny.nemo"))
+    loads = ckpt.extras["safety"]["weights_only"]
+    assert loads["member"].endswith("model_weights.ckpt") and loads["loads"] is True
+    from tensorloupe.report import weights_only_line
+    assert weights_only_line(loads).startswith("torch.load(weights_only=True) of its ")

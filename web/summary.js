@@ -159,7 +159,8 @@ function safetyReport(safety) {
   const refused = loads && !loads.loads;
   const torchLine = loads
     ? el("p", {class: `weights-only ${loads.loads ? "loads" : "refuses"}`, dataset: {loads: String(loads.loads)}},
-        el("span", {text: "torch.load(weights_only=True), torch's default since 2.6: " +
+        el("span", {text: (loads.member ? `torch.load(weights_only=True) of its ${loads.member}: `
+                                        : "torch.load(weights_only=True), torch's default since 2.6: ") +
           (loads.loads ? "loads it" : "refuses it" +
             ((loads.refused || []).length ? ` (globals: ${loads.refused.join(", ")})` : ""))}),
         refused ? el("span", {class: "why", text: ` ${loads.why}`}) : null)

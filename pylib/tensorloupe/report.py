@@ -205,6 +205,8 @@ def weights_only_line(loads: dict) -> str:
     """What torch.load(weights_only=True) does with the file, in one line (the page says the same,
     web/summary.js)."""
     head = "torch.load(weights_only=True), torch's default since 2.6: "
+    if loads.get("member"):   # an archive whose member torch loads (a .nemo's model_weights.ckpt)
+        head = f"torch.load(weights_only=True) of its {escaped(loads['member'])}: "
     if loads["loads"]:
         return head + "loads it"
     refused = loads.get("refused") or []

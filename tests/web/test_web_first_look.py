@@ -13,7 +13,7 @@ from safetensors.numpy import save_file
 
 import tensorloupe
 from tensorloupe import colormap
-from tensorloupe.sampler.sampling import grid, histogram, sample
+from tensorloupe.sampler.sampling import grid, histogram, sample, sample_cost
 from tensorloupe.web.handlers import Session
 
 
@@ -60,6 +60,8 @@ def test_stats_first_look_then_the_cli_sample_reading_its_bytes_once(path):
     assert "first_look" not in full["sample"]
     t = tensorloupe.open(path).tensor("w")
     api = sample(t)
+    # the reply also states what the sample costs, before it is read (sampler/layout.py)
+    assert full["sample"].pop("cost_bytes") == whole["sample"].pop("cost_bytes") == sample_cost(t)
     assert full["sample"] == whole["sample"] == api.to_json()
     assert full["histogram"] == histogram(api.values, 64).to_json()
 

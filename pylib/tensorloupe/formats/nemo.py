@@ -89,6 +89,7 @@ def read(source: ByteSource) -> Checkpoint:
         from .multifile import merge_reports
         extras["safety"] = merge_reports([(n, p.extras.get("safety", {})) for n, p in
                                           zip(weights, parts)])
+    _name_the_member(extras.get("safety"), weights)
     cfg = metadata.get("nemo.model_config")
     extras["nemo"] = {"members": sorted(members)[:200], "weights": weights,
                       "gzipped": tar_source is not source,
@@ -168,3 +169,11 @@ def _inflated(source: ByteSource, error) -> MemorySource:
     if not inflater.eof:
         raise error(TruncatedError, "the gzip stream ends early", found=f"{source.size} bytes")
     return MemorySource(bytes(out), source.name)
+
+
+def _name_the_member(safety: dict | None, weights: list[str]) -> None:
+    """torch.load never gets the .nemo itself (NeMo extracts the tar and loads its
+    model_weights.ckpt): the weights_only verdict says which member it is about."""
+    loads = (safety or {}).get("weights_only")
+    if isinstance(loads, dict) and len(weights) == 1:
+        safety["weights_only"] = {**loads, "member": weights[0]}
