@@ -33,8 +33,12 @@ MAX_INLINE_STRING = 1 << 20
 MAX_NAME_BYTES = 1 << 16
 # Nested arrays deeper than this are refused (real files nest at most 2 deep).
 MAX_ARRAY_DEPTH = 16
-# The cursor's first chunk, doubling on every refill up to MAX_CHUNK.
-FIRST_CHUNK = 256 << 10
+# The header cursor's first chunk is the 64 KiB block that opening any file has read already (the
+# block cache serves it), so a small header costs no byte more; a bigger one (a vocabulary of MBs)
+# is then read in chunks of REFILL_CHUNK, doubling on every refill up to MAX_CHUNK: a few reads,
+# overshooting the header's end by less than the header's own size.
+FIRST_CHUNK = 64 << 10
+REFILL_CHUNK = 256 << 10
 MAX_CHUNK = 4 << 20
 # A page of a lazy array (read_entries) starts smaller: 50 tokens of a vocabulary are ~1 KB, and
 # every page of a 262k vocabulary should not cost a quarter MB per array.
@@ -105,13 +109,15 @@ def short_float32(x: float) -> float:
 class Cursor:
     """Sequential reads of a byte source through a chunk buffer; errors name file and offset."""
 
-    def __init__(self, source, position: int, layout: Layout, chunk: int = FIRST_CHUNK):
+    def __init__(self, source, position: int, layout: Layout, chunk: int = FIRST_CHUNK,
+                 refill: int = REFILL_CHUNK):
         self.source, self.layout = source, layout
         self.size = source.size
         self.pos = position
         self._buf = memoryview(b"")
         self._base = 0
         self._chunk = chunk
+        self._refill = refill       # the second chunk; each later one doubles
 
     def error(self, cls, message: str, offset: int | None = None, **kw):
         return ErrorFactory(self.source.name, FORMAT)(
@@ -134,7 +140,7 @@ class Cursor:
         length = min(max(n, self._chunk), self.size - self.pos)
         self._buf = memoryview(self.source.read(self.pos, length))
         self._base = self.pos
-        self._chunk = min(self._chunk * 2, MAX_CHUNK)
+        self._chunk = min(max(self._chunk * 2, self._refill), MAX_CHUNK)
 
     def unpack(self, st: struct.Struct, what: str):
         self.need(st.size, what)
@@ -322,7 +328,7 @@ def read_entries(source, layout: Layout, record: dict, start: int, count: int) -
     if count == 0:
         return []
     what = f"metadata array {record['key']!r}"
-    cursor = Cursor(source, record["offset"], layout, PAGE_CHUNK)
+    cursor = Cursor(source, record["offset"], layout, PAGE_CHUNK, 2 * PAGE_CHUNK)
     code = VALUE_TYPES[etype].code
     if code is not None:
         cursor.pos = record["offset"] + start * layout.scalars[etype].size
