@@ -36,6 +36,23 @@ class Pair:
     b: Side | None
     how: str = "name"               # "name" or "name map (<arch>)"
     notes: list[str] = field(default_factory=list)  # what the converter did that the pair undoes
+    regrouped: bool = False         # the shapes differ only as a file's grouped storage (regrouped)
+
+
+def regrouped(a: Tensor, b: Tensor) -> str | None:
+    """A note when the two shapes differ only because one file keeps the weight grouped, in
+    row-major order, and does not record its shape: optimum-quanto stores a weight quantised in
+    groups of g along its rows as [rows*cols/g, g] (quant/quanto.py), and the dense side has the
+    weight's real [rows, cols]. Then the elements pair one for one in row-major order."""
+    for grouped, other, side in ((a, b, "A"), (b, a, "B")):
+        facts = grouped.info.get("scheme", {}).get("from", {}) if grouped.parts else {}
+        if not str(facts.get("shape", "")).startswith("as stored") or len(grouped.shape) != 2:
+            continue
+        g = grouped.shape[1]
+        if other.shape and other.numel == grouped.numel and other.shape[-1] % g == 0 and other.shape != grouped.shape:
+            return (f"{side} keeps this weight grouped by {g:,} as {list(grouped.shape)} (its file does "
+                    f"not record the shape {list(other.shape)}): compared in row-major order")
+    return None
 
 
 def expert_slice(t: Tensor, expert: int) -> Tensor | None:
@@ -64,7 +81,9 @@ def match(a: Checkpoint, b: Checkpoint) -> tuple[list[Pair], str | None]:
         if other is None:
             a_left.append(t)
         else:
-            pairs.append(Pair(t.name, Side(t, label=t.name), Side(other, label=other.name)))
+            note = regrouped(t, other)
+            pairs.append(Pair(t.name, Side(t, label=t.name), Side(other, label=other.name),
+                              notes=[note] if note else [], regrouped=bool(note)))
     arch = None
     if a_left and b_left and (a.format == GGUF) != (b.format == GGUF):
         gguf_ckpt = a if a.format == GGUF else b

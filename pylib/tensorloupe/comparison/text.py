@@ -50,3 +50,8 @@ def print_diff(result, top: int = 15) -> None:
         print(f"  {r.category.replace('_', ' ')}: {escaped(r.name)}" + (f" ({escaped(r.message)})" if r.message else ""))
     if len(others) > top:
         print(f"  … and {len(others) - top:,} more (see --json)")
+    regrouped = [r for r in result.rows if r.pair.regrouped and r.category != "shape_changed"]
+    for r in regrouped[:top]:
+        print(f"  regrouped: {escaped(r.name)} ({escaped(r.pair.notes[0])})")
+    if len(regrouped) > top:
+        print(f"  … and {len(regrouped) - top:,} more regrouped (see --json)")
