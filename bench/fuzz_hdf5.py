@@ -96,7 +96,8 @@ class Seeds:
         # fixtures/make.py writes them to fixtures/out; a --seeds-dir without them falls back there
         out = Path(seeds_dir) if (Path(seeds_dir) / "hdf5").is_dir() else FIXTURES_OUT
         names = {"hdf5": ("hdf5/h5py-earliest.h5", "hdf5/h5py-latest.h5", "hdf5/h5py-dense.h5",
-                          "hdf5/keras-mlp.weights.h5", "hdf5/links/h5py-links.h5"),
+                          "hdf5/keras-mlp.weights.h5", "hdf5/links/h5py-links.h5",
+                          "hdf5/h5py-paged.h5"),
                  "keras": ("hdf5/keras-mlp.keras",),
                  "nemo": ("nemo/tiny.nemo",)}[fmt]
         self.seeds = []

@@ -40,11 +40,17 @@ def bit(bitmap: bytes, n: int) -> bool:
 
 def check_padding(h5: H5File, bitmap: bytes, used: int, what: str, at: int) -> None:
     """Bits past the `used` ones are padding, never set by HDF5: a set one means the bitmap, or
-    the geometry it was sized from, lies."""
-    for n in range(used, 8 * len(bitmap)):
-        if bit(bitmap, n):
-            raise h5.fail(f"{what} marks page {n} initialised, but its data blocks have only "
-                          f"{used} pages", at)
+    the geometry it was sized from, lies. (Byte by byte: a bitmap may be megabytes long.)"""
+    whole, part = divmod(used, 8)
+    stray = None
+    if part and whole < len(bitmap) and bitmap[whole] & (0xFF >> part):
+        stray = whole
+    elif any(bitmap[whole + (1 if part else 0):]):
+        stray = next(i for i in range(whole + (1 if part else 0), len(bitmap)) if bitmap[i])
+    if stray is not None:
+        n = next(n for n in range(8 * stray, 8 * stray + 8) if n >= used and bit(bitmap, n))
+        raise h5.fail(f"{what} marks page {n} initialised, but its data blocks have only "
+                      f"{used} pages", at)
 
 
 class Pages:
@@ -58,6 +64,8 @@ class Pages:
         self._read: dict[int, bytes] = {}
 
     def entry(self, k: int) -> bytes | None:
+        if not 0 <= k < self.elements:
+            raise self.h5.fail(f"{self.what} has no entry {k:,} (it holds {self.elements:,})", None)
         p = k // self.page_elements
         if not bit(self.bitmap, self.first_bit + p):
             return None

@@ -27,6 +27,9 @@ def chunks(src) -> LazyIndex:
     _version, client, size, page_bits = head.u8(), head.u8(), head.u8(), head.u8()
     count, block = head.length(), head.address()
     maxshape = tuple(m if m is not None else d for m, d in zip(src.maxshape or src.shape, src.shape))
+    if any(m < d for m, d in zip(maxshape, src.shape)):
+        raise h5.fail(f"dataset {src.what} has a maximum shape {list(maxshape)} below its shape "
+                      f"{list(src.shape)}", head.at)
     grid = tuple(-(-m // c) for m, c in zip(maxshape, src.chunk))
     if count != math.prod(grid):
         raise h5.fail(f"{what} holds {count:,} entries for {math.prod(grid):,} chunks", head.at)
@@ -44,7 +47,7 @@ def chunks(src) -> LazyIndex:
         body = checked(h5, block, prefix + count * size + CHECKSUM, what)
         _check_prefix(h5, body, src.layout.address, client, what)
         entries = body.data[prefix:]
-        return LazyIndex(src, number, lambda n: entries[n * size:(n + 1) * size])
+        return LazyIndex(src, number, lambda n: entries[n * size:(n + 1) * size] if n < count else None)
     # paged: the prefix is followed by its bitmap and checksum, then the pages
     pages = -(-count // page_elements)
     bitmap_bytes = (pages + 7) // 8
