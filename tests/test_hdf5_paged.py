@@ -207,3 +207,20 @@ def test_an_extensible_arrays_super_block_bitmap_and_pages_are_checked(path):
                                           r"'extensible/plain' fails its checksum"):
         tensorloupe.values(t, hdf5_files.EA_PAGED_START + 3 * 2048 + 1030, 10)
     assert tensorloupe.values(t, hdf5_files.EA_PAGED_START, 5) == ref[hdf5_files.EA_PAGED_START:][:5].tolist()
+
+
+def test_a_fixed_array_is_numbered_over_its_maximum_shape(tmp_path):
+    # a fixed maxshape above the shape: HDF5 sizes and numbers the array by the maximum's chunk
+    # grid (H5D__farray's max_down_chunks), so 40 x 60 entries (paged) for 30 x 50 chunks
+    path = tmp_path / "max.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("small", data=np.arange(30).reshape(5, 6), maxshape=(9, 10), chunks=(2, 2))
+        f.create_dataset("paged", data=np.arange(3000, dtype="i2").reshape(30, 100), maxshape=(40, 120),
+                         chunks=(1, 2), compression="gzip")
+    ck = tensorloupe.open(path)
+    with h5py.File(path) as f:
+        for name in ("small", "paged"):
+            t = ck.tensor(name)
+            assert t.info["index"] == "fixed-array"
+            assert tensorloupe.values(t, 0, t.numel) == f[name][()].ravel().tolist(), name
+    assert fixed_array(path.read_bytes(), ck.tensor("paged").source.layout.address)[1] == 40 * 60

@@ -5,9 +5,10 @@ Chunk indexes (spec IV.A.2.i, III.A.1, VII): the v1 B-tree of raw data chunks (l
 "earliest"; keys: chunk size, filter mask, the chunk's offset in each dimension, then 0), and
 in layout version 4 a single chunk, an implicit index (chunks one after another), a fixed
 array (farray.py), an extensible array (one unlimited dimension, earray.py) or a v2 B-tree
-(more than one, btree2.py); the two arrays' data blocks may be paged (arrays.py). Filters: deflate (1),
-shuffle (2), fletcher32 (3); others (szip, lzf, ...) make the dataset's problem. Every chunk lies inside the file and decodes to
-exactly its size, or the read is refused.
+(more than one, btree2.py); the two arrays' data blocks may be paged (arrays.py), and are looked
+up chunk by chunk. Filters: deflate (1), shuffle (2), fletcher32 (3); others (szip, lzf, ...)
+make the dataset's problem. Every chunk lies inside the file and decodes to exactly its size, or
+the read is refused.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class ChunkedSource(ByteSource):
         self.fill = (fill * math.prod(self.chunk))[:self.chunk_bytes] if fill and \
             len(fill) == element else bytes(self.chunk_bytes)
         self.grid = tuple(-(-d // c) for d, c in zip(self.shape, self.chunk))
-        self._index: dict[tuple, tuple[int, int, int]] | None = None   # coords -> (addr, size, mask)
+        # coords -> (addr, size, mask): a dict, or an array index's LazyIndex (same .get)
+        self._index = None
         self._kept: OrderedDict[tuple, bytes] = OrderedDict()
 
     @property
