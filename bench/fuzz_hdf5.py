@@ -5,6 +5,10 @@ HDF5 inputs are mutated where its structures are: the seed is walked once with t
 reader (formats/hdf5), which gives every object header and message offset, and the signatures
 of every B-tree, heap and chunk index; a mutation writes an interesting value (a count, a length,
 an address past the end, the address of another structure: a cycle) into one of those fields.
+The fixed and extensible array chunk indexes checksum every block and page (Jenkins lookup3):
+reading every tensor of the seed records each checksummed region, which become anchors too (a
+page has no signature), and half the mutations re-seal the regions they touched, so that the
+reader's checks behind the checksum (counts, bitmaps, addresses) are reached.
 Keras inputs mutate the HDF5 member (re-zipped stored), config.json or the archive; NeMo inputs
 mutate model_config.yaml (YAML features the subset refuses), the torch member (its data.pkl), the
 member names (escaping paths, links) or the tar bytes, plain and gzipped.
@@ -51,13 +55,49 @@ def h5_anchors(data: bytes) -> list[int]:
         while at >= 0:
             anchors.append(at)
             at = data.find(signature, at + 1)
+    anchors += [start for start, _ in checksummed(data)]
     return sorted(set(a for a in anchors if a < len(data)))
 
 
-def mutate_hdf5(rng: random.Random, data: bytes, anchors: list[int], donors: list[bytes]) -> bytes:
+def checksummed(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every array block and page whose last 4 bytes are the lookup3 checksum of
+    the rest, as tensorloupe's reader meets them reading every tensor of the seed."""
+    from tensorloupe.formats.hdf5 import arrays, earray, farray
+    from tensorloupe.source.base import MemorySource
+    import tensorloupe
+    regions, original = [], arrays.checked
+
+    def recording(h5, address, n, what):
+        regions.append((h5.base + address, h5.base + address + n))
+        return original(h5, address, n, what)
+    for module in (arrays, earray, farray):
+        module.checked = recording
+    try:
+        ckpt = tensorloupe.open(MemorySource(data, "seed.h5"))
+        for t in ckpt.tensors:
+            try:
+                tensorloupe.values(t, 0, t.numel)
+            except Exception:             # a dataset the seed's reader refuses (lzf): no regions
+                pass
+    finally:
+        for module in (arrays, earray, farray):
+            module.checked = original
+    return sorted(set(regions))
+
+
+def reseal(out: bytearray, regions: list[tuple[int, int]], touched: list[int]) -> None:
+    from tensorloupe.formats.hdf5.headers import lookup3
+    for start, end in regions:
+        if any(start <= at < end for at in touched) and end <= len(out):
+            out[end - 4:end] = lookup3(bytes(out[start:end - 4])).to_bytes(4, "little")
+
+
+def mutate_hdf5(rng: random.Random, data: bytes, anchors: list[int], donors: list[bytes],
+                regions: list[tuple[int, int]] = ()) -> bytes:
     if rng.random() < 0.2:
         return bytes_edit(rng, data, donors)
     out = bytearray(data)
+    touched = []
     for _ in range(rng.randint(1, 3)):
         at = rng.choice(anchors) + rng.randrange(0, 48)
         field = rng.choice(FIELDS)
@@ -73,6 +113,9 @@ def mutate_hdf5(rng: random.Random, data: bytes, anchors: list[int], donors: lis
         value %= 1 << (8 * field.size)
         if at + field.size <= len(out):
             field.pack_into(out, at, value)
+            touched.append(at)
+    if regions and rng.random() < 0.5:
+        reseal(out, regions, touched)
     return bytes(out)
 
 
@@ -96,7 +139,8 @@ class Seeds:
         # fixtures/make.py writes them to fixtures/out; a --seeds-dir without them falls back there
         out = Path(seeds_dir) if (Path(seeds_dir) / "hdf5").is_dir() else FIXTURES_OUT
         names = {"hdf5": ("hdf5/h5py-earliest.h5", "hdf5/h5py-latest.h5", "hdf5/h5py-dense.h5",
-                          "hdf5/keras-mlp.weights.h5", "hdf5/links/h5py-links.h5"),
+                          "hdf5/keras-mlp.weights.h5", "hdf5/links/h5py-links.h5",
+                          "hdf5/h5py-paged.h5"),
                  "keras": ("hdf5/keras-mlp.keras",),
                  "nemo": ("nemo/tiny.nemo",)}[fmt]
         self.seeds = []
@@ -108,6 +152,7 @@ class Seeds:
         self.donors = [data for _, data in self.seeds]
         if fmt == "hdf5":
             self.anchors = [h5_anchors(data) for _, data in self.seeds]
+            self.regions = [checksummed(data) for _, data in self.seeds]
         elif fmt == "keras":
             self.members = _members(self.seeds[0][1])
             h5 = dict(self.members)["model.weights.h5"]
@@ -127,7 +172,7 @@ class Seeds:
     def _hdf5(self, rng):
         i = rng.randrange(len(self.seeds))
         name, data = self.seeds[i]
-        return [(name, mutate_hdf5(rng, data, self.anchors[i], self.donors))]
+        return [(name, mutate_hdf5(rng, data, self.anchors[i], self.donors, self.regions[i]))]
 
     def _keras(self, rng):
         name, data = self.seeds[0]

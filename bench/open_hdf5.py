@@ -6,7 +6,9 @@ read at most the header/directory plus 64 KiB.
 
 Files, written by the real libraries in a temp dir: an h5py file of 16 MiB (contiguous and
 chunked+deflate datasets), the same as Keras's layout in a stored .keras ZIP, a NeMo-layout tar
-around a 16 MiB torch.save, and the tiny diffusers pipeline folder of fixtures/.
+around a 16 MiB torch.save, and the tiny diffusers pipeline folder of fixtures/. Then the paged
+chunk indexes of fixtures/hdf5_files.py's h5py-paged.h5: bytes at open, and the bytes one
+chunk's read costs against its whole chunk index (a lookup reads one page).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
+
+import hdf5_files  # noqa: E402
 
 import tensorloupe
 from tensorloupe.source import FileSource
@@ -88,6 +92,21 @@ def measure(label: str, target) -> None:
     ckpt.close()
 
 
+def measure_paged(path: Path) -> None:
+    """One chunk of each paged index: what its read costs, against what all its pages cost."""
+    for name, at in (("fixed/plain", 1500), ("extensible/plain", hdf5_files.EA_PAGED_START + 3 * 2048 + 1035)):
+        source = FileSource(path)
+        t = tensorloupe.open(source).tensor(name)
+        before = source.bytes_read
+        tensorloupe.values(t, at, 1)
+        one = source.bytes_read - before
+        before = source.bytes_read
+        tensorloupe.values(t, 0, t.numel)
+        rest = source.bytes_read - before
+        print(f"  {name:<17} one chunk reads {one:>7,} B (header, prefix, one page); every chunk "
+              f"{one + rest:>7,} B ({(one + rest) / one:4.1f}x)")
+
+
 def main() -> None:
     print("bytes read to list every tensor (limit: the non-tensor bytes + 64 KiB)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,6 +118,9 @@ def main() -> None:
         import diffusers_files
         pipeline = diffusers_files.write_all(folder)["diffusers_pipeline"]
         measure("diffusers", pipeline)
+        paged = hdf5_files.write_paged(folder / "h5py-paged.h5")
+        measure("hdf5-paged", paged)
+        measure_paged(paged)
 
 
 if __name__ == "__main__":

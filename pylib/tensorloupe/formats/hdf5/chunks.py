@@ -4,10 +4,11 @@ pipeline), and ChunkedSource, the dataset's row-major bytes made from the chunks
 Chunk indexes (spec IV.A.2.i, III.A.1, VII): the v1 B-tree of raw data chunks (libver
 "earliest"; keys: chunk size, filter mask, the chunk's offset in each dimension, then 0), and
 in layout version 4 a single chunk, an implicit index (chunks one after another), a fixed
-array ("FAHD" header, "FADB" data block, unpaged), an extensible array (one unlimited
-dimension, earray.py) or a v2 B-tree (more than one, btree2.py). Filters: deflate (1),
-shuffle (2), fletcher32 (3); others (szip, lzf, ...) make the dataset's problem. Every chunk lies inside the file and decodes to
-exactly its size, or the read is refused.
+array (farray.py), an extensible array (one unlimited dimension, earray.py) or a v2 B-tree
+(more than one, btree2.py); the two arrays' data blocks may be paged (arrays.py), and are looked
+up chunk by chunk. Filters: deflate (1), shuffle (2), fletcher32 (3); others (szip, lzf, ...)
+make the dataset's problem. Every chunk lies inside the file and decodes to exactly its size, or
+the read is refused.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections import OrderedDict
 
 from ...errors import FormatError, LimitError, UnsupportedError
 from ...source import ByteSource
-from . import btree2, earray
+from . import btree2, earray, farray
 from .file import Cursor, H5File
 from .groups import btree_node
 from .messages import Filter, Layout
@@ -31,7 +32,6 @@ RAW_CHUNK_NODE = 1
 MAX_CHUNK_BYTES = 64 << 20       # one decoded chunk
 MAX_CHUNKS = 1 << 20             # chunks of one dataset
 KEPT_BYTES = 64 << 20            # decoded chunks kept for the next read
-FIXED_ARRAY_HEADER, FIXED_ARRAY_BLOCK = b"FAHD", b"FADB"
 
 
 def problem_of(layout: Layout, pipeline: list[Filter], shape, element: int) -> str | None:
@@ -65,7 +65,8 @@ class ChunkedSource(ByteSource):
         self.fill = (fill * math.prod(self.chunk))[:self.chunk_bytes] if fill and \
             len(fill) == element else bytes(self.chunk_bytes)
         self.grid = tuple(-(-d // c) for d, c in zip(self.shape, self.chunk))
-        self._index: dict[tuple, tuple[int, int, int]] | None = None   # coords -> (addr, size, mask)
+        # coords -> (addr, size, mask): a dict, or an array index's LazyIndex (same .get)
+        self._index = None
         self._kept: OrderedDict[tuple, bytes] = OrderedDict()
 
     @property
@@ -241,36 +242,5 @@ def _implicit(src: ChunkedSource) -> dict:
     return out
 
 
-def _fixed_array(src: ChunkedSource) -> dict:
-    h5, what = src.h5, f"the fixed array of dataset {src.what}"
-    head = Cursor(h5, h5.read(src.layout.address, 8 + h5.length_size + h5.offset_size, what),
-                  h5.base + src.layout.address, what)
-    if head.take(4) != FIXED_ARRAY_HEADER:
-        raise h5.fail(f"{what} has no \"FAHD\" header", head.at)
-    _version, client, entry, page_bits = head.u8(), head.u8(), head.u8(), head.u8()
-    count, block = head.length(), head.address()
-    if count != math.prod(src.grid):
-        raise h5.fail(f"{what} holds {count:,} entries for {math.prod(src.grid):,} chunks", head.at)
-    if count > (1 << page_bits):
-        raise h5.fail(f"{what} is paged ({count:,} chunks), which tensorloupe does not read",
-                      head.at, UnsupportedError)
-    prefix = 6 + h5.offset_size
-    data = Cursor(h5, h5.read(block, prefix + count * entry, what), h5.base + block, what)
-    if data.take(4) != FIXED_ARRAY_BLOCK:
-        raise h5.fail(f"{what} has no \"FADB\" data block", data.at)
-    data.skip(prefix - 4)
-    out = {}
-    for n in range(count):
-        coords = tuple((n // math.prod(src.grid[i + 1:])) % g for i, g in enumerate(src.grid))
-        address = data.address()
-        if client == 1:                       # filtered chunks: size, then the filter mask
-            size, mask = data.uint(entry - h5.offset_size - 4), data.u32()
-        else:
-            size, mask = src.chunk_bytes, 0
-        if h5.defined(address):
-            out[coords] = (h5.base + address, size, mask)
-    return out
-
-
 INDEXES = {"btree1": _btree1, "single": _single, "implicit": _implicit,
-           "fixed-array": _fixed_array, "btree2": btree2.chunks, "extensible-array": earray.chunks}
+           "fixed-array": farray.chunks, "btree2": btree2.chunks, "extensible-array": earray.chunks}

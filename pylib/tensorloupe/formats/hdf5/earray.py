@@ -9,85 +9,154 @@ sblk_info); the index block keeps the data blocks of its first 2·log2(`super bl
 pointers`) super blocks itself. An entry is a chunk's address (and, filtered, its size and filter
 mask). A chunk's entry number is its grid coordinates in row-major order with the unlimited
 dimension moved first (H5D__earray's swizzle), each other dimension counted up to its maximum.
-Paged data blocks (more entries than 2^`page bits`) are refused: small datasets never have them.
+
+A data block of a super block with more than 2^`page bits` entries is paged (arrays.py): the
+super block then holds, before its data block addresses, one page-initialised bitmap for all its
+data blocks (data block d's page p is bit d * pages + p, H5EA__lookup_elmt). Every block is read
+when a lookup first needs it, and its checksum verified.
 """
 
 from __future__ import annotations
 
 import math
 
-from ...errors import LimitError, UnsupportedError
-from .file import Cursor
+from ...errors import LimitError
+from .arrays import CHECKSUM, LazyIndex, Pages, check_entry_size, check_padding, checked
 
 HEADER, INDEX_BLOCK, SUPER_BLOCK, DATA_BLOCK = b"EAHD", b"EAIB", b"EASB", b"EADB"
-UNFILTERED, FILTERED = 0, 1         # the header's client ID
 MAX_BLOCKS = 1 << 16
 
 
-def chunks(src) -> dict:
-    """A ChunkedSource's chunk index: grid coordinates -> (address, stored size, filter mask)."""
+def chunks(src) -> LazyIndex:
+    """A ChunkedSource's chunk index, looked up entry by entry."""
     h5, what = src.h5, f"the extensible array of dataset {src.what}"
     O, L = h5.offset_size, h5.length_size
-    c = Cursor(h5, h5.read(src.layout.address, 12 + 6 * L + O, what), h5.base + src.layout.address, what)
+    c = checked(h5, src.layout.address, 12 + 6 * L + O + CHECKSUM, what)
     if c.take(4) != HEADER:
         raise h5.fail(f"{what} has no \"EAHD\" header", c.at, expected="EAHD")
     _version, client, size, max_bits, index_elements, min_elements, min_pointers, page_bits = \
         (c.u8() for _ in range(8))
     c.skip(6 * L)
     index_block = c.address()
-    if client != (FILTERED if src.pipeline else UNFILTERED) or size < O + (4 + 1 if src.pipeline else 0):
-        raise h5.fail(f"{what} holds {size}-byte entries of client {client}, not this dataset's", c.at)
+    check_entry_size(src, client, size, what, c.at)
     if not (min_elements and min_pointers) or min_elements & (min_elements - 1) \
             or min_pointers & (min_pointers - 1) or max_bits > 64:
         raise h5.fail(f"{what} has an impossible geometry", c.at)
-    wanted = _entry_numbers(src)
-    needed = max(wanted.values(), default=-1) + 1
-    super_blocks = _super_blocks(max_bits, min_elements)
-    in_index = 2 * (min_pointers.bit_length() - 1)          # super blocks kept by the index block
-    direct = 2 * (min_pointers - 1)                          # their data blocks' addresses
-    indirect = max(0, len(super_blocks) - in_index)
-    block = Cursor(h5, h5.read(index_block, 6 + O + index_elements * size + (direct + indirect) * O, what),
-                   h5.base + index_block, what)
-    if block.take(4) != INDEX_BLOCK:
-        raise h5.fail(f"{what} has no \"EAIB\" index block", block.at, expected="EAIB")
-    block.skip(2 + O)
-    entries = [block.take(size) for _ in range(min(index_elements, needed))]
-    block.skip(max(0, index_elements - needed) * size)
-    data_blocks = [block.address() for _ in range(direct)]
-    super_addresses = [block.address() for _ in range(indirect)]
-    offset_bytes = (max_bits + 7) // 8
-    found: dict[int, bytes] = dict(enumerate(entries))
-    for s, (count, elements, start, first) in enumerate(super_blocks):
-        if index_elements + start >= needed:
-            break
-        if elements > 1 << page_bits:
-            raise h5.fail(f"{what} has paged data blocks, which tensorloupe does not read", None,
-                          UnsupportedError)
-        if s < in_index:
-            addresses = data_blocks[first:first + count]
+    number = _entry_number(src)
+    if not h5.defined(index_block):
+        return LazyIndex(src, number, lambda n: None)
+    return LazyIndex(src, number, _Array(h5, src.layout.address, index_block, client, size, max_bits,
+                                         index_elements, min_elements, min_pointers, page_bits,
+                                         what).entry)
+
+
+class _Array:
+    """Entry n's raw bytes (None: never written), reading each block the first time a lookup
+    passes through it."""
+
+    def __init__(self, h5, header, index_block, client, size, max_bits, index_elements,
+                 min_elements, min_pointers, page_bits, what):
+        O = h5.offset_size
+        self.h5, self.header, self.client, self.size, self.what = h5, header, client, size, what
+        self.index_elements, self.page_elements = index_elements, 1 << page_bits
+        self.max_bits, self.offset_bytes = max_bits, (max_bits + 7) // 8
+        self.super_blocks = _super_blocks(max_bits, min_elements)
+        self.in_index = 2 * (min_pointers.bit_length() - 1)     # super blocks kept by the index block
+        direct = 2 * (min_pointers - 1)                          # their data blocks' addresses
+        indirect = max(0, len(self.super_blocks) - self.in_index)
+        if any(elements > self.page_elements
+               for _, elements, _, _ in self.super_blocks[:self.in_index]):
+            raise h5.fail(f"{what} has paged data blocks in its index block (HDF5 never pages "
+                          "those)", h5.base + header)
+        block = checked(h5, index_block, 6 + O + index_elements * size + (direct + indirect) * O
+                        + CHECKSUM, what)
+        if block.take(4) != INDEX_BLOCK:
+            raise h5.fail(f"{what} has no \"EAIB\" index block", block.at, expected="EAIB")
+        self._owner(block, "index block")
+        self.entries = block.take(index_elements * size)
+        self.data_blocks = [block.address() for _ in range(direct)]
+        self.super_addresses = [block.address() for _ in range(indirect)]
+        self._supers: dict[int, tuple[list[int], bytes]] = {}
+        self._blocks: dict[int, object] = {}
+
+    def _owner(self, c, kind: str) -> None:
+        c.skip(1)                                                # version
+        client, owner = c.u8(), c.address()
+        if owner != self.header or client != self.client:
+            raise self.h5.fail(f"the {kind} of {self.what} belongs to another array", c.at,
+                               expected=f"header {self.header}, client {self.client}",
+                               found=f"{owner}, {client}")
+
+    def entry(self, n: int) -> bytes | None:
+        if n < self.index_elements:
+            return self.entries[n * self.size:(n + 1) * self.size]
+        m = n - self.index_elements
+        for s, (count, elements, start, first) in enumerate(self.super_blocks):
+            if m < start + count * elements:
+                break
         else:
-            addresses = _super_block(h5, super_addresses[s - in_index], count, offset_bytes, what)
-        for d, address in enumerate(addresses):
-            at = index_elements + start + d * elements
-            if h5.defined(address) and at < needed:
-                body = Cursor(h5, h5.read(address, 6 + O + offset_bytes + elements * size, what),
-                              h5.base + address, what)
-                if body.take(4) != DATA_BLOCK:
-                    raise h5.fail(f"{what} points at no \"EADB\" data block", body.at, expected="EADB")
-                body.skip(2 + O + offset_bytes)
-                for k in range(elements):
-                    found[at + k] = body.take(size)
-    out = {}
-    for coords, number in wanted.items():
-        raw = found.get(number)
-        if raw is None:
-            continue
-        e = Cursor(h5, raw, 0, f"an entry of {what}")
-        address = e.address()
-        stored, mask = (e.uint(size - O - 4), e.u32()) if src.pipeline else (src.chunk_bytes, 0)
+            raise self.h5.fail(f"{self.what} has no room for entry {n:,} (its maximum is "
+                               f"2^{self.max_bits})", None)
+        d, k = divmod(m - start, elements)
+        paged = elements > self.page_elements
+        if s < self.in_index:
+            address, bitmap = self.data_blocks[first + d], b""
+        else:
+            found = self._super_block(s, count, elements)
+            if found is None:
+                return None
+            addresses, bitmap = found
+            address = addresses[d]
+        if not self.h5.defined(address):
+            return None
+        block = self._blocks.get(address)
+        if block is None:
+            block = self._blocks[address] = self._data_block(address, elements, paged, bitmap, d)
+        if paged:
+            return block.entry(k)
+        return block[k * self.size:(k + 1) * self.size]
+
+    def _super_block(self, s: int, count: int, elements: int):
+        """Super block s's data block addresses and page bitmap (None: never allocated)."""
+        if s in self._supers:
+            return self._supers[s]
+        h5, O = self.h5, self.h5.offset_size
+        address = self.super_addresses[s - self.in_index]
+        found = None
         if h5.defined(address):
-            out[coords] = (h5.base + address, stored, mask)
-    return out
+            if count > MAX_BLOCKS:
+                raise h5.fail(f"a super block of {self.what} holds {count:,} data blocks", None,
+                              LimitError)
+            pages = elements // self.page_elements if elements > self.page_elements else 0
+            bitmap_bytes = count * ((pages + 7) // 8)
+            c = checked(h5, address, 6 + O + self.offset_bytes + bitmap_bytes + count * O + CHECKSUM,
+                        f"a super block of {self.what}")
+            if c.take(4) != SUPER_BLOCK:
+                raise h5.fail(f"{self.what} points at no \"EASB\" super block", c.at,
+                              expected="EASB")
+            self._owner(c, "super block")
+            c.skip(self.offset_bytes)
+            bitmap = c.take(bitmap_bytes)
+            check_padding(h5, bitmap, count * pages, f"a super block of {self.what}", c.at)
+            found = ([c.address() for _ in range(count)], bitmap)
+        self._supers[s] = found
+        return found
+
+    def _data_block(self, address: int, elements: int, paged: bool, bitmap: bytes, d: int):
+        """An unpaged data block's entries, or a paged one's Pages."""
+        h5, O = self.h5, self.h5.offset_size
+        prefix = 6 + O + self.offset_bytes
+        what = f"a data block of {self.what}"
+        c = checked(h5, address, prefix + (0 if paged else elements * self.size) + CHECKSUM, what)
+        if c.take(4) != DATA_BLOCK:
+            raise h5.fail(f"{self.what} points at no \"EADB\" data block", c.at, expected="EADB")
+        self._owner(c, "data block")
+        c.skip(self.offset_bytes)
+        if not paged:
+            return c.take(elements * self.size)
+        pages = elements // self.page_elements
+        return Pages(h5, address + prefix + CHECKSUM, elements, self.page_elements, self.size,
+                     bitmap, d * pages, what)
 
 
 def _super_blocks(max_bits: int, min_elements: int) -> list[tuple[int, int, int, int]]:
@@ -100,20 +169,7 @@ def _super_blocks(max_bits: int, min_elements: int) -> list[tuple[int, int, int,
     return out
 
 
-def _super_block(h5, address: int, count: int, offset_bytes: int, what: str) -> list[int]:
-    if not h5.defined(address):
-        return []
-    if count > MAX_BLOCKS:
-        raise h5.fail(f"a super block of {what} holds {count:,} data blocks", None, LimitError)
-    c = Cursor(h5, h5.read(address, 6 + h5.offset_size + offset_bytes + count * h5.offset_size, what),
-               h5.base + address, what)
-    if c.take(4) != SUPER_BLOCK:
-        raise h5.fail(f"{what} points at no \"EASB\" super block", c.at, expected="EASB")
-    c.skip(2 + h5.offset_size + offset_bytes)
-    return [c.address() for _ in range(count)]
-
-
-def _entry_numbers(src) -> dict[tuple, int]:
+def _entry_number(src):
     """Each chunk's entry number: grid coordinates row-major, the unlimited dimension first, the
     others counted up to their maximum size (the dataspace's)."""
     maxshape = src.maxshape or src.shape
@@ -128,8 +184,7 @@ def _entry_numbers(src) -> dict[tuple, int]:
     order = [u] + [i for i in range(len(src.shape)) if i != u]
     most = [-(-maxshape[i] // src.chunk[i]) if i != u else 0 for i in order]
     down = [math.prod(most[k + 1:]) for k in range(len(order))]
-    out = {}
-    for n in range(math.prod(src.grid)):
-        coords = tuple((n // math.prod(src.grid[i + 1:])) % g for i, g in enumerate(src.grid))
-        out[coords] = sum(coords[i] * step for i, step in zip(order, down))
-    return out
+
+    def number(coords: tuple) -> int:
+        return sum(coords[i] * step for i, step in zip(order, down))
+    return number
