@@ -240,3 +240,15 @@ def test_lycoris_merge_to_scales_loha_and_lokr_twice_which_its_forward_does_not(
             got = (merge_to[name] - base[name]).reshape(t.shape)
             torch.testing.assert_close(got, ours(t) * scale, rtol=0, atol=1e-5 * max(1.0, float(got.abs().max())))
             assert scale == 1 or not torch.allclose(got, ours(t), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", sorted(fx.PEFT_CASES))
+def test_an_adapter_peft_saved_at_its_default_init_is_untrained_not_dead(kind, tmp_path, capsys):
+    from peft import LoHaConfig, LoKrConfig, get_peft_model
+    config = {"loha": LoHaConfig, "lokr": LoKrConfig}[kind](
+        **fx.PEFT_CASES[kind], target_modules=fx.TARGETS, use_effective_conv2d=True)
+    get_peft_model(fx.TinyConv(), config).save_pretrained(tmp_path / kind)
+    flags = flags_of(run_json(capsys, "health", tmp_path / kind))
+    assert {name for name, k in flags if k == "untrained"} == {f"{m}.weight" for m in fx.TARGETS}
+    assert all(f["severity"] == "info" for (_, k), f in flags.items() if k == "untrained")
+    assert not [k for _, k in flags if k in ("dead_pair", "dead", "nonfinite", "exploding")]

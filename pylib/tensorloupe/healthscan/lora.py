@@ -34,7 +34,8 @@ from .rules import SEVERITIES, Flag, median
 EXPLODE_WARN, EXPLODE_ERROR = 10.0, 100.0
 NORM_PRODUCTS = 1 << 23
 # the factors lycoris and peft initialise at zero (so ΔW starts at zero): all zero means untrained
-INIT_ZERO = ("lora_up.weight", "hada_w2_a", "hada_w2_b", "lokr_w2", "lokr_w2_b")
+# (lycoris: lora_up, hada_w2_a, lokr_w2 / lokr_w2_b; peft: hada_w2_b, lokr_w1 / lokr_w1_a)
+INIT_ZERO = ("lora_up.weight", "hada_w2_a", "hada_w2_b", "lokr_w1", "lokr_w1_a", "lokr_w2", "lokr_w2_b")
 MIN_PAIRS = 3          # a median of fewer pairs says nothing
 REPLACED = ("dead", "nonfinite")
 LABELS = {"nan": "NaN", "posinf": "+Inf", "neginf": "-Inf"}
