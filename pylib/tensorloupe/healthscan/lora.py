@@ -170,20 +170,21 @@ def lycoris_norm(t: Tensor) -> float | None:
     if kind == "lokr":
         (_, w1), (_, w2) = factors
         return scale * math.sqrt(fsum(v * v for v in w1)) * math.sqrt(fsum(v * v for v in w2))
-    if kind == "loha":      # K_A rows w1_a[p] ⊗ w2_a[p], K_B columns w1_b[:, q] ⊗ w2_b[:, q]
+    if kind == "loha":
         (a1, c1), (a2, c2) = factors
-        r1, r2 = len(c1[0]), len(c2[0])
+        r1, r2, kernel, cols = len(c1[0]), len(c2[0]), 1, len(c1)
         out = len(a1) // r1
+    else:
+        t1, t2 = factors
+        r1, r2, kernel, (out, cols) = t1.r, t2.r, t1.kernel, t1.shape
+    if (r1 * r2) ** 2 * (out + cols) * kernel > NORM_PRODUCTS:    # before any product is made
+        return None
+    if kind == "loha":      # K_A rows w1_a[p] ⊗ w2_a[p], K_B columns w1_b[:, q] ⊗ w2_b[:, q]
         slices = [([a1[i * r1:(i + 1) * r1] for i in range(out)], c1,
                    [a2[i * r2:(i + 1) * r2] for i in range(out)], c2)]
     else:                   # a Tucker LoHa: one LoHa per kernel position
-        t1, t2 = factors
-        r1, r2, out = t1.r, t2.r, len(t1.wa)
         slices = [([t1.mixed(i)[k] for i in range(out)], t1.wb, [t2.mixed(i)[k] for i in range(out)], t2.wb)
-                  for k in range(t1.kernel)]
-    cols = len(slices[0][1])
-    if (r1 * r2) ** 2 * (out + cols) * len(slices) > NORM_PRODUCTS:
-        return None
+                  for k in range(kernel)]
     total = 0.0
     for rows1, cols1, rows2, cols2 in slices:
         ka = [[x * y for x in row1 for y in row2] for row1, row2 in zip(rows1, rows2)]      # [out, r1·r2]
