@@ -18,7 +18,7 @@ import math
 
 from ..errors import LOW_LEVEL_ERRORS, TensorloupeError
 from ..model import Checkpoint, Tensor
-from .pairs import (KOHYA, KOHYA_LYCORIS, LYCORIS_COMPUTED, NEEDS_CONFIG, PEFT, PEFT_LYCORIS, Pair,
+from .pairs import (KOHYA, KOHYA_LYCORIS, LOCON_MID, LYCORIS_COMPUTED, NEEDS_CONFIG, PEFT, PEFT_LYCORIS, Pair,
                     find_pairs, kind_of, layout_of, scalar)
 
 EXTRAS_KEY = "adapter"
@@ -61,6 +61,10 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "adapter_config.js
     # a kohya `.alpha` of no lora_down/lora_up is a LyCORIS module's (lycoris.py)
     others += [t for p in found if p.down is None and p.up is None for t in p.stored]
     found = [p for p in found if p.down is not None or p.up is not None]
+    # a pair with a lora_mid is LyCORIS LoCon with a Tucker core: one module of three (lycoris.py)
+    with_mid = {t.name[:-len(LOCON_MID)] for t in others if t.name.endswith(LOCON_MID)}
+    others += [t for p in found if p.module in with_mid for t in p.stored]
+    found = [p for p in found if p.module not in with_mid]
     summary = {"layout": layout, "kind": kind_of(layout),
                "source": where if layout in NEEDS_CONFIG else "tensor names and ss_* metadata",
                "pairs": len(found), "parameters": ckpt.parameter_count}
@@ -110,7 +114,7 @@ def apply(ckpt: Checkpoint, config: dict | None, where: str = "adapter_config.js
         dropped.update(t.name for t in pair.stored)
         if pair.bias is not None:
             made[pair.bias.name] = _bias_tensor(pair, scale)
-    if layout in (PEFT_LYCORIS, KOHYA_LYCORIS) or any(t.name.endswith(LYCORIS_COMPUTED) for t in others):
+    if layout in (PEFT_LYCORIS, KOHYA_LYCORIS) or any(t.name.endswith((*LYCORIS_COMPUTED, LOCON_MID)) for t in others):
         others, summary["algorithms"] = _apply_lycoris(ckpt, others, layout, settings, made, dropped,
                                                        (scales, ranks, alphas))
     renamed = _modules_to_save(others, settings) if settings else {}

@@ -8,7 +8,11 @@ merge_and_unload computes it (peft/tuners/lora/layer.py `merge`):
          weight's dim 1, conv dims 1..3), m the stored magnitude vector
   modules_to_save   the adapter's copy instead of the base's
 
-Tensors of the base the adapter does not touch are the base's own.
+Tensors of the base the adapter does not touch are the base's own. A kohya-named ΔW
+(`lycoris_conv1.weight`, `lora_unet_down_blocks_0_conv1.weight`) is the base weight whose path,
+dots as underscores, is its module name without the prefix (how sd-scripts and the lycoris
+library name modules); a ΔW shown flat ([out, in·kh·kw]) adds to the base's conv weight of the
+same rows and elements.
 """
 
 from __future__ import annotations
@@ -76,10 +80,11 @@ def with_adapter(base: Checkpoint, adapter: Checkpoint) -> tuple[Checkpoint, dic
     if adapter.extras["adapter"].get("problem"):
         raise FormatError(adapter.extras["adapter"]["problem"], file=adapter.name)
     by_name = {t.name: t for t in base.tensors}
+    kohya = _kohya_names(base) if adapter.extras["adapter"].get("layout", "").startswith("kohya") else {}
     applied, replaced, problems = [], [], []
     changed: dict[str, Tensor] = {}
     for t in adapter.tensors:
-        target = by_name.get(t.name)
+        target = by_name.get(t.name) or by_name.get(kohya.get(_kohya_key(t.name)))
         lora = (t.info.get("lora") or t.info.get("lycoris")) if t.parts else None
         if lora is None and "adapter" not in t.info:
             continue
@@ -91,10 +96,10 @@ def with_adapter(base: Checkpoint, adapter: Checkpoint) -> tuple[Checkpoint, dic
             changed[t.name] = t
             replaced.append(t.name)
             continue
-        changed[t.name] = replace(target, dtype="F32", offset=0, nbytes=4 * target.numel, strides=None,
+        changed[target.name] = replace(target, dtype="F32", offset=0, nbytes=4 * target.numel, strides=None,
                                   source=MergedSource(target, t, _magnitude(t)),
                                   info={"computed as": f"base + {t.info['computed as']}"}, parts=(target, t))
-        applied.append(t.name)
+        applied.append(target.name)
     view = Checkpoint(base.format, f"{base.name} + {adapter.name}", base.size,
                       [changed.get(t.name, t) for t in base.tensors], base.metadata,
                       base.warnings + [f"adapter {p}; compared as in the base" for p in problems],
@@ -102,10 +107,41 @@ def with_adapter(base: Checkpoint, adapter: Checkpoint) -> tuple[Checkpoint, dic
     return view, {"adapter": adapter.name, "applied": applied, "replaced": replaced, "problems": problems}
 
 
+def _kohya_key(name: str) -> str | None:
+    """A kohya-named ΔW's module without its prefix (`lora_unet_down_blocks_0_conv.weight` ->
+    `down_blocks_0_conv`), or None for a name of no kohya prefix."""
+    from .pairs import KOHYA_PREFIXES
+    prefix = next((p for p in KOHYA_PREFIXES if name.startswith(p)), None)
+    if prefix is None or not name.endswith(".weight"):
+        return None
+    return name[len(prefix):-len(".weight")]
+
+
+def _kohya_names(base: Checkpoint) -> dict[str, str]:
+    """kohya module name -> the base weight it is made from, as sd-scripts and the lycoris
+    library name a module (its path with `.` as `_`). Two base weights of one kohya name are
+    left out: which one the adapter meant is not known (it is then said: no tensor of that name)."""
+    found: dict[str, str] = {}
+    clashing = set()
+    for t in base.tensors:
+        if t.name.endswith(".weight"):
+            key = t.name[:-len(".weight")].replace(".", "_")
+            if key in found:
+                clashing.add(key)
+            found[key] = t.name
+    return {k: v for k, v in found.items() if k not in clashing}
+
+
+def _same_rows(target: Tensor, delta: Tensor) -> bool:
+    """A ΔW whose base shape is not stored (a conv LoHa's [out, in·kh·kw], peft's conv1d Tucker
+    [out, in, k, 1]) holds the base's elements in the same order: the same rows, as many values."""
+    return target.shape[:1] == delta.shape[:1] and target.numel == delta.numel
+
+
 def _unpairable(t: Tensor, target: Tensor | None, lora: dict | None) -> str | None:
     if target is None:
         return "the base has no tensor of that name"
-    if tuple(target.shape) != tuple(t.shape):
+    if tuple(target.shape) != tuple(t.shape) and not (lora is not None and _same_rows(target, t)):
         return f"the base's is {list(target.shape)}, the adapter's {list(t.shape)}"
     if lora is None:
         return None

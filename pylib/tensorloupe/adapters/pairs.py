@@ -108,12 +108,12 @@ FACTOR_SUFFIXES = tuple(s for s, (_, role, _) in SUFFIXES.items() if role in ("d
 # LyCORIS parameter names (the lycoris library's modules, as peft's LoHa/LoKr layers name them
 # too): those computed (lycoris.py ROLES) and those of algorithms that are not, which are listed
 # with their algorithm's name, never guessed
-LYCORIS_COMPUTED = (".hada_w1_a", ".hada_w1_b", ".hada_w2_a", ".hada_w2_b", ".lokr_w1",
-                    ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b")
-LYCORIS_OTHERS = {".hada_t1": "LoHa with CP-decomposed conv (hada_t1/hada_t2)",
-                  ".hada_t2": "LoHa with CP-decomposed conv (hada_t1/hada_t2)",
-                  ".lokr_t2": "LoKr with CP-decomposed conv (lokr_t2)",
-                  ".oft_blocks": "OFT", ".oft_diag": "Diag-OFT", ".oft_r": "BOFT",
+LYCORIS_COMPUTED = (".hada_w1_a", ".hada_w1_b", ".hada_w2_a", ".hada_w2_b", ".hada_t1", ".hada_t2",
+                    ".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b",
+                    ".lokr_t2")
+# LyCORIS LoCon with a Tucker core (use_tucker): a kohya LoRA pair and this, one module (lycoris.py)
+LOCON_MID = ".lora_mid.weight"
+LYCORIS_OTHERS = {".oft_blocks": "OFT", ".oft_diag": "Diag-OFT", ".oft_r": "BOFT",
                   ".diff": "full fine-tune (diff)", ".diff_b": "full fine-tune (diff)",
                   ".w_norm": "norm", ".b_norm": "norm", ".a1.weight": "GLoRA", ".a2.weight": "GLoRA",
                   ".b1.weight": "GLoRA", ".b2.weight": "GLoRA", ".ia3_l": "IA3"}
@@ -121,7 +121,7 @@ KOHYA_PREFIXES = ("lora_unet_", "lora_te_", "lora_te1_", "lora_te2_", "lycoris_"
 # a layout in words (the CLI and the page say `kind`); LyCORIS ones add the algorithms computed
 KINDS = {PEFT: "PEFT LoRA", KOHYA: "kohya/A1111 LoRA", PEFT_LYCORIS: "PEFT LyCORIS",
          KOHYA_LYCORIS: "LyCORIS (kohya names)"}
-ALGORITHMS = {"loha": "LoHa", "lokr": "LoKr"}
+ALGORITHMS = {"loha": "LoHa", "lokr": "LoKr", "locon": "LoCon Tucker"}
 
 
 def kind_of(layout: str, algorithms: dict | None = None) -> str:

@@ -5,7 +5,8 @@ parts of one checkpoint (safetensors shards, split GGUF parts, with or without t
 folder holding one checkpoint; a `*.safetensors.index.json` or `*.bin.index.json` (its shards are the files it names,
 beside it); and URLs of any of these files (an index URL's shards are resolved relative to it),
 object store URLs too (s3://, gs://, az://, hf://), where a folder is a URL ending in '/' (its
-objects are listed).
+objects are listed). A diffusers folder's model_index.json URL, or its http(s) folder URL ending
+in '/', names its components' files (pipeline_urls.py: found by name, no server lists a folder).
 A `config.json` beside the model is found too (moe reads its top-k). `org/model[@revision]` is
 the snapshot in the local Hugging Face cache, else the model's files on the Hub (hubremote.py).
 
@@ -54,6 +55,11 @@ def resolve(items) -> Target:
             from .hubremote import locate
             hub = locate(items[0], missing)
             items = hub.files
+    if len(items) == 1 and isinstance(items[0], str) and items[0].startswith(("http://", "https://")):
+        from .pipeline_urls import index_url
+        index = index_url(items)
+        if index is not None:          # a diffusers folder by URL: its files found by name
+            items = _pipeline_by_url(index)
     expanding = [isinstance(i, str) and _expands(i) for i in items]
     # An index given with shards beside it names the set; the shards given are the ones wanted.
     alone = all(expanding) or not any(isinstance(i, str) and is_index_name(i)
@@ -121,6 +127,31 @@ def _shards_of(index: str) -> list[str]:
                          f"(e.g. {names[0]})" if names else "the index names no shard files",
                          file=os.path.basename(index))
     return present
+
+
+def _pipeline_by_url(index: str) -> list:
+    """A diffusers folder's files by URL (pipeline_urls.py: model_index.json, each component's
+    config.json and weights), as the sources its probes opened: each file's first ranged
+    request is the one that found it, and is not asked again."""
+    from ..source import CachedSource
+    from . import hubfiles, pipeline_urls
+    opened: list = []
+
+    def probe_all(urls):
+        found = pipeline_urls.http_probe_all(urls)
+        opened.extend(p["source"] for p in found.values() if "source" in p)
+        return found
+    try:
+        urls, probes = pipeline_urls.files(index, probe_all, pipeline_urls.http_open, hubfiles.shard_urls)
+    except BaseException:
+        for source in opened:
+            source.close()
+        raise
+    kept = [probes[u]["source"] for u in urls]
+    for source in opened:
+        if not any(source is k for k in kept):
+            source.close()
+    return [CachedSource(s) for s in kept]
 
 
 def _zero_tag(folder: str, names: list[str]) -> list[str] | None:

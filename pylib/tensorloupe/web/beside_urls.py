@@ -3,10 +3,8 @@ adapter_config.json, and a diffusers folder's files (the page cannot list a serv
 
   adapter   `.../adapter_model.safetensors` -> `.../adapter_config.json` (the same folder URL:
             the rule of every file read beside a model, opening/beside.py)
-  diffusers `.../model_index.json`, or the folder's URL ending in `/`: model_index.json read
-            whole; for each component it names (a plain folder name), its `config.json` and
-            its weights: a safetensors index (then the shards it names) or the single file, in
-            diffusers' order of preference (COMPONENT_WEIGHTS)
+  diffusers `.../model_index.json`, or the folder's URL ending in `/`: the files
+            opening/pipeline_urls.py finds (the CLI's rule too), probed by the worker
 
 Every URL named here is in the user's URL's folder or a component folder under it, so on the
 same origin (checked again before any is asked for). The worker probes them as it probes the
@@ -17,31 +15,20 @@ said instead. Then the files open as URLs given together do (shards.open_all, op
 
 from __future__ import annotations
 
-import re
-
 from ..adapters.pairs import NEEDS_CONFIG, layout_of
-from ..errors import LimitError, UsageError
-from ..opening.beside import ADAPTER_CONFIG_NAME, CONFIG_NAME, MAX_CONFIG_BYTES, parse_object
-from ..opening.pipeline import MAX_COMPONENTS, MODEL_INDEX
+from ..opening import pipeline_urls
+from ..opening.beside import ADAPTER_CONFIG_NAME
+from ..opening.pipeline import MAX_COMPONENTS, MODEL_INDEX   # noqa: F401  (the page's limits, named here)
+from ..opening.pipeline_urls import COMPONENT_NAME, COMPONENT_WEIGHTS   # noqa: F401
 from ..source.remote import sibling_url, url_name
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-# a component's weights, best first: diffusers' save_pretrained names (and transformers' for
-# text encoders); an index before its single file
-COMPONENT_WEIGHTS = ("diffusion_pytorch_model.safetensors.index.json", "model.safetensors.index.json",
-                     "diffusion_pytorch_model.safetensors", "model.safetensors")
-COMPONENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 NO_JSPI = "this browser cannot wait for files fetched while a model opens (no JSPI)"
 
 
 def pipeline_index(urls: list[str]) -> str | None:
     """The model_index.json URL when the user gave one URL of a diffusers folder, else None."""
-    if len(urls) != 1:
-        return None
-    url = urls[0].split("#", 1)[0].split("?", 1)[0]
-    if url.endswith("/"):
-        return url + MODEL_INDEX
-    return urls[0] if url_name(url) == MODEL_INDEX else None
+    return pipeline_urls.index_url(urls)
 
 
 def adapter_config_url(urls: list[str], names) -> str | None:
@@ -63,66 +50,13 @@ def read_adapter_config(url: str, probe_all, open_url) -> tuple[dict | None, str
 
 
 def pipeline_files(index_url: str, probe_all, open_url, shard_urls) -> tuple[list[str], dict]:
-    """The URLs of a diffusers folder's files (model_index.json first) and their probes."""
-    probes = probe_all([index_url])
-    if probes is None:
-        raise UsageError(f"a diffusers folder opened by URL needs its files found: {NO_JSPI}; "
-                         "give every file's URL instead", file=MODEL_INDEX)
-    if probes[index_url].get("status") != 206:
-        raise UsageError(f"no {MODEL_INDEX} was found at {index_url}", file=MODEL_INDEX)
-    index = _json(open_url(index_url, probes[index_url]), MODEL_INDEX)
-    components = [name for name, value in index.items() if not name.startswith("_")
-                  and isinstance(value, list) and value and value[0] is not None]
-    if len(components) > MAX_COMPONENTS:
-        raise LimitError(f"{MODEL_INDEX} names more than {MAX_COMPONENTS} components", file=MODEL_INDEX)
-    bad = [c for c in components if not COMPONENT_NAME.fullmatch(c) or c in (".", "..")]
-    if bad:
-        raise UsageError(f"{MODEL_INDEX} names a component {bad[0][:80]!r} that is not a folder "
-                         "name: no URL is made of it", file=MODEL_INDEX)
-    wanted = [sibling_url(index_url, f"{c}/{name}") for c in components
-              for name in (CONFIG_NAME, *COMPONENT_WEIGHTS)]
-    found = _same_origin(index_url, probe_all(wanted))
-    probes.update(found)
-    urls = [index_url]
-    for c in components:
-        config = sibling_url(index_url, f"{c}/{CONFIG_NAME}")
-        weights = [sibling_url(index_url, f"{c}/{name}") for name in COMPONENT_WEIGHTS]
-        present = [u for u in weights if found[u].get("status") == 206]
-        if not present:
-            continue
-        if found[config].get("status") == 206:
-            urls.append(config)
-        best = present[0]
-        if best.endswith(".index.json"):
-            text = _bytes(open_url(best, found[best]), url_name(best)).decode("utf-8", "replace")
-            shards = _same_origin(index_url, probe_all(shard_urls(best, text)))
-            probes.update(shards)
-            urls += [best, *shards]
-        else:
-            urls.append(best)
-    return urls, probes
-
-
-def _same_origin(base: str, probes: dict) -> dict:
-    """The probes, once every URL is checked to be on `base`'s origin (never another server)."""
-    from urllib.parse import urlsplit
-    origin = urlsplit(base)[:2]
-    for url in probes:
-        if urlsplit(url)[:2] != origin:
-            raise UsageError(f"{url} is not on the server of {base}: it is not fetched")
-    return probes
-
-
-def _bytes(source, name: str) -> bytes:
-    """A small file's bytes, whole (a config, an index: bounded like every file beside a model)."""
-    if source.size > MAX_CONFIG_BYTES:
-        raise LimitError(f"{name} is too large", file=name, expected=f"at most {MAX_CONFIG_BYTES} bytes",
-                         found=source.size)
-    return source.read(0, source.size)
+    """The URLs of a diffusers folder's files (model_index.json first) and their probes
+    (opening/pipeline_urls.py, the CLI's rule too; without JSPI that is said)."""
+    return pipeline_urls.files(index_url, probe_all, open_url, shard_urls, cannot_probe=NO_JSPI)
 
 
 def _json(source, name: str) -> dict:
-    return parse_object(_bytes(source, name), name)
+    return pipeline_urls._json(source, name)
 
 
 def probe_all(urls: list[str]) -> dict | None:
