@@ -65,6 +65,13 @@ def group(descriptors, config: dict, source: str,
             if made is not None:
                 used.update(p.name for p in mine.values())
                 out.append(made)
+    if "sparse-24-bitmask" in said:
+        # compressed-tensors' sparse compressor takes only names ending in `.weight`: packed codes
+        # (weight_packed) beside a 2:4 sparsity_config are stored dense, their zeros coded (sparse24.py)
+        for made in out:
+            if made.scheme is not None and made.scheme.layout != "sparse-24":
+                made.scheme.facts.setdefault("sparsity", f"stored dense (not 2:4-compressed: {source} sparsity_config "
+                                             "sparse-24-bitmask compresses only the `.weight` tensors of its targets)")
     return out
 
 

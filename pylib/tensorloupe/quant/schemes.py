@@ -63,7 +63,9 @@ LAYOUTS = (
             "stores_quant_config", "channel_wise", "optimize", "round_zero", "quant_scale", "quant_zero"),
            ("hqq",)),
     # compressed-tensors sparse-24-bitmask (sparse24.py): kept values + bitmask; <module>.weight is made.
-    Layout("sparse-24", "compressed", ("bitmask", "shape"), (), ("sparse-24-bitmask",)),
+    # Over int-/float-quantized codes the quantisation's scale and zero point stay beside them.
+    Layout("sparse-24", "compressed", ("bitmask", "shape"), ("weight_scale", "weight_zero_point", "input_scale"),
+           ("sparse-24-bitmask",)),
     # NVIDIA ModelOpt NVFP4 (modelopt.py): weight U8 + F8 weight_scale per 16, weight_scale_2 multiplies.
     Layout("modelopt-nvfp4", "weight", ("weight_scale", "weight_scale_2"), ("input_scale",), ("modelopt",)),
     # MLX (mlx.core.dequantize; quant/mlx.py): weight U32 bit stream per row + scales (+ biases for

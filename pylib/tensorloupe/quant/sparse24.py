@@ -8,60 +8,141 @@ pack_bitmasks is numpy.packbits(mask, axis=-1, bitorder="little"), so column c o
 c % 8 of byte c // 8; sparse24_bitmask_decompress scatters the kept values, in row-major order,
 to the set bits, zeros elsewhere. Every row keeps cols / 2 values (two of each four), so a row
 decodes from its own row of each part; a row whose mask says otherwise is a FormatError.
-Sparsity over quantised codes (a quantisation config_groups beside it) is not read.
+
+Over quantised codes ("2of4 FP8/INT8" models: config_groups beside the sparsity_config):
+ModelCompressor.compress runs the quantisation compressor first, so `<module>.weight` holds the
+codes (F8_E4M3 for float-quantized, I8 for int-quantized, naive_quantized.py), then the sparsity
+compressor, which takes every name ending in `.weight` and leaves `weight_scale` and
+`weight_zero_point` beside `compressed` as they were. Decompressing is the reverse: the codes
+scattered (code 0 where pruned: torch.zeros in the codes' dtype), then dequantize over every
+element, so a pruned element of an asymmetric int8 weight is (0 - z) * s, not 0. That second step
+is the fp8-scaled row's (decode.py `_fp8_scaled`), run here on the scattered code bytes.
+The sparse compressor never sees `weight_packed`, so a pack-quantized file with a 2:4
+sparsity_config stores its codes dense (the ct-pack row reads it; its scheme says so).
 """
 
 from __future__ import annotations
 
 from array import array
+from dataclasses import replace
 
+from ..dtypes import lookup
 from ..errors import FormatError
-from .decode import _rows
-from .groups import SCALE_DTYPES, Logical, Scheme, _ct_weights
+from .decode import _fp8_scaled, _values
+from .groups import SCALE_DTYPES, Logical, Part, Scheme, _build, _ct_weights
 
 FORMAT = "sparse-24-bitmask"
+SPARSE = "2:4 sparse (bitmask)"
+# the quantisation a 2:4 file's codes may carry: config type -> the codes' stored dtype
+CODE_DTYPES = {"float": "F8_E4M3", "int": "I8"}
+# column positions of the set bits of a mask byte (bit c % 8 of byte c // 8 is column c)
+_SET_BITS = tuple(tuple(b for b in range(8) if byte >> b & 1) for byte in range(256))
 
 
 def build(name: str, mine: dict, config: dict, source: str, read_small) -> Logical:
     values, bitmask, shape_part = mine["codes"], mine["bitmask"], mine["shape"]
     stem = name[: -len(".weight")]
+    weights = _ct_weights(config)
     scheme = Scheme("sparse-24", "compressed-tensors sparse-24-bitmask", 0, strategy="2:4",
                     facts={"method": f"{source} sparsity_config.format", "shape": shape_part.name},
-                    params={"described": "compressed-tensors 2:4 sparse (bitmask)"})
+                    params={"described": f"compressed-tensors {SPARSE}"})
     stored = tuple(values.shape)
 
     def packed(why: str) -> Logical:
         return Logical(name, stored, scheme, mine, f"packed, not dequantised: {why}")
-    if _ct_weights(config):
-        return packed(f"{FORMAT} over quantised codes ({source} config_groups) is not read")
     if read_small is None or len(shape_part.shape) > 2 or sum(shape_part.shape) > 3:
         return packed(f"{shape_part.name} {shape_part.shape} is not a weight's shape")
     shape = tuple(int(v) for v in read_small(shape_part.name))
     if len(shape) != 2 or shape[1] % 4 or min(shape) <= 0:
         return packed(f"{stem}.shape {shape} is not [rows, cols] with cols a multiple of 4")
     rows, cols = shape
-    if values.dtype not in SCALE_DTYPES or stored != (rows, cols // 2) \
-            or bitmask.dtype != "U8" or tuple(bitmask.shape) != (rows, -(-cols // 8)):
+    if tuple(bitmask.shape) != (rows, -(-cols // 8)) or bitmask.dtype != "U8" or stored != (rows, cols // 2):
         return packed(f"compressed {values.dtype} {stored} and bitmask {bitmask.dtype} {bitmask.shape} are "
                       f"not [{rows}, {cols // 2}] values and U8 [{rows}, {-(-cols // 8)}] for {shape}")
+    if weights:
+        return _over_codes(name, mine, shape, config, source, scheme, packed)
+    if values.dtype not in SCALE_DTYPES:
+        return packed(f"compressed {values.dtype} values without a quantisation config_groups in {source}")
     return Logical(name, shape, scheme, mine)
 
 
-def dequant(t: Logical, read, r0: int, r1: int) -> array:
-    cols = t.shape[1]
+def _over_codes(name, mine, shape, config, source, sparse: Scheme, packed) -> Logical:
+    """2:4 over int-quantized / float-quantized codes: the codes' scheme is the fp8-scaled row's,
+    built on the dense shape (its scale shapes say the strategy), with the sparsity's facts."""
+    weights = _ct_weights(config)
+    values = mine["codes"]
+    kind, bits = weights.get("type", "int"), weights.get("num_bits", 8)
+    fmt, fmt_from = _format(config, source)
+    if kind not in CODE_DTYPES or bits != 8 or values.dtype != CODE_DTYPES[kind]:
+        return packed(f"{FORMAT} over {bits!r}-bit {kind!r} codes stored as {values.dtype} ({fmt!r}): "
+                      f"compressed-tensors writes 2:4 over 8-bit codes only (F8_E4M3 float, I8 int)")
+    if "weight_scale" not in mine:
+        return packed(f"{source} config_groups quantises the weights, but no "
+                      f"{name[: -len('weight')]}weight_scale is stored beside the codes")
+    dense = {"codes": Part(values.name, values.dtype, shape),
+             **{k: v for k, v in mine.items() if k.startswith(("weight_", "input_"))}}
+    # the fp8-scaled row's own grouping: scale shapes -> strategy, the zero point's shape checked
+    inner = _build("fp8-scaled", name, dense, config, source, None)
+    if inner.reason:
+        return packed(inner.reason.removeprefix("packed, not dequantised: "))
+    q = inner.scheme
+    codes_words = ("FP8 e4m3" if kind == "float" else "int8") + f", per {q.strategy}"
+    if kind == "int":
+        codes_words += ", symmetric" if q.symmetric else ", asymmetric"
+    scheme = replace(q, layout="sparse-24",
+                     facts={**q.facts, "format": fmt_from, "sparsity": sparse.facts["method"],
+                            "shape": sparse.facts["shape"]},
+                     params={"described": f"compressed-tensors {codes_words} ({fmt}) + {SPARSE}",
+                             "codes": "fp8-scaled"})
+    return Logical(name, shape, scheme, mine)
+
+
+def _format(config: dict, source: str) -> tuple[str, str]:
+    for key, grp in (config.get("config_groups") or {}).items():
+        if isinstance(grp, dict) and grp.get("format"):
+            return str(grp["format"]), f"{source} config_groups.{key}.format"
+    return str(config.get("format") or "?"), f"{source} format"
+
+
+def dense_codes(t: Logical, read, r0: int, r1: int) -> bytes:
+    """The stored bytes rows [r0, r1) would have dense: each row's kept elements scattered to its
+    set bits, zero bytes elsewhere (torch.zeros in the stored dtype: +0.0, code 0)."""
+    rows, cols = t.shape
+    values, bitmask = t.parts["codes"], t.parts["bitmask"]
     half, width = cols // 2, -(-cols // 8)
-    kept = _rows(read, t.parts["codes"], r0, r1)
-    mask = read(t.parts["bitmask"].name, r0, r1 - r0)
-    out = array("f", bytes(4 * (r1 - r0) * cols))
+    item = max(1, int(lookup(values.dtype).bits) // 8)
+    kept = read(values.name, r0, r1 - r0)
+    mask = read(bitmask.name, r0, r1 - r0)
+    row_bytes = cols * item
+    out = bytearray(row_bytes * (r1 - r0))
     for i in range(r1 - r0):
-        at = [c for c in range(cols) if mask[i * width + c // 8] >> (c % 8) & 1]
+        at = [8 * j + b for j in range(width) for b in _SET_BITS[mask[i * width + j]] if 8 * j + b < cols]
         if len(at) != half:
-            raise FormatError(f"row {r0 + i} of tensor {t.parts['bitmask'].name!r} marks {len(at)} kept "
+            raise FormatError(f"row {r0 + i} of tensor {bitmask.name!r} marks {len(at)} kept "
                               f"values, not {half} (two of each four)", expected=half, found=len(at))
-        base = i * cols
-        for c, v in zip(at, kept[i * half:(i + 1) * half]):
-            out[base + c] = v
-    return out
+        src, base = i * half * item, i * row_bytes
+        if item == 1:
+            for k, c in enumerate(at):
+                out[base + c] = kept[src + k]
+        else:
+            for k, c in enumerate(at):
+                out[base + c * item:base + (c + 1) * item] = kept[src + k * item:src + (k + 1) * item]
+    return bytes(out)
+
+
+def dequant(t: Logical, read, r0: int, r1: int) -> array:
+    if t.scheme.params.get("codes") == "fp8-scaled":
+        codes = t.parts["codes"]
+        inner = Logical(t.name, t.shape, replace(t.scheme, layout="fp8-scaled"),
+                        {**t.parts, "codes": Part(codes.name, codes.dtype, t.shape)})
+
+        def dense(name: str, row_start: int, row_count: int) -> bytes:
+            # the codes read as their dense rows; the scale and zero point rows as stored
+            if name == codes.name:
+                return dense_codes(t, read, row_start, row_start + row_count)
+            return read(name, row_start, row_count)
+        return _fp8_scaled(inner, dense, r0, r1)
+    return array("f", _values(t.parts["codes"], dense_codes(t, read, r0, r1)))
 
 
 BUILDERS = {"sparse-24": build}
