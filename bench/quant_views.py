@@ -1,5 +1,5 @@
 """Benchmark: select -> stats and select -> heatmap of a quantised 4096 x 4096 weight (GPTQ 4-bit,
-AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, MLX affine 4-bit), against the same views of an unquantised
+AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, 2:4-sparse FP8, MLX affine 4-bit), against the same views of an unquantised
 F16 tensor of that shape, in CPython and (with --browser) in the page.
 
     python bench/quant_views.py [--runs 3] [--side 4096] [--browser]
@@ -36,7 +36,7 @@ import tensorloupe  # noqa: E402
 from tensorloupe import colormap  # noqa: E402
 from tensorloupe.sampler.sampling import grid, sample  # noqa: E402
 
-ITEM = {"F16": 2, "F32": 4, "I32": 4, "U8": 1, "U32": 4, "F8_E4M3": 1}
+ITEM = {"F16": 2, "F32": 4, "I32": 4, "U8": 1, "U32": 4, "F8_E4M3": 1, "I64": 8}
 
 
 def schemes(side: int) -> dict:
@@ -62,6 +62,16 @@ def schemes(side: int) -> dict:
         "MXFP4": ("w.experts.gate_up_proj", [("w.experts.gate_up_proj_blocks", "U8", [1, side, side // 32, 16], False),
                                              ("w.experts.gate_up_proj_scales", "U8", [1, side, side // 32], True)],
                   {"quant_method": "mxfp4"}),
+        # compressed-tensors 2:4 over FP8 codes, per channel: kept codes [side, side/2] (holes), a
+        # bitmask keeping columns 0, 1 of each four (0x33), the dense shape, one F32 scale a row
+        "FP8-2:4": ("w.weight", [("w.compressed", "F8_E4M3", [side, side // 2], False),
+                                 ("w.bitmask", "U8", [side, side // 8], b"\x33" * (side * side // 8)),
+                                 ("w.shape", "I64", [2, 1], struct.pack("<2q", side, side)),
+                                 ("w.weight_scale", "F32", [side, 1], True)],
+                    {"quant_method": "compressed-tensors", "format": "float-quantized",
+                     "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                         "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}}},
+                     "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}),
         "MLX-4bit": ("w.weight", [("w.weight", "U32", [side, side * 4 // 32], False),
                                   ("w.scales", "F16", [side, side // 64], True),
                                   ("w.biases", "F16", [side, side // 64], True)],
@@ -90,7 +100,9 @@ def write(folder: Path, parts: list, config: dict | None, stem: str = "model") -
         for d in shape:
             count *= d
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n * count]}
-        if fill:
+        if isinstance(fill, bytes):      # given bytes (a bitmask, a shape)
+            writes.append((offset, fill))
+        elif fill:
             writes.append((offset, _random(dtype, count, i)))
         elif fill is None:   # g_idx: i // group
             writes.append((offset, struct.pack(f"<{count}i", *(j // 128 for j in range(count)))))
