@@ -234,3 +234,60 @@ def test_a_bitmask_row_that_is_not_two_of_four_is_a_format_error(out, tmp_path, 
     code = main(["values", str(path), UP + "weight", "--start", str(4 * 76), "--count", "5"])
     err = capsys.readouterr().err
     assert code == 3 and f"row 4 of tensor '{UP}bitmask' marks " in err and "not 38 (two of each four)" in err
+
+
+def _dense_codes(stored: dict, stem: str) -> torch.Tensor:
+    """0.12.2's sparse24_bitmask_decompress, transcribed as test_quant_bnb.sparse24_decompress,
+    over the codes' bytes: zeros where pruned, the kept codes in row-major order at the set bits."""
+    codes, shape = stored[stem + "compressed"], stored[stem + "shape"].flatten().tolist()
+    mask = torch.from_numpy(np.unpackbits(stored[stem + "bitmask"].numpy(), axis=-1, count=shape[-1],
+                                          bitorder="little").reshape(shape).astype(bool))
+    dense = torch.zeros(shape, dtype=torch.int8)
+    dense[mask] = codes.view(torch.int8).flatten()
+    return dense.view(codes.dtype)
+
+
+@pytest.mark.parametrize("strategy", ["group", "block"])
+def test_group_and_block_scales_over_24_codes(out, tmp_path, strategy):
+    """The library writes only tensor and channel scales over these tiny weights (its observer
+    strategies here); group and block scales over the same 2:4 FP8 codes are written in beside
+    them and checked against the pinned compressed-tensors' own dequantize with those args."""
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
+    from safetensors.torch import save_file
+    args = {"group": {"strategy": "group", "group_size": 38}, "block": {"strategy": "block", "block_structure": [32, 38]}}[strategy]
+    shape = {"group": (76, 2), "block": (3, 2)}[strategy]
+
+    def change(qc):
+        qc["config_groups"]["group_0"]["weights"].update(args)
+    path = _rewritten(out, tmp_path, "fp8_channel", change)
+    sd = load_file(str(path))
+    gen = torch.Generator().manual_seed(24)
+    sd[Q + "weight_scale"] = (torch.rand(shape, generator=gen) * 1e-3 + 1e-4).contiguous()
+    save_file(sd, str(path))
+    want = dequantize(_dense_codes(sd, Q), sd[Q + "weight_scale"],
+                      args=QuantizationArgs(num_bits=8, type="float", symmetric=True, **args))
+    with tensorloupe.open(path) as ckpt:
+        t = ckpt.tensor(Q + "weight")
+        assert t.info["scheme"]["strategy"] == strategy
+        got = floats(t)
+        assert torch.equal(got, want.float())
+        plan = plan_grid(t, 9, 7)
+        cells = t.source.cells(plan.positions)
+        assert cells == [float(got.flatten()[p]) for p in plan.positions]
+
+
+@pytest.mark.parametrize("preset", SPARSE)
+def test_every_heatmap_cell_is_the_row_decoders_value(out, preset):
+    """The cell decoder (sparse24.cells: running popcounts of the mask, only the lattice's cells
+    decoded) gives each cell the value the row decoder gives it, bit for bit."""
+    with tensorloupe.open(out / f"sparse24q_{preset}" / "model.safetensors") as ckpt:
+        for t in ckpt.tensors:
+            if t.info.get("scheme", {}).get("layout") != "sparse-24":
+                continue
+            flat = values(t, 0, t.numel)
+            for rows, cols in ((9, 7), (30, 60), (t.shape[0], t.shape[1])):
+                plan = plan_grid(t, rows, cols)
+                cells = t.source.cells(plan.positions)
+                assert cells is not None, t.name      # the cell path answers
+                assert [repr(v) for v in cells] == [repr(flat[p]) for p in plan.positions], t.name

@@ -26,10 +26,13 @@ from __future__ import annotations
 from array import array
 from dataclasses import replace
 
+from itertools import accumulate
+
 from ..dtypes import lookup
 from ..errors import FormatError
-from .decode import _fp8_scaled, _values
+from .decode import _fp8_scaled, _rows, _values
 from .groups import SCALE_DTYPES, Logical, Part, Scheme, _build, _ct_weights
+from .rounding import round_to
 
 FORMAT = "sparse-24-bitmask"
 SPARSE = "2:4 sparse (bitmask)"
@@ -37,6 +40,7 @@ SPARSE = "2:4 sparse (bitmask)"
 CODE_DTYPES = {"float": "F8_E4M3", "int": "I8"}
 # column positions of the set bits of a mask byte (bit c % 8 of byte c // 8 is column c)
 _SET_BITS = tuple(tuple(b for b in range(8) if byte >> b & 1) for byte in range(256))
+_POPCOUNT = bytes(len(b) for b in _SET_BITS)
 
 
 def build(name: str, mine: dict, config: dict, source: str, read_small) -> Logical:
@@ -118,8 +122,7 @@ def dense_codes(t: Logical, read, r0: int, r1: int) -> bytes:
     for i in range(r1 - r0):
         at = [8 * j + b for j in range(width) for b in _SET_BITS[mask[i * width + j]] if 8 * j + b < cols]
         if len(at) != half:
-            raise FormatError(f"row {r0 + i} of tensor {bitmask.name!r} marks {len(at)} kept "
-                              f"values, not {half} (two of each four)", expected=half, found=len(at))
+            raise _not_two_of_four(bitmask, r0 + i, len(at), half)
         src, base = i * half * item, i * row_bytes
         if item == 1:
             for k, c in enumerate(at):
@@ -128,6 +131,11 @@ def dense_codes(t: Logical, read, r0: int, r1: int) -> bytes:
             for k, c in enumerate(at):
                 out[base + c * item:base + (c + 1) * item] = kept[src + k * item:src + (k + 1) * item]
     return bytes(out)
+
+
+def _not_two_of_four(bitmask: Part, row: int, found: int, half: int) -> FormatError:
+    return FormatError(f"row {row} of tensor {bitmask.name!r} marks {found} kept values, not {half} "
+                       "(two of each four)", expected=half, found=found)
 
 
 def dequant(t: Logical, read, r0: int, r1: int) -> array:
@@ -145,5 +153,73 @@ def dequant(t: Logical, read, r0: int, r1: int) -> array:
     return array("f", _values(t.parts["codes"], dense_codes(t, read, r0, r1)))
 
 
+def cells(t: Logical, read, rows: list[int], cols: list[int]):
+    """Cell decoder (cells.py) of a heatmap lattice: each row's mask and kept values read whole
+    (the row check needs every bit), but only the cells decoded: column c is kept value
+    popcount(the row's mask before c), found from running counts of its bytes, not by scattering
+    the row; over codes, that code's (q - z) * s as the fp8-scaled row decoder computes it."""
+    values, bitmask = t.parts["codes"], t.parts["bitmask"]
+    width_cols = t.shape[1]
+    half, width = width_cols // 2, -(-width_cols // 8)
+    item = max(1, int(lookup(values.dtype).bits) // 8)
+    quant = t.scheme.params.get("codes") == "fp8-scaled"
+    asks = [(bitmask.name, rows, 0, width), (values.name, rows, 0, half)]
+    scale, zp = t.parts.get("weight_scale"), t.parts.get("weight_zero_point")
+    strategy = t.scheme.strategy if quant else None
+    if quant and strategy != "tensor":      # the scale (and zero point) rows of these rows
+        bm = t.scheme.block[0] if strategy == "block" else 1
+        srows = sorted({r // bm for r in rows})
+        per = scale.shape[1] if len(scale.shape) > 1 else 1
+        asks += [(p.name, srows, 0, per) for p in (scale, zp) if p is not None]
+    got = yield asks
+    masks, kept = got[0], got[1]
+    tail = width_cols % 8           # bits past the last column in the last byte are not columns
+    last = (1 << tail) - 1 if tail else 0xFF
+    zero = bytes(item)
+    out: list = []
+    for i, r in enumerate(rows):
+        m = masks[i]
+        running = list(accumulate(m[:-1].translate(_POPCOUNT), initial=0)) if width > 1 else [0]
+        found = running[-1] + _POPCOUNT[m[-1] & last]
+        if found != half:
+            raise _not_two_of_four(bitmask, r, found, half)
+        row = kept[i]
+        picked = []
+        for c in cols:
+            j, b = divmod(c, 8)
+            byte = m[j]
+            if byte >> b & 1:
+                k = (running[j] + _POPCOUNT[byte & ((1 << b) - 1)]) * item
+                picked.append(row[k:k + item])
+            else:
+                picked.append(zero)
+        out += lookup(values.dtype).decode(b"".join(picked))
+    if not quant:
+        return out
+    n = len(cols)
+    # element (row i, column c) takes scale s[at[i] + c // gs]: its row's (block row's) scales
+    if strategy == "tensor":
+        one = scale.shape[0] if scale.shape else 1
+        s = _rows(read, scale, 0, one)
+        z = _rows(read, zp, 0, one) if zp is not None else None
+        at, gs = [0] * len(rows), width_cols
+    else:
+        s = [v for b in got[2] for v in _values(scale, b)]
+        z = [v for b in got[3] for v in _values(zp, b)] if zp is not None else None
+        where = {sr: k * per for k, sr in enumerate(srows)}
+        at = [where[r // bm] for r in rows]
+        gs = t.scheme.group_size if strategy == "group" else t.scheme.block[1] if strategy == "block" else width_cols
+    products = []
+    for i in range(len(rows)):
+        q, base = out[i * n:(i + 1) * n], at[i]
+        if z is None:
+            products += [qc * s[base + c // gs] for qc, c in zip(q, cols)]
+        else:
+            products += [(qc - z[base + c // gs]) * s[base + c // gs] for qc, c in zip(q, cols)]
+    # as the row decoder: each product rounded to float32, then to a BF16/F16 scale's dtype
+    return round_to(scale.dtype, products) if scale.dtype in ("BF16", "F16") else list(array("f", products))
+
+
 BUILDERS = {"sparse-24": build}
 DECODERS = {"sparse-24": dequant}
+CELLS = {"sparse-24": cells}
