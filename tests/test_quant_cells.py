@@ -13,12 +13,15 @@ import tensorloupe
 from tensorloupe.quant import logical
 from tensorloupe.sampler.sampling import grid, plan_grid, values
 
-# fixtures/make.py's output (quant_files.py, quant_lib_files.py); no oracle is imported, so
+# fixtures/make.py's output (quant_files.py, quant_lib_files.py, quant_bnb_files.py,
+# quant_sparse24q_files.py); no oracle is imported, so
 # this module also runs inside Pyodide (tests/pyodide), where the cell decoders run in the page
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out"
 CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.glob("quant_lib/*")]
                if p.name.startswith(("gptq", "awq", "mxfp4", "fp8_block", "mlx_affine", "mlx_experts",
-                                   "mlx_mxfp4", "mlx_nvfp4", "mlx_mxfp8")))
+                                   "mlx_mxfp4", "mlx_nvfp4", "mlx_mxfp8",
+                                   # 2:4 sparse (quant/sparse24.py): plain, and over FP8 / INT8 codes
+                                   "sparse24_", "sparse24q_fp8", "sparse24q_int8")))
 
 
 def test_the_cases_are_there():
