@@ -321,14 +321,17 @@ def test_a_bitmask_row_that_is_not_two_of_four_is_a_format_error(out, tmp_path, 
     assert "not 50 (two of each four)" in err
 
 
-def test_sparsity_over_quantised_codes_stays_packed(out, tmp_path):
+def test_float_values_beside_a_quantisation_config_are_plain_sparse(out, tmp_path):
+    """A module the quantisation leaves out (float values, no weight_scale) of a 2:4 file whose
+    config quantises others: read as plain 2:4 values (over codes: test_quant_sparse24q.py)."""
     folder = tmp_path / "sparse-quant"
     shutil.copytree(out / "sparse24_bf16_odd", folder)
     config = json.loads((folder / "config.json").read_text())
     config["quantization_config"]["config_groups"] = {"group_0": {"weights": {"num_bits": 8, "type": "float"}}}
     (folder / "config.json").write_text(json.dumps(config))
+    want = sparse24_reference(out / "sparse24_bf16_odd")["model.layers.0.mlp.up_proj.weight"]
     with tensorloupe.open(folder / "model.safetensors") as ckpt:
-        t = ckpt.tensor("model.layers.0.mlp.up_proj.compressed")
-        # BF16 values are not float-quantized codes (those are F8_E4M3: test_quant_sparse24q.py)
-        assert "over 8-bit 'float' codes stored as BF16" in t.info["quantisation"]
-        assert not any(x.parts for x in ckpt.tensors)
+        t = ckpt.tensor("model.layers.0.mlp.up_proj.weight")
+        assert t.info["scheme"]["from"]["quantisation"] == "none: float BF16 values, no weight_scale beside them"
+        got = np.frombuffer(t.source.read(0, t.source.size), "<f4").reshape(t.shape)
+        assert np.array_equal(got, want.numpy())

@@ -17,15 +17,18 @@ compressor, which takes every name ending in `.weight` and leaves `weight_scale`
 scattered (code 0 where pruned: torch.zeros in the codes' dtype), then dequantize over every
 element, so a pruned element of an asymmetric int8 weight is (0 - z) * s, not 0. That second step
 is the fp8-scaled row's (decode.py `_fp8_scaled`), run here on the scattered code bytes.
+A module the quantisation leaves out (float values, no weight_scale) is plain 2:4 in such a file.
 The sparse compressor never sees `weight_packed`, so a pack-quantized file with a 2:4
 sparsity_config stores its codes dense (the ct-pack row reads it; its scheme says so).
+
+A heatmap lattice (`cells`) decodes only its cells: kept value k of a row is column c where k is
+the number of set bits before c, found from running popcounts of the row's mask bytes.
 """
 
 from __future__ import annotations
 
 from array import array
 from dataclasses import replace
-
 from itertools import accumulate
 
 from ..dtypes import lookup
@@ -63,10 +66,12 @@ def build(name: str, mine: dict, config: dict, source: str, read_small) -> Logic
     if tuple(bitmask.shape) != (rows, -(-cols // 8)) or bitmask.dtype != "U8" or stored != (rows, cols // 2):
         return packed(f"compressed {values.dtype} {stored} and bitmask {bitmask.dtype} {bitmask.shape} are "
                       f"not [{rows}, {cols // 2}] values and U8 [{rows}, {-(-cols // 8)}] for {shape}")
-    if weights:
+    if weights and not (values.dtype in SCALE_DTYPES and "weight_scale" not in mine):
         return _over_codes(name, mine, shape, config, source, scheme, packed)
     if values.dtype not in SCALE_DTYPES:
         return packed(f"compressed {values.dtype} values without a quantisation config_groups in {source}")
+    if weights:     # a module the quantisation leaves out (its ignore list): float values, no scale
+        scheme.facts["quantisation"] = f"none: float {values.dtype} values, no weight_scale beside them"
     return Logical(name, shape, scheme, mine)
 
 
