@@ -1,11 +1,11 @@
 """Benchmark: select -> stats and select -> heatmap of a quantised 4096 x 4096 weight (GPTQ 4-bit,
-AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, 2:4-sparse FP8, MLX affine 4-bit), against the same views of an unquantised
-F16 tensor of that shape, in CPython and (with --browser) in the page.
+AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, 2:4-sparse FP8, MLX affine 4-bit), against the same
+views of an unquantised F16 tensor of that shape, in CPython and (with --browser) in the page.
 
     python bench/quant_views.py [--runs 3] [--side 4096] [--browser]
 
 Each file is sparse: its header, and random bytes only in the small parts (scales, zero points,
-block scales); the packed codes are holes (zero codes decode on the same path as any other
+block scales; the 2:4 bitmask keeps two of each four); the packed codes are holes (zero codes decode on the same path as any other
 codes, so the time is the decoders'). The views are the Tensor tab's first work: `sample` plus a
 64-bin histogram (stats), and the 256 x 256 `grid` lattice plus the colormap (heatmap; of expert
 0's matrix for the 3-D MXFP4 experts, against an F16 [1, side, side]), each on a freshly opened

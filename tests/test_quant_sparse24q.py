@@ -87,7 +87,8 @@ def test_the_scheme_says_both_facts_and_where_each_came_from(out):
         assert scheme["from"]["codes"] == f"{UP}compressed dtype I8"
         assert scheme["from"]["strategy"] == "weight_scale shape" and scheme["from"]["shape"] == UP + "shape"
         down = ckpt.tensor("model.layers.0.mlp.down_proj.weight")     # ignored by the sparsity: dense codes
-        assert down.info["scheme"]["layout"] == "fp8-scaled" and "stored dense" in down.info["scheme"]["from"]["sparsity"]
+        assert down.info["scheme"]["layout"] == "fp8-scaled"
+        assert "stored dense" in down.info["scheme"]["from"]["sparsity"]
         assert sorted(ckpt.extras["quantisation"]["schemes"]) == [
             "compressed-tensors int-quantized int8, per channel, asymmetric", DESCRIBED["int8_channel_asym"]]
 
@@ -255,7 +256,8 @@ def test_group_and_block_scales_over_24_codes(out, tmp_path, strategy):
     from compressed_tensors.quantization import QuantizationArgs
     from compressed_tensors.quantization.lifecycle.forward import dequantize
     from safetensors.torch import save_file
-    args = {"group": {"strategy": "group", "group_size": 38}, "block": {"strategy": "block", "block_structure": [32, 38]}}[strategy]
+    args = {"group": {"strategy": "group", "group_size": 38},
+            "block": {"strategy": "block", "block_structure": [32, 38]}}[strategy]
     shape = {"group": (76, 2), "block": (3, 2)}[strategy]
 
     def change(qc):
