@@ -5,8 +5,8 @@ views of an unquantised F16 tensor of that shape, in CPython and (with --browser
     python bench/quant_views.py [--runs 3] [--side 4096] [--browser]
 
 Each file is sparse: its header, and random bytes only in the small parts (scales, zero points,
-block scales; the 2:4 bitmask keeps two of each four); the packed codes are holes (zero codes decode on the same path as any other
-codes, so the time is the decoders'). The views are the Tensor tab's first work: `sample` plus a
+block scales; the 2:4 bitmask keeps two of each four); the packed codes are holes (zero codes
+decode on the same path as any other codes, so the time is the decoders'). The views are the Tensor tab's first work: `sample` plus a
 64-bin histogram (stats), and the 256 x 256 `grid` lattice plus the colormap (heatmap; of expert
 0's matrix for the 3-D MXFP4 experts, against an F16 [1, side, side]), each on a freshly opened
 checkpoint. Printed per scheme: median times, the ratio to F16's, reads and
