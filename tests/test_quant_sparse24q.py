@@ -42,7 +42,7 @@ DESCRIBED = {
 
 @pytest.fixture(scope="module")
 def out() -> Path:
-    if not (OUT / "quant" / "sparse24q_reference" / "int4_pack.safetensors").exists():
+    if not (OUT / "quant" / "sparse24q_int4_marlin24" / "config.json").exists():
         quant_sparse24q_files.write_all(OUT)
     return OUT / "quant"
 
@@ -284,12 +284,28 @@ def test_every_heatmap_cell_is_the_row_decoders_value(out, preset):
     """The cell decoder (sparse24.cells: running popcounts of the mask, only the lattice's cells
     decoded) gives each cell the value the row decoder gives it, bit for bit."""
     with tensorloupe.open(out / f"sparse24q_{preset}" / "model.safetensors") as ckpt:
-        for t in ckpt.tensors:
-            if t.info.get("scheme", {}).get("layout") != "sparse-24":
-                continue
+        sparse = [t for t in ckpt.tensors if t.info.get("scheme", {}).get("layout") == "sparse-24"]
+        assert len(sparse) == 6
+        for t in sparse:
             flat = values(t, 0, t.numel)
             for rows, cols in ((9, 7), (30, 60), (t.shape[0], t.shape[1])):
                 plan = plan_grid(t, rows, cols)
                 cells = t.source.cells(plan.positions)
                 assert cells is not None, t.name      # the cell path answers
                 assert [repr(v) for v in cells] == [repr(flat[p]) for p in plan.positions], t.name
+
+
+def test_marlin24_the_librarys_own_24_int4_is_refused_by_name(out):
+    """W4A16 with 2:4 is written as marlin-24 (the format the library infers for it), which the
+    library itself cannot decompress: every weight stays packed, as stored, and says why."""
+    folder = out / "sparse24q_int4_marlin24"
+    assert json.loads((folder / "config.json").read_text())["quantization_config"]["format"] == "marlin-24"
+    with tensorloupe.open(folder / "model.safetensors") as ckpt:
+        q = ckpt.extras["quantisation"]
+        assert (q["dequantised"], q["packed"]) == (0, 7) and not any(t.parts for t in ckpt.tensors)
+        t = ckpt.tensor(Q + "weight_packed")
+        assert t.dtype == "I32" and t.info["quantisation"] == (
+            "packed, not dequantised: marlin-24 (2:4 int4 in the Marlin kernel's permuted tiles, with "
+            "scale_packed and CUTLASS meta) is not read: compressed-tensors itself has no decompression "
+            "for it (Marlin24Compressor.decompress raises NotImplementedError)")
+        assert {Q + s for s in ("scale_packed", "meta")} <= {t.name for t in ckpt.tensors}

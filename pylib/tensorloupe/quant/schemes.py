@@ -66,6 +66,8 @@ LAYOUTS = (
     # Over int-/float-quantized codes the quantisation's scale and zero point stay beside them.
     Layout("sparse-24", "compressed", ("bitmask", "shape"), ("weight_scale", "weight_zero_point", "input_scale"),
            ("sparse-24-bitmask",)),
+    # compressed-tensors marlin-24 (what it writes for 2:4 int4): Marlin's tiles, refused (sparse24.py).
+    Layout("marlin-24", "weight_packed", ("scale_packed", "meta"), (), ("marlin-24",)),
     # NVIDIA ModelOpt NVFP4 (modelopt.py): weight U8 + F8 weight_scale per 16, weight_scale_2 multiplies.
     Layout("modelopt-nvfp4", "weight", ("weight_scale", "weight_scale_2"), ("input_scale",), ("modelopt",)),
     # MLX (mlx.core.dequantize; quant/mlx.py): weight U32 bit stream per row + scales (+ biases for

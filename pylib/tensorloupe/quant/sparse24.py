@@ -21,6 +21,9 @@ A module the quantisation leaves out (float values, no weight_scale) is plain 2:
 The sparse compressor never sees `weight_packed`, so a pack-quantized file with a 2:4
 sparsity_config stores its codes dense (the ct-pack row reads it; its scheme says so).
 
+compressed-tensors writes 2:4 int4 as marlin-24 (Marlin's tiles), which it cannot decompress
+itself: refused by name (`marlin24`).
+
 A heatmap lattice (`cells`) decodes only its cells: kept value k of a row is column c where k is
 the number of set bits before c, found from running popcounts of the row's mask bytes.
 """
@@ -73,6 +76,23 @@ def build(name: str, mine: dict, config: dict, source: str, read_small) -> Logic
     if weights:     # a module the quantisation leaves out (its ignore list): float values, no scale
         scheme.facts["quantisation"] = f"none: float {values.dtype} values, no weight_scale beside them"
     return Logical(name, shape, scheme, mine)
+
+
+def marlin24(name: str, mine: dict, config: dict, source: str, read_small) -> Logical:
+    """compressed-tensors' own format for 2:4 int4 (config/format.py: weight-only int4 or int8,
+    channel or group, with a 2:4 sparsity_structure), never dequantised here: the library itself
+    cannot decompress it (Marlin24Compressor.decompress raises NotImplementedError), and its
+    weight_packed / scale_packed / meta are the Marlin kernel's permuted 16x64 tiles and CUTLASS
+    metadata (sparse_quantized_compressors/marlin_24.py), not a row-major layout."""
+    w = _ct_weights(config)
+    bits = w.get("num_bits") if isinstance(w.get("num_bits"), int) else 0
+    scheme = Scheme("marlin-24", "compressed-tensors marlin-24", bits, group_size=w.get("group_size"),
+                    strategy=w.get("strategy"), facts={"method": f"{source} format"},
+                    params={"described": f"compressed-tensors marlin-24 (int{bits}, 2:4)"})
+    return Logical(name, tuple(mine["codes"].shape), scheme, mine,
+                   "packed, not dequantised: marlin-24 (2:4 int4 in the Marlin kernel's permuted tiles, with "
+                   "scale_packed and CUTLASS meta) is not read: compressed-tensors itself has no decompression "
+                   "for it (Marlin24Compressor.decompress raises NotImplementedError)")
 
 
 def _over_codes(name, mine, shape, config, source, sparse: Scheme, packed) -> Logical:
@@ -225,6 +245,6 @@ def cells(t: Logical, read, rows: list[int], cols: list[int]):
     return round_to(scale.dtype, products) if scale.dtype in ("BF16", "F16") else list(array("f", products))
 
 
-BUILDERS = {"sparse-24": build}
+BUILDERS = {"sparse-24": build, "marlin-24": marlin24}
 DECODERS = {"sparse-24": dequant}
 CELLS = {"sparse-24": cells}
