@@ -284,4 +284,13 @@ def _q8_0_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
     return True
 
 
-FAST = {"F32": (_f32_stats, _f32_add), "Q8_0": (_q8_0_stats, _q8_0_add)}
+def _q4_k_stats(data: bytes) -> Stats | None:
+    from .rawstats_q4_k import q4_k_stats
+    return q4_k_stats(data)
+
+
+def _decoded(binner: Binner, data: bytes, every_finite: bool) -> bool:
+    return False   # binned from the decoded values (the element path)
+
+
+FAST = {"F32": (_f32_stats, _f32_add), "Q8_0": (_q8_0_stats, _q8_0_add), "Q4_K": (_q4_k_stats, _decoded)}

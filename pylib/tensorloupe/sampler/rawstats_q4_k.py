@@ -1,0 +1,157 @@
+"""Exact statistics of a chunk of Q4_K blocks from its codes (rawstats.py's contract: the numbers
+`compute(decode_window(...), percentiles=False)` gives, bit for bit, or None).
+
+block_q4_K (dtypes/ggml/kquants.py): per 32-element sub-block x = dsc * q - dm, with dsc = d * sc
+and dm = dmin * m (f16 times 6 bits: exact doubles) and q a 4-bit code; the decoder rounds each x
+to float32. That rounding changes nothing when every code's x fits in 24 bits, which the
+exponents of d and dmin decide per block (`_exact_blocks`); then x is the double dsc * q - dm
+itself and a sub-block's sums are exact products of its code sums Q1 = sum(q), Q2 = sum(q*q):
+
+    sum(x) = dsc*Q1 - 32*dm          sum(x*x) = dsc*dsc*Q2 - 2*dsc*dm*Q1 + 32*dm*dm
+
+(each product has at most 47 significant bits), so one fsum over those terms is the fsum over the
+elements. The code sums come from big-int byte lanes (`_run_sums`), no float is made per element.
+The extremes come from the few sub-blocks whose code range could hold them, the zeros and
+|x| < 1e-6 from the few whose nearest code to dm / dsc is that close. Blocks whose float32
+rounding is not exact are decoded and their values enter the same sums.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import compress, repeat
+from operator import add, gt, lt, mul, sub, truediv
+
+from .stats import CANCELLATION, NEAR_ZERO, Stats
+
+SUB = 32            # elements per sub-block
+BLOCK_SUBS = 8      # sub-blocks per block (QK_K = 256)
+# x = dsc * q - dm is exact in float32 when dmin's exponent minus d's lies in this range (below)
+EXACT_SPREAD = range(-2, 7)
+# Below this |dsc| two codes can both lie within NEAR_ZERO of 0, and dm / dsc is not to be trusted.
+TINY_STEP = 4 * NEAR_ZERO
+
+_SQUARE_LOW = bytes((q * q) & 0x0F for q in range(256))   # q*q = 16 * high + low, codes 0..15
+_SQUARE_HIGH = bytes(((q * q) >> 4) & 0xFF for q in range(256))
+# f16 exponent field by the high byte; a subnormal (0) counts as 1: its integer mantissa's scale
+_EXPONENT = [max((b >> 2) & 0x1F, 1) for b in range(256)]
+_F16_SPECIAL = 0x1F
+
+
+def _layout():
+    from ..dtypes.ggml.kquants import Q4_K   # ggml codecs only where a Q4_K block is read
+    return Q4_K
+
+
+def _exact_blocks(d: list[int], dmin: list[int]) -> list[bool] | None:
+    """Per block: is every x exact in float32? None if a scale is Inf or NaN.
+
+    d = D * 2**ed and dmin = M * 2**em with 11-bit integers D, M (ed = exponent field - 25).
+    dsc * q < 2**(21 + ed), dm < 2**(17 + em), and x is a multiple of 2**min(ed, em): it has at
+    most 24 significant bits when em - ed lies in EXACT_SPREAD. A zero scale drops its term."""
+    out = []
+    for a, b in zip(d, dmin):
+        ea, eb = (a >> 10) & 0x1F, (b >> 10) & 0x1F
+        if ea == _F16_SPECIAL or eb == _F16_SPECIAL:
+            return None
+        out.append(not a & 0x7FFF or not b & 0x7FFF or (max(eb, 1) - max(ea, 1)) in EXACT_SPREAD)
+    return out
+
+
+def _run_sums(codes: bytes) -> list[int]:
+    """The sum of each run of SUB bytes (values 0..15), through byte lanes of one big int: after
+    adding itself shifted by 1, 2, 4 and 8 bytes, lane i holds bytes i..i+15 (at most 240, so no
+    lane carries into the next)."""
+    x = int.from_bytes(codes, "little")
+    for shift in (8, 16, 32, 64):
+        x += x >> shift
+    halves = x.to_bytes(len(codes), "little")[::16]
+    return list(map(add, halves[0::2], halves[1::2]))
+
+
+def _extreme(codes: bytes, dsc: list[float], dm: list[float], highest: bool) -> float:
+    """max (or min) of dsc * q - dm over every sub-block's codes: its value at the sub-block's
+    extreme code, looked up only for the sub-blocks whose code range could beat the first."""
+    pick, beats = (max, gt) if highest else (min, lt)
+    ends = list(map(pick, map(sub, map(mul, dsc, repeat(15.0)), dm), map(sub, repeat(0.0), dm)))
+
+    def at(s: int) -> float:
+        c, step = codes[s * SUB:(s + 1) * SUB], dsc[s]
+        code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
+        return step * code - dm[s]
+    best = at(ends.index(pick(ends)))
+    return pick([best, *map(at, compress(range(len(ends)), map(beats, ends, repeat(best))))])
+
+
+def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
+    """(elements == 0, elements with |x| < NEAR_ZERO). Where |dsc| >= TINY_STEP at most one code
+    is that near, the one nearest dm / dsc (within 1/4 of it, so rounding the quotient finds it);
+    only the sub-blocks where it is, or whose step is tiny, have their codes counted."""
+    steps = [s if not -TINY_STEP < s < TINY_STEP else TINY_STEP for s in dsc]
+    # int(r + 0.5) rounds r >= 0 to nearest; r < 0 gives 0 or less, clamped to code 0 as it must be
+    nearest = list(map(min, repeat(15), map(max, repeat(0), map(int, map(add, map(truediv, dm, steps),
+                                                                        repeat(0.5))))))
+    gaps = map(abs, map(sub, map(mul, dsc, nearest), dm))
+    tiny = map(lt, map(abs, dsc), repeat(TINY_STEP))
+    zeros = near = 0
+    for s in compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)), tiny)):
+        c, step, low = codes[s * SUB:(s + 1) * SUB], dsc[s], dm[s]
+        for q in ((nearest[s],) if not -TINY_STEP < step < TINY_STEP else range(16) if step else (0,)):
+            x = step * q - low
+            if -NEAR_ZERO < x < NEAR_ZERO:
+                k = c.count(q) if step else SUB   # a zero step: every code gives x = -dm
+                near += k
+                zeros += k if x == 0.0 else 0
+    return zeros, near
+
+
+def q4_k_stats(data: bytes) -> Stats | None:
+    from ..dtypes.ggml.columns import nibbles
+    from ..dtypes.ggml.kquants import _k4_scales, decode_q4_k
+    layout = _layout()
+    size = layout.size
+    d = list(memoryview(layout.col(data, "d")).cast("H"))
+    dmin = list(memoryview(layout.col(data, "dmin")).cast("H"))
+    exact = _exact_blocks(d, dmin)
+    if exact is None:
+        return None
+    n = len(exact) * BLOCK_SUBS * SUB
+    rest: list[float] = []          # the values of the blocks that float32 rounds
+    if not all(exact):
+        blocks = [data[o:o + size] for o in range(0, len(data), size)]
+        rest = decode_q4_k(b"".join(compress(blocks, map(lambda e: not e, exact))))
+        data = b"".join(compress(blocks, exact))
+    sums, squares, lows, highs = list(rest), list(map(mul, rest, rest)), [], []
+    zeros = near = 0
+    if rest:
+        lows.append(min(rest))
+        highs.append(max(rest))
+        zeros = rest.count(0.0)
+        near = sum(1 for v in rest if -NEAR_ZERO < v < NEAR_ZERO)
+    if data:
+        dsc, dm = _k4_scales(layout, data)
+        codes = nibbles(layout.col(data, "qs"), SUB)
+        q1 = _run_sums(codes)
+        q2 = list(map(add, map(mul, _run_sums(codes.translate(_SQUARE_HIGH)), repeat(16)),
+                      _run_sums(codes.translate(_SQUARE_LOW))))
+        sums += map(mul, dsc, q1)
+        sums += map(mul, dm, repeat(-32.0))
+        squares += map(mul, map(mul, dsc, dsc), q2)
+        squares += map(mul, map(mul, dsc, map(mul, dm, repeat(-2.0))), q1)
+        squares += map(mul, map(mul, dm, dm), repeat(32.0))
+        lows.append(_extreme(codes, dsc, dm, False))
+        highs.append(_extreme(codes, dsc, dm, True))
+        z, m = _near(codes, dsc, dm)
+        zeros, near = zeros + z, near + m
+    stats = Stats(count=n, finite=n, exact_zeros=zeros, zeros=near / n)
+    stats.min, stats.max = min(lows), max(highs)
+    if stats.min == 0.0 or stats.max == 0.0:    # which zero min() would keep depends on the order
+        return None
+    stats.mean = mean = math.fsum(sums) / n
+    total_squares = math.fsum(squares)
+    m2 = total_squares - n * mean * mean
+    if not (math.isfinite(total_squares) and m2 * CANCELLATION >= total_squares):
+        return None                             # _m2 would sum the squared deviations
+    stats.m2 = m2
+    stats.std = math.sqrt(m2 / n)
+    return stats
