@@ -289,8 +289,9 @@ def _q4_k_stats(data: bytes) -> Stats | None:
     return q4_k_stats(data)
 
 
-def _decoded(binner: Binner, data: bytes, every_finite: bool) -> bool:
-    return False   # binned from the decoded values (the element path)
+def _q4_k_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+    from .rawstats_q4_k import q4_k_add
+    return q4_k_add(binner, data)
 
 
-FAST = {"F32": (_f32_stats, _f32_add), "Q8_0": (_q8_0_stats, _q8_0_add), "Q4_K": (_q4_k_stats, _decoded)}
+FAST = {"F32": (_f32_stats, _f32_add), "Q8_0": (_q8_0_stats, _q8_0_add), "Q4_K": (_q4_k_stats, _q4_k_add)}

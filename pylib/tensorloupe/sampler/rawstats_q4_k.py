@@ -19,10 +19,16 @@ rounding is not exact are decoded and their values enter the same sums.
 from __future__ import annotations
 
 import math
-from itertools import compress, repeat
+from array import array
+from functools import lru_cache
+from itertools import compress, cycle, repeat
 from operator import add, gt, lt, mul, sub, truediv
 
-from .stats import CANCELLATION, NEAR_ZERO, Stats
+# imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
+# ggml codecs (tests/test_lazy_imports.py)
+from ..dtypes.ggml.columns import nibbles, repeat_each
+from ..dtypes.ggml.kquants import Q4_K, _k4_scales, decode_q4_k
+from .stats import CANCELLATION, NEAR_ZERO, Binner, Stats, _counted
 
 SUB = 32            # elements per sub-block
 BLOCK_SUBS = 8      # sub-blocks per block (QK_K = 256)
@@ -36,11 +42,6 @@ _SQUARE_HIGH = bytes(((q * q) >> 4) & 0xFF for q in range(256))
 # f16 exponent field by the high byte; a subnormal (0) counts as 1: its integer mantissa's scale
 _EXPONENT = [max((b >> 2) & 0x1F, 1) for b in range(256)]
 _F16_SPECIAL = 0x1F
-
-
-def _layout():
-    from ..dtypes.ggml.kquants import Q4_K   # ggml codecs only where a Q4_K block is read
-    return Q4_K
 
 
 def _exact_blocks(d: list[int], dmin: list[int]) -> list[bool] | None:
@@ -105,22 +106,33 @@ def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
     return zeros, near
 
 
-def q4_k_stats(data: bytes) -> Stats | None:
-    from ..dtypes.ggml.columns import nibbles
-    from ..dtypes.ggml.kquants import _k4_scales, decode_q4_k
-    layout = _layout()
-    size = layout.size
-    d = list(memoryview(layout.col(data, "d")).cast("H"))
-    dmin = list(memoryview(layout.col(data, "dmin")).cast("H"))
-    exact = _exact_blocks(d, dmin)
+def _split(data: bytes) -> tuple[bytes, list[float]] | None:
+    """(the blocks whose x are exact, the decoded values of the others); None if a scale is Inf
+    or NaN (the element path then counts the non-finite values)."""
+    size = Q4_K.size
+    exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
+                          list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
     if exact is None:
         return None
-    n = len(exact) * BLOCK_SUBS * SUB
-    rest: list[float] = []          # the values of the blocks that float32 rounds
-    if not all(exact):
-        blocks = [data[o:o + size] for o in range(0, len(data), size)]
-        rest = decode_q4_k(b"".join(compress(blocks, map(lambda e: not e, exact))))
-        data = b"".join(compress(blocks, exact))
+    if all(exact):
+        return data, []
+    blocks = [data[o:o + size] for o in range(0, len(data), size)]
+    return (b"".join(compress(blocks, exact)),
+            decode_q4_k(b"".join(compress(blocks, map(lambda e: not e, exact)))))
+
+
+def _sub_blocks(data: bytes) -> tuple[list[float], list[float], bytes]:
+    """(dsc, dm) per sub-block, as the decoder computes them, and the codes in element order."""
+    dsc, dm = _k4_scales(Q4_K, data)
+    return dsc, dm, nibbles(Q4_K.col(data, "qs"), SUB)
+
+
+def q4_k_stats(data: bytes) -> Stats | None:
+    n = len(data) // Q4_K.size * BLOCK_SUBS * SUB
+    split = _split(data)
+    if split is None:
+        return None
+    data, rest = split              # rest: the values of the blocks that float32 rounds
     sums, squares, lows, highs = list(rest), list(map(mul, rest, rest)), [], []
     zeros = near = 0
     if rest:
@@ -129,8 +141,7 @@ def q4_k_stats(data: bytes) -> Stats | None:
         zeros = rest.count(0.0)
         near = sum(1 for v in rest if -NEAR_ZERO < v < NEAR_ZERO)
     if data:
-        dsc, dm = _k4_scales(layout, data)
-        codes = nibbles(layout.col(data, "qs"), SUB)
+        dsc, dm, codes = _sub_blocks(data)
         q1 = _run_sums(codes)
         q2 = list(map(add, map(mul, _run_sums(codes.translate(_SQUARE_HIGH)), repeat(16)),
                       _run_sums(codes.translate(_SQUARE_LOW))))
@@ -155,3 +166,48 @@ def q4_k_stats(data: bytes) -> Stats | None:
     stats.m2 = m2
     stats.std = math.sqrt(m2 / n)
     return stats
+
+
+def q4_k_add(binner: Binner, data: bytes) -> bool:
+    """binner.add(<the chunk's values>, within=True) with a float made per (sub-block, code)
+    rather than per element: each of a sub-block's 16 possible values, rounded to float32 as the
+    decoder rounds it (every block: no exactness needed here), is binned by Binner's formula into
+    a byte of a translate table shared by 16 sub-blocks, and each element's code is tagged with
+    its sub-block's place among the 16 (`_tagged`). A value outside [lo, hi] (a code no element
+    has, unless the file changed between the passes) is 255."""
+    if _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
+                     list(memoryview(Q4_K.col(data, "dmin")).cast("H"))) is None:
+        return False   # an Inf or NaN scale: the element path filters the non-finite values
+    if binner.half:    # a range wider than the largest float: never |x| < 2**27 here
+        return False
+    if binner.constant:
+        binner.counts[0] += len(data) // Q4_K.size * BLOCK_SUBS * SUB * binner.weight
+        return True
+    dsc, dm, codes = _sub_blocks(data)
+    lo, hi, width, floor = binner.lo, binner.hi, binner.width, math.floor
+    values = array("f", map(sub, map(mul, repeat_each(dsc, 16), cycle(range(16))), repeat_each(dm, 16)))
+    tables = bytes([floor((v - lo) / width) if lo <= v <= hi else 255 for v in values])
+    tables += b"\xff" * (-len(tables) % 256)
+    tagged = _tagged(codes)
+    group = 16 * SUB
+    joined = b"".join([tagged[at:at + group].translate(tables[at // 2:at // 2 + 256])
+                       for at in range(0, len(tagged), group)])
+    found = [joined.count(k) for k in range(binner.bins + 1)]
+    if sum(found) != len(joined):
+        return False
+    last = binner.bins - 1
+    for index, k in enumerate(found):
+        binner.counts[index if index < last else last] += k * binner.weight
+    return True
+
+
+def _tagged(codes: bytes) -> bytes:
+    """Each code (0..15) with its sub-block's place among 16 consecutive ones in the high nibble."""
+    tags = _tags(len(codes) // SUB)
+    return (int.from_bytes(codes, "little") | int.from_bytes(tags, "little")).to_bytes(len(codes), "little")
+
+
+@lru_cache(maxsize=4)
+def _tags(subs: int) -> bytes:
+    unit = b"".join(bytes([k << 4]) * SUB for k in range(16))
+    return (unit * (subs // 16 + 1))[:subs * SUB]
