@@ -14,15 +14,20 @@ elements. The code sums come from big-int byte lanes (`_run_sums`), no float is 
 The extremes come from the few sub-blocks whose code range could hold them, the zeros and
 |x| < 1e-6 from the few whose nearest code to dm / dsc is that close. Blocks whose float32
 rounding is not exact are decoded and their values enter the same sums.
+
+The histogram (`q4_k_add`) needs no exactness: a sub-block's 16 possible values, rounded to
+float32 as the decoder rounds them, are binned once each (half a float per element instead of
+three) and the elements' codes are translated to those bins.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
+from math import remainder
 from functools import lru_cache
 from itertools import compress, cycle, repeat
-from operator import add, gt, lt, mul, sub, truediv
+from operator import add, gt, lt, mul, sub
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
 # ggml codecs (tests/test_lazy_imports.py)
@@ -39,9 +44,7 @@ TINY_STEP = 4 * NEAR_ZERO
 
 _SQUARE_LOW = bytes((q * q) & 0x0F for q in range(256))   # q*q = 16 * high + low, codes 0..15
 _SQUARE_HIGH = bytes(((q * q) >> 4) & 0xFF for q in range(256))
-# f16 exponent field by the high byte; a subnormal (0) counts as 1: its integer mantissa's scale
-_EXPONENT = [max((b >> 2) & 0x1F, 1) for b in range(256)]
-_F16_SPECIAL = 0x1F
+_F16_SPECIAL = 0x1F   # the exponent field of Inf and NaN
 
 
 def _exact_blocks(d: list[int], dmin: list[int]) -> list[bool] | None:
@@ -86,18 +89,20 @@ def _extreme(codes: bytes, dsc: list[float], dm: list[float], highest: bool) -> 
 
 def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
     """(elements == 0, elements with |x| < NEAR_ZERO). Where |dsc| >= TINY_STEP at most one code
-    is that near, the one nearest dm / dsc (within 1/4 of it, so rounding the quotient finds it);
-    only the sub-blocks where it is, or whose step is tiny, have their codes counted."""
-    steps = [s if not -TINY_STEP < s < TINY_STEP else TINY_STEP for s in dsc]
-    # int(r + 0.5) rounds r >= 0 to nearest; r < 0 gives 0 or less, clamped to code 0 as it must be
-    nearest = list(map(min, repeat(15), map(max, repeat(0), map(int, map(add, map(truediv, dm, steps),
-                                                                        repeat(0.5))))))
-    gaps = map(abs, map(sub, map(mul, dsc, nearest), dm))
-    tiny = map(lt, map(abs, dsc), repeat(TINY_STEP))
+    is that near, the integer nearest dm / dsc (within 1/4 of it), and then remainder(dm, dsc),
+    dm minus that integer times dsc (exact), is that near too: only the sub-blocks where it is,
+    or whose step is tiny, have their codes looked at."""
+    steps = list(map(abs, dsc))
+    gaps = map(abs, map(remainder, dm, map(max, steps, repeat(TINY_STEP))))
     zeros = near = 0
-    for s in compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)), tiny)):
+    for s in compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)),
+                                           map(lt, steps, repeat(TINY_STEP)))):
         c, step, low = codes[s * SUB:(s + 1) * SUB], dsc[s], dm[s]
-        for q in ((nearest[s],) if not -TINY_STEP < step < TINY_STEP else range(16) if step else (0,)):
+        if not -TINY_STEP < step < TINY_STEP:
+            candidates = (min(15, max(0, round(low / step))),)
+        else:
+            candidates = range(16) if step else (0,)
+        for q in candidates:
             x = step * q - low
             if -NEAR_ZERO < x < NEAR_ZERO:
                 k = c.count(q) if step else SUB   # a zero step: every code gives x = -dm
