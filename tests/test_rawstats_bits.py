@@ -153,3 +153,9 @@ def test_a_chunk_that_is_not_whole_blocks_is_left_alone():
     assert rawstats.chunk_stats(WindowBytes(dtype, False, 5, n - 5, data)) is None
     assert rawstats.chunk_stats(WindowBytes(dtype, True, 0, n, data)) is None     # big-endian
     assert rawstats.chunk_stats(WindowBytes("F32", False, 0, 10, data[:40])) is not None
+    dtype, data = CASES["q4_k"]
+    n = len(data) // 144 * 256
+    assert rawstats.chunk_stats(WindowBytes(dtype, False, 0, n, data)) is not None
+    assert rawstats.chunk_stats(WindowBytes(dtype, False, 0, n - 256, data)) is None   # a block too many
+    assert rawstats.chunk_stats(WindowBytes(dtype, False, 7, n - 7, data)) is None     # not from a block start
+    assert not rawstats.add_chunk(Binner(-1.0, 1.0, 32), WindowBytes(dtype, False, 7, n - 7, data), True)
