@@ -72,6 +72,12 @@ CASES = {
     "q4_k-tiny": ("Q4_K", q4_k_bytes(11, 30, [(b, 6e-8 * (b % 3 + 1), -3e-8 * (b % 2 + 1)) for b in range(0, 30, 2)])),
     # steps just above TINY_STEP whose nearest code to dm / dsc is within 1e-6 of 0
     "q4_k-near": ("Q4_K", q4_k_bytes(12, 30, [(b, 1.2e-6 * (b % 5 + 1), 5.96e-8 * (b % 7 + 1)) for b in range(30)])),
+    # the edges of EXACT_SPREAD: dmin's exponent 7, 6, -4 and -3 above d's, all scales and mins 63,
+    # d and dmin of opposite signs: the first and third blocks round (|x| reaches past 2**24 units)
+    "q4_k-spread": ("Q4_K", b"".join(struct.pack("<ee", d, dmin) + b"\xff" * 12 + bytes(random.Random(16).randrange(256)
+                                                                                    for _ in range(128))
+                                     for d, dmin in ((1025 * 2 ** -22, -2047 * 2 ** -15), (1025 * 2 ** -21, -2047 * 2 ** -15),
+                                                     (2047 * 2 ** -18, -1025 * 2 ** -22), (2047 * 2 ** -19, -1025 * 2 ** -22)))),
     "q4_k-huge": ("Q4_K", q4_k_bytes(13, 20, [(b, 60000.0 * (-1) ** b, 30000.0) for b in range(20)])),
     "q4_k-inf-scale": ("Q4_K", q4_k_bytes(14, 20, [(5, math.inf, 0.01)])),
     "q4_k-nan-scale": ("Q4_K", q4_k_bytes(15, 20, [(5, 0.01, math.nan)])),
@@ -84,7 +90,7 @@ CASES = {
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
 FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny",
-              "q4_k-near", "q4_k-huge")
+              "q4_k-near", "q4_k-huge", "q4_k-spread")
 
 
 def window(dtype: str, data: bytes) -> WindowBytes:
@@ -129,6 +135,14 @@ def test_q4_k_cases_hold_what_they_are_named_for():
     assert all(exact("q4_k")) and all(exact("q4_k-huge"))
     assert [i for i, e in enumerate(exact("q4_k-mixed")) if not e] == [3, 4, 7]
     assert exact("q4_k-nan-scale") is None
+    assert exact("q4_k-spread") == [False, True, False, True]
+    from tensorloupe.dtypes.ggml.columns import nibbles
+    from tensorloupe.dtypes.ggml.kquants import Q4_K, _k4_scales
+    data = CASES["q4_k-spread"][1]
+    dsc, dm = _k4_scales(Q4_K, data)
+    codes = nibbles(Q4_K.col(data, "qs"), 32)
+    rounded = [v != dsc[i // 32] * codes[i] - dm[i // 32] for i, v in enumerate(decode_window(*window("Q4_K", data)))]
+    assert [any(rounded[b * 256:(b + 1) * 256]) for b in range(4)] == [True, False, True, False]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -159,3 +173,27 @@ def test_a_chunk_that_is_not_whole_blocks_is_left_alone():
     assert rawstats.chunk_stats(WindowBytes(dtype, False, 0, n - 256, data)) is None   # a block too many
     assert rawstats.chunk_stats(WindowBytes(dtype, False, 7, n - 7, data)) is None     # not from a block start
     assert not rawstats.add_chunk(Binner(-1.0, 1.0, 32), WindowBytes(dtype, False, 7, n - 7, data), True)
+
+
+def test_q4_k_blocks_the_decoder_rounds_are_summarised_as_decoded():
+    # One block whose float32 rounding is not exact (d far above dmin), chosen so that its minimum
+    # is the double d*sc*q - dmin*m rounded up: taken unrounded, the minimum would differ, and
+    # binned unrounded that value would lie below the range (its neighbours could change bins).
+    from tensorloupe.dtypes.ggml.columns import nibbles
+    from tensorloupe.dtypes.ggml.kquants import Q4_K, _k4_scales
+    for seed in range(100):
+        data = q4_k_bytes(100 + seed, 1, [(0, -0.05, 1.1e-4)])
+        values = decode_window(*window("Q4_K", data))
+        dsc, dm = _k4_scales(Q4_K, data)
+        codes = nibbles(Q4_K.col(data, "qs"), 32)
+        doubles = [dsc[i // 32] * codes[i] - dm[i // 32] for i in range(256)]
+        low = values.index(min(values))
+        if doubles[low] < values[low]:
+            break
+    else:
+        raise AssertionError("no block with its minimum rounded up")
+    assert repr(rawstats.chunk_stats(window("Q4_K", data))) == repr(compute(values, percentiles=False))
+    fast, slow = Binner(min(values), max(values), 32), Binner(min(values), max(values), 32)
+    assert rawstats.add_chunk(fast, window("Q4_K", data), True)
+    slow.add(values, within=True)
+    assert fast.counts == slow.counts

@@ -15,8 +15,8 @@ The extremes come from the few sub-blocks whose code range could hold them, the 
 |x| < 1e-6 from the few whose nearest code to dm / dsc is that close. Blocks whose float32
 rounding is not exact are decoded and their values enter the same sums.
 
-The histogram (`q4_k_add`) needs no exactness: a sub-block's 16 possible values, rounded to
-float32 as the decoder rounds them, are binned once each (half a float per element instead of
+The histogram (`q4_k_add`) leaves no block out: a sub-block's 16 possible values (rounded to
+float32 where the decoder's rounding is not exact) are binned once each (half a float per element instead of
 three) and the elements' codes are translated to those bins.
 """
 
@@ -27,7 +27,7 @@ from array import array
 from math import remainder
 from functools import lru_cache
 from itertools import compress, cycle, repeat
-from operator import add, gt, lt, mul, sub
+from operator import add, gt, lt, mul, not_, sub
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
 # ggml codecs (tests/test_lazy_imports.py)
@@ -38,7 +38,7 @@ from .stats import CANCELLATION, NEAR_ZERO, Binner, Stats, _counted
 SUB = 32            # elements per sub-block
 BLOCK_SUBS = 8      # sub-blocks per block (QK_K = 256)
 # x = dsc * q - dm is exact in float32 when dmin's exponent minus d's lies in this range (below)
-EXACT_SPREAD = range(-2, 7)
+EXACT_SPREAD = range(-3, 7)
 # Below this |dsc| two codes can both lie within NEAR_ZERO of 0, and dm / dsc is not to be trusted.
 TINY_STEP = 4 * NEAR_ZERO
 
@@ -50,9 +50,11 @@ _F16_SPECIAL = 0x1F   # the exponent field of Inf and NaN
 def _exact_blocks(d: list[int], dmin: list[int]) -> list[bool] | None:
     """Per block: is every x exact in float32? None if a scale is Inf or NaN.
 
-    d = D * 2**ed and dmin = M * 2**em with 11-bit integers D, M (ed = exponent field - 25).
-    dsc * q < 2**(21 + ed), dm < 2**(17 + em), and x is a multiple of 2**min(ed, em): it has at
-    most 24 significant bits when em - ed lies in EXACT_SPREAD. A zero scale drops its term."""
+    d = D * 2**ed and dmin = M * 2**em with integers D, M <= 2047 (ed = exponent field - 25, a
+    subnormal's field counting as 1), so |x| <= 2047*63*15 * 2**ed + 2047*63 * 2**em, a multiple
+    of 2**min(ed, em): an integer times that of at most 2**24 (so exact in float32) when
+    em - ed = k lies in EXACT_SPREAD: 1934415 + 128961 * 2**k <= 2**24 for 0 <= k <= 6, and
+    1934415 * 2**-k + 128961 <= 2**24 for -3 <= k < 0. A zero scale drops its term."""
     out = []
     for a, b in zip(d, dmin):
         ea, eb = (a >> 10) & 0x1F, (b >> 10) & 0x1F
@@ -175,13 +177,14 @@ def q4_k_stats(data: bytes) -> Stats | None:
 
 def q4_k_add(binner: Binner, data: bytes) -> bool:
     """binner.add(<the chunk's values>, within=True) with a float made per (sub-block, code)
-    rather than per element: each of a sub-block's 16 possible values, rounded to float32 as the
-    decoder rounds it (every block: no exactness needed here), is binned by Binner's formula into
+    rather than per element: each of a sub-block's 16 possible values (rounded to float32 as the
+    decoder rounds it where that is not exact: no block is left out here) is binned by Binner's formula into
     a byte of a translate table shared by 16 sub-blocks, and each element's code is tagged with
     its sub-block's place among the 16 (`_tagged`). A value outside [lo, hi] (a code no element
     has, unless the file changed between the passes) is 255."""
-    if _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
-                     list(memoryview(Q4_K.col(data, "dmin")).cast("H"))) is None:
+    exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
+                          list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
+    if exact is None:
         return False   # an Inf or NaN scale: the element path filters the non-finite values
     if binner.half:    # a range wider than the largest float: never |x| < 2**27 here
         return False
@@ -190,7 +193,10 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
         return True
     dsc, dm, codes = _sub_blocks(data)
     lo, hi, width, floor = binner.lo, binner.hi, binner.width, math.floor
-    values = array("f", map(sub, map(mul, repeat_each(dsc, 16), cycle(range(16))), repeat_each(dm, 16)))
+    values = list(map(sub, map(mul, repeat_each(dsc, 16), cycle(range(16))), repeat_each(dm, 16)))
+    per_block = BLOCK_SUBS * 16
+    for at in compress(range(0, len(values), per_block), map(not_, exact)):   # float32 rounds these
+        values[at:at + per_block] = array("f", values[at:at + per_block]).tolist()
     tables = bytes([floor((v - lo) / width) if lo <= v <= hi else 255 for v in values])
     tables += b"\xff" * (-len(tables) % 256)
     tagged = _tagged(codes)
