@@ -26,7 +26,7 @@ import math
 from array import array
 from math import remainder
 from functools import lru_cache
-from itertools import compress, cycle, repeat
+from itertools import compress, repeat
 from operator import add, gt, lt, mul, not_, sub
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
@@ -178,10 +178,10 @@ def q4_k_stats(data: bytes) -> Stats | None:
 def q4_k_add(binner: Binner, data: bytes) -> bool:
     """binner.add(<the chunk's values>, within=True) with a float made per (sub-block, code)
     rather than per element: each of a sub-block's 16 possible values (rounded to float32 as the
-    decoder rounds it where that is not exact: no block is left out here) is binned by Binner's formula into
-    a byte of a translate table shared by 16 sub-blocks, and each element's code is tagged with
-    its sub-block's place among the 16 (`_tagged`). A value outside [lo, hi] (a code no element
-    has, unless the file changed between the passes) is 255."""
+    decoder rounds it, in the blocks where that is not exact) is binned by Binner's formula into a
+    byte of a translate table shared by 16 sub-blocks, and each element's code is tagged with its
+    sub-block's place among the 16 (`_tagged`). A value outside [lo, hi] (a code no element has,
+    unless the file changed between the passes) is 255."""
     exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
                           list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
     if exact is None:
@@ -193,11 +193,16 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
         return True
     dsc, dm, codes = _sub_blocks(data)
     lo, hi, width, floor = binner.lo, binner.hi, binner.width, math.floor
-    values = list(map(sub, map(mul, repeat_each(dsc, 16), cycle(range(16))), repeat_each(dm, 16)))
+    codes16 = range(16)
+    # the bin of x for (sub-block s, code q) at 16 * s + q
+    tables = bytearray([floor((x - lo) / width) if lo <= x <= hi else 255
+                        for a, b in zip(dsc, dm) for q in codes16 for x in (a * q - b,)])
     per_block = BLOCK_SUBS * 16
-    for at in compress(range(0, len(values), per_block), map(not_, exact)):   # float32 rounds these
-        values[at:at + per_block] = array("f", values[at:at + per_block]).tolist()
-    tables = bytes([floor((v - lo) / width) if lo <= v <= hi else 255 for v in values])
+    for at in compress(range(0, len(tables), per_block), map(not_, exact)):   # float32 rounds these
+        s = at // 16
+        rounded = array("f", [a * q - b for a, b in zip(dsc[s:s + BLOCK_SUBS], dm[s:s + BLOCK_SUBS])
+                              for q in codes16])
+        tables[at:at + per_block] = bytes([floor((x - lo) / width) if lo <= x <= hi else 255 for x in rounded])
     tables += b"\xff" * (-len(tables) % 256)
     tagged = _tagged(codes)
     group = 16 * SUB
