@@ -31,7 +31,7 @@ from operator import add, gt, lt, mul, not_, sub
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
 # ggml codecs (tests/test_lazy_imports.py)
-from ..dtypes.ggml.columns import nibbles, repeat_each
+from ..dtypes.ggml.columns import nibbles
 from ..dtypes.ggml.kquants import Q4_K, _k4_scales, decode_q4_k
 from .stats import CANCELLATION, NEAR_ZERO, Binner, Stats, _counted
 
@@ -125,7 +125,7 @@ def _split(data: bytes) -> tuple[bytes, list[float]] | None:
         return data, []
     blocks = [data[o:o + size] for o in range(0, len(data), size)]
     return (b"".join(compress(blocks, exact)),
-            decode_q4_k(b"".join(compress(blocks, map(lambda e: not e, exact)))))
+            decode_q4_k(b"".join(compress(blocks, map(not_, exact)))))
 
 
 def _sub_blocks(data: bytes) -> tuple[list[float], list[float], bytes]:
