@@ -64,15 +64,29 @@ def q8_0_cases() -> dict[str, np.ndarray]:
     return {"plain": plain, "odd": odd, "special": special, "equal": equal, "positive": positive}
 
 
+def q4_k_cases() -> dict[str, np.ndarray]:
+    """Raw Q4_K blocks (144 bytes: f16 d and dmin, 12 bytes of scales, 128 of codes), random, as
+    the bench writes them (gguf-py has no Q4_K quantizer): d and dmin of independent magnitudes
+    leave about one block in eight to the decoder (its float32 rounding is not exact)."""
+    rng = np.random.default_rng(5)
+    blocks = rng.integers(0, 256, size=(3 * CHUNK // 256 + 77, 144), dtype=np.uint8)
+    for at in (0, 2):
+        blocks[:, at:at + 2] = rng.uniform(-0.05, 0.05, len(blocks)).astype("<f2").view(np.uint8).reshape(-1, 2)
+    close = blocks.copy()                 # dmin ~ 7.5 d, as llama.cpp's quantizer leaves them
+    d = close[:, 0:2].copy().view("<f2").reshape(-1)
+    close[:, 2:4] = (d.astype(np.float32) * 7.5).astype("<f2").view(np.uint8).reshape(-1, 2)
+    return {"random": blocks, "close": close}
+
+
 def write_f32(path, x: np.ndarray) -> None:
     data = x.tobytes()
     head = json.dumps({"w": {"dtype": "F32", "shape": [len(x)], "data_offsets": [0, len(data)]}}).encode()
     path.write_bytes(struct.pack("<Q", len(head)) + head + data)
 
 
-def write_q8_0(path, blocks: np.ndarray) -> None:
+def write_q8_0(path, blocks: np.ndarray, qtype=Q.Q8_0) -> None:
     w = GGUFWriter(str(path), "llama")
-    w.add_tensor("w", blocks.reshape(-1, 34), raw_dtype=Q.Q8_0)
+    w.add_tensor("w", blocks.reshape(blocks.shape[0], -1), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -90,6 +104,10 @@ def files(tmp_path_factory):
         made[f"Q8_0-{name}"] = (out / f"q8_0-{name}.gguf",
                                 dequantize(blocks.reshape(-1), Q.Q8_0).astype(np.float64).reshape(-1))
         write_q8_0(made[f"Q8_0-{name}"][0], blocks)
+    for name, blocks in q4_k_cases().items():
+        made[f"Q4_K-{name}"] = (out / f"q4_k-{name}.gguf",
+                                dequantize(blocks.reshape(-1), Q.Q4_K).astype(np.float64).reshape(-1))
+        write_q8_0(made[f"Q4_K-{name}"][0], blocks, Q.Q4_K)
     return made
 
 
@@ -98,7 +116,8 @@ def summary(path, monkeypatch=None):
         return exact_summary(ckpt.tensor("w"), BINS, chunk_elems=CHUNK)
 
 
-CASES = [f"F32-{n}" for n in f32_cases()] + [f"Q8_0-{n}" for n in q8_0_cases()]
+CASES = ([f"F32-{n}" for n in f32_cases()] + [f"Q8_0-{n}" for n in q8_0_cases()]
+         + [f"Q4_K-{n}" for n in q4_k_cases()])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -139,6 +158,7 @@ def test_chunks_the_fast_path_leaves_alone_are_the_ones_it_cannot_promise(files)
     assert all(s is not None for s in windows("F32-normal"))
     assert [s is None for s in windows("Q8_0-special")] == [False, True, True, False]
     assert all(s is None for s in windows("Q8_0-positive"))
+    assert all(s is not None for s in windows("Q4_K-random") + windows("Q4_K-close"))
 
 
 def test_stats_exact_on_the_command_line(files, capsys):

@@ -1,4 +1,4 @@
-"""rawstats (the exact pass's F32 and Q8_0 chunks summarised from their bytes) gives the element
+"""rawstats (the exact pass's F32, Q8_0 and Q4_K chunks summarised from their bytes) gives the element
 path's numbers to the last bit: stdlib only, so that it also runs inside Pyodide (tests/pyodide),
 where the page computes them. numpy's numbers on real files: test_rawstats.py."""
 
@@ -30,6 +30,26 @@ def q8_0_bytes(seed: int, blocks: int, scales=()) -> bytes:
     return b"".join(struct.pack("<e", d) + bytes(rng.randrange(256) for _ in range(32)) for d in ds)
 
 
+def q4_k_bytes(seed: int, blocks: int, scales=(), zero_subs=()) -> bytes:
+    """block_q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of 4-bit codes.
+    `scales`: (block, d, dmin) overrides; `zero_subs`: (block, also_zero_scale) makes sub-block 0's
+    min 0 (x = dsc * q, a zero at code 0), and its scale 0 too if asked (32 zeros)."""
+    rng = random.Random(seed)
+    ds = [(rng.choice((0.0031, 0.0035, -0.004, 0.002)), rng.choice((0.011, 0.02, -0.015))) for _ in range(blocks)]
+    for at, d, dmin in scales:
+        ds[at] = (d, dmin)
+    out = []
+    for b, (d, dmin) in enumerate(ds):
+        sc = bytearray(rng.randrange(256) for _ in range(12))
+        for at, also_scale in zero_subs:
+            if at == b:
+                sc[4] = 0                 # min 0 (and the top bits of min 4)
+                if also_scale:
+                    sc[0] = 0             # scale 0 (and the top bits of scale 4)
+        out.append(struct.pack("<ee", d, dmin) + bytes(sc) + bytes(rng.randrange(256) for _ in range(128)))
+    return b"".join(out)
+
+
 CASES = {
     "f32": ("F32", f32_bytes(1, 4099, [(0, -0.0), (1, 0.0), (2, 1e-40), (3, 9.999e-7), (4, -1e-6), (5, 2e-6)])),
     "f32-inf": ("F32", f32_bytes(2, 1001, [(10, math.inf)])),
@@ -41,7 +61,36 @@ CASES = {
     "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, rawstats.MIN_Q8_0_BLOCKS, [(7, math.inf)])),
     "q8_0-equal": ("Q8_0", b"".join(struct.pack("<e", 0.5) + bytes([2] * 32) for _ in range(rawstats.MIN_Q8_0_BLOCKS))),
     "q8_0-few-blocks": ("Q8_0", q8_0_bytes(7, 301)),
+    # every block's float32 rounding exact (dmin's exponent 1..3 above d's)
+    "q4_k": ("Q4_K", q4_k_bytes(8, 67)),
+    # blocks whose float32 rounding is not exact (d far above dmin, or far below), decoded among the rest
+    "q4_k-mixed": ("Q4_K", q4_k_bytes(9, 40, [(3, 0.05, 1e-4), (4, 0.03, -3e-6), (7, 1e-5, 0.04), (9, 0.0, 0.02),
+                                              (11, 0.02, 0.0), (12, -0.0, 0.01)])),
+    # exact zeros: sub-blocks with min 0 (a zero at code 0) and with scale and min 0 (32 zeros)
+    "q4_k-zeros": ("Q4_K", q4_k_bytes(10, 30, zero_subs=[(1, False), (2, True), (5, False), (6, True)])),
+    # subnormal scales: steps below the near-zero line, many values within 1e-6 of 0
+    "q4_k-tiny": ("Q4_K", q4_k_bytes(11, 30, [(b, 6e-8 * (b % 3 + 1), -3e-8 * (b % 2 + 1)) for b in range(0, 30, 2)])),
+    # steps just above TINY_STEP whose nearest code to dm / dsc is within 1e-6 of 0
+    "q4_k-near": ("Q4_K", q4_k_bytes(12, 30, [(b, 1.2e-6 * (b % 5 + 1), 5.96e-8 * (b % 7 + 1)) for b in range(30)])),
+    # the edges of EXACT_SPREAD: dmin's exponent 7, 6, -4 and -3 above d's, all scales and mins 63,
+    # d and dmin of opposite signs: the first and third blocks round (|x| reaches past 2**24 units)
+    "q4_k-spread": ("Q4_K", b"".join(struct.pack("<ee", d, dmin) + b"\xff" * 12 + bytes(random.Random(16).randrange(256)
+                                                                                    for _ in range(128))
+                                     for d, dmin in ((1025 * 2 ** -22, -2047 * 2 ** -15), (1025 * 2 ** -21, -2047 * 2 ** -15),
+                                                     (2047 * 2 ** -18, -1025 * 2 ** -22), (2047 * 2 ** -19, -1025 * 2 ** -22)))),
+    "q4_k-huge": ("Q4_K", q4_k_bytes(13, 20, [(b, 60000.0 * (-1) ** b, 30000.0) for b in range(20)])),
+    "q4_k-inf-scale": ("Q4_K", q4_k_bytes(14, 20, [(5, math.inf, 0.01)])),
+    "q4_k-nan-scale": ("Q4_K", q4_k_bytes(15, 20, [(5, 0.01, math.nan)])),
+    # one value repeated: sum(x*x) - n*mean**2 cancels, the element path sums deviations
+    "q4_k-equal": ("Q4_K", b"".join(struct.pack("<ee", 0.25, 0.0) + bytes([1] * 12) + bytes([0x33] * 128)
+                                    for _ in range(9))),
+    # min 0 with positive scales: +0.0 at code 0 (which zero min() keeps depends on the order)
+    "q4_k-positive": ("Q4_K", b"".join(struct.pack("<ee", 0.25, 0.5) + bytes([7, 9, 11, 13, 0, 0, 0, 0, 5, 6, 7, 8])
+                                       + bytes(range(128)) for _ in range(9))),
 }
+# The cases the fast path must take (a test that it still does: None would pass the equality test).
+FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny",
+              "q4_k-near", "q4_k-huge", "q4_k-spread")
 
 
 def window(dtype: str, data: bytes) -> WindowBytes:
@@ -58,8 +107,42 @@ def test_chunk_stats_are_the_element_paths(case):
         assert repr(fast) == repr(slow)
     else:   # left to the element path: non-finite values or scales, zero extremes, few Q8_0 blocks, a mean
         # far from 0 (Q8_0 then needs the squared deviations: all-equal values are that case)
-        assert case in ("f32-inf", "f32-nan", "f32-zeros", "q8_0-inf-scale", "q8_0-equal", "q8_0-few-blocks") \
-            or 0.0 in (slow.min, slow.max)
+        assert case in ("f32-inf", "f32-nan", "f32-zeros", "q8_0-inf-scale", "q8_0-equal", "q8_0-few-blocks",
+                        "q4_k-inf-scale", "q4_k-nan-scale", "q4_k-equal") or 0.0 in (slow.min, slow.max)
+
+
+@pytest.mark.parametrize("case", FAST_CASES)
+def test_the_chunks_the_fast_path_can_promise_take_it(case):
+    assert rawstats.chunk_stats(window(*CASES[case])) is not None
+
+
+def test_q4_k_cases_hold_what_they_are_named_for():
+    # the edge each case was built for is really in it (else the equality above proves less)
+    from tensorloupe.sampler import rawstats_q4_k
+    stats = {c: compute(decode_window(*window(*CASES[c])), percentiles=False) for c in CASES if c.startswith("q4_k")}
+    assert stats["q4_k-zeros"].exact_zeros >= 64
+    assert stats["q4_k-tiny"].zeros * stats["q4_k-tiny"].count > 50
+    assert 0 < stats["q4_k-near"].zeros * stats["q4_k-near"].count
+    assert stats["q4_k-huge"].max > 1e7
+    assert stats["q4_k-positive"].min == 0.0 and stats["q4_k-equal"].min == stats["q4_k-equal"].max
+    assert stats["q4_k-inf-scale"].posinf + stats["q4_k-inf-scale"].neginf + stats["q4_k-inf-scale"].nan > 0
+
+    def exact(case):
+        data = CASES[case][1]
+        col = [data[o:o + 4] for o in range(0, len(data), 144)]
+        return rawstats_q4_k._exact_blocks([int.from_bytes(c[:2], "little") for c in col],
+                                           [int.from_bytes(c[2:], "little") for c in col])
+    assert all(exact("q4_k")) and all(exact("q4_k-huge"))
+    assert [i for i, e in enumerate(exact("q4_k-mixed")) if not e] == [3, 4, 7]
+    assert exact("q4_k-nan-scale") is None
+    assert exact("q4_k-spread") == [False, True, False, True]
+    from tensorloupe.dtypes.ggml.columns import nibbles
+    from tensorloupe.dtypes.ggml.kquants import Q4_K, _k4_scales
+    data = CASES["q4_k-spread"][1]
+    dsc, dm = _k4_scales(Q4_K, data)
+    codes = nibbles(Q4_K.col(data, "qs"), 32)
+    rounded = [v != dsc[i // 32] * codes[i] - dm[i // 32] for i, v in enumerate(decode_window(*window("Q4_K", data)))]
+    assert [any(rounded[b * 256:(b + 1) * 256]) for b in range(4)] == [True, False, True, False]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -74,7 +157,7 @@ def test_chunk_histograms_are_the_element_paths(case):
         slow.add(finite, within=True)
         assert fast.counts == slow.counts
     else:
-        assert case in ("q8_0-inf-scale", "q8_0-few-blocks")
+        assert case in ("q8_0-inf-scale", "q8_0-few-blocks", "q4_k-inf-scale", "q4_k-nan-scale")
 
 
 def test_a_chunk_that_is_not_whole_blocks_is_left_alone():
@@ -84,3 +167,33 @@ def test_a_chunk_that_is_not_whole_blocks_is_left_alone():
     assert rawstats.chunk_stats(WindowBytes(dtype, False, 5, n - 5, data)) is None
     assert rawstats.chunk_stats(WindowBytes(dtype, True, 0, n, data)) is None     # big-endian
     assert rawstats.chunk_stats(WindowBytes("F32", False, 0, 10, data[:40])) is not None
+    dtype, data = CASES["q4_k"]
+    n = len(data) // 144 * 256
+    assert rawstats.chunk_stats(WindowBytes(dtype, False, 0, n, data)) is not None
+    assert rawstats.chunk_stats(WindowBytes(dtype, False, 0, n - 256, data)) is None   # a block too many
+    assert rawstats.chunk_stats(WindowBytes(dtype, False, 7, n - 7, data)) is None     # not from a block start
+    assert not rawstats.add_chunk(Binner(-1.0, 1.0, 32), WindowBytes(dtype, False, 7, n - 7, data), True)
+
+
+def test_q4_k_blocks_the_decoder_rounds_are_summarised_as_decoded():
+    # One block whose float32 rounding is not exact (d far above dmin), chosen so that its minimum
+    # is the double d*sc*q - dmin*m rounded up: taken unrounded, the minimum would differ, and
+    # binned unrounded that value would lie below the range (its neighbours could change bins).
+    from tensorloupe.dtypes.ggml.columns import nibbles
+    from tensorloupe.dtypes.ggml.kquants import Q4_K, _k4_scales
+    for seed in range(100):
+        data = q4_k_bytes(100 + seed, 1, [(0, -0.05, 1.1e-4)])
+        values = decode_window(*window("Q4_K", data))
+        dsc, dm = _k4_scales(Q4_K, data)
+        codes = nibbles(Q4_K.col(data, "qs"), 32)
+        doubles = [dsc[i // 32] * codes[i] - dm[i // 32] for i in range(256)]
+        low = values.index(min(values))
+        if doubles[low] < values[low]:
+            break
+    else:
+        raise AssertionError("no block with its minimum rounded up")
+    assert repr(rawstats.chunk_stats(window("Q4_K", data))) == repr(compute(values, percentiles=False))
+    fast, slow = Binner(min(values), max(values), 32), Binner(min(values), max(values), 32)
+    assert rawstats.add_chunk(fast, window("Q4_K", data), True)
+    slow.add(values, within=True)
+    assert fast.counts == slow.counts

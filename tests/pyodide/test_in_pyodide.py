@@ -21,6 +21,8 @@ HERE = Path(__file__).resolve().parent
 PURE_MODULES = ("test_source.py", "test_moe_detect.py", "test_container_bytes.py", "test_quant_cells.py",
                 "test_token_encode_pure.py", "test_quant_order.py", "test_pipeline_urls.py")
 
+PURE_MODULES += ("test_rawstats_bits.py",)   # rawstats: the page's exact statistics, bit for bit
+
 
 class _Evil:
     def __reduce__(self):

@@ -5,9 +5,9 @@ Two passes: the statistics (min, max, mean, std, counts), then the histogram ove
 runs both and, for a tensor whose decoding costs more than keeping its values (ggml and other
 block quantisations) and that is small enough, keeps the first pass's values for the second:
 each block is then decoded once. An 8- or 16-bit float tensor takes one pass that counts its
-element codes instead (codes.py): the same figures, no element decoded. F32 and Q8_0 chunks are
-summarised from their bytes (rawstats.py: the numbers the element path gives, with less Python
-per element; Q8_0 keeps its bytes between the passes). Every pass is a generator, so that callers can stop between
+element codes instead (codes.py): the same figures, no element decoded. F32, Q8_0 and Q4_K chunks
+are summarised from their bytes (rawstats.py: the numbers the element path gives, with less Python
+per element; the quantised ones keep their bytes between the passes). Every pass is a generator, so that callers can stop between
 chunks: the CLI through a progress callback, the browser worker between messages.
 """
 

@@ -16,6 +16,10 @@ caller then decodes the chunk as before). The exact pass (exact.py) is bound by 
   scale: sum(x) = fsum(d * sum(q)) (each product exact, so the fsum is the one over the
   elements), sum(x*x) likewise, min and max from each group's extreme codes. The histogram
   translates each group's codes to bin numbers through a table per scale.
+* Q4_K (rawstats_q4_k.py, imported where a Q4_K block is read): x = d*sc*q - dmin*m per 32-element
+  sub-block; where float32 rounds nothing (most blocks: the exponents of d and dmin decide), a
+  sub-block's sum(x) and sum(x*x) are exact products of its code sums, taken from big-int byte
+  lanes; the other blocks are decoded. The histogram bins each sub-block's 16 possible values once.
 A chunk whose result would need the element order (a zero extreme, whose sign min() takes from
 the first of equal values), a non-finite scale, or the sum of squared deviations (a mean far
 from 0) is left to the element path.
@@ -284,4 +288,14 @@ def _q8_0_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
     return True
 
 
-FAST = {"F32": (_f32_stats, _f32_add), "Q8_0": (_q8_0_stats, _q8_0_add)}
+def _q4_k_stats(data: bytes) -> Stats | None:
+    from .rawstats_q4_k import q4_k_stats
+    return q4_k_stats(data)
+
+
+def _q4_k_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+    from .rawstats_q4_k import q4_k_add
+    return q4_k_add(binner, data)
+
+
+FAST = {"F32": (_f32_stats, _f32_add), "Q8_0": (_q8_0_stats, _q8_0_add), "Q4_K": (_q4_k_stats, _q4_k_add)}

@@ -1,0 +1,229 @@
+"""Exact statistics of a chunk of Q4_K blocks from its codes (rawstats.py's contract: the numbers
+`compute(decode_window(...), percentiles=False)` gives, bit for bit, or None).
+
+block_q4_K (dtypes/ggml/kquants.py): per 32-element sub-block x = dsc * q - dm, with dsc = d * sc
+and dm = dmin * m (f16 times 6 bits: exact doubles) and q a 4-bit code; the decoder rounds each x
+to float32. That rounding changes nothing when every code's x fits in 24 bits, which the
+exponents of d and dmin decide per block (`_exact_blocks`); then x is the double dsc * q - dm
+itself and a sub-block's sums are exact products of its code sums Q1 = sum(q), Q2 = sum(q*q):
+
+    sum(x) = dsc*Q1 - 32*dm          sum(x*x) = dsc*dsc*Q2 - 2*dsc*dm*Q1 + 32*dm*dm
+
+(each product has at most 47 significant bits), so one fsum over those terms is the fsum over the
+elements. The code sums come from big-int byte lanes (`_run_sums`), no float is made per element.
+The extremes come from the few sub-blocks whose code range could hold them, the zeros and
+|x| < 1e-6 from the few whose nearest code to dm / dsc is that close. Blocks whose float32
+rounding is not exact are decoded and their values enter the same sums.
+
+The histogram (`q4_k_add`) leaves no block out: a sub-block's 16 possible values (rounded to
+float32 where the decoder's rounding is not exact) are binned once each (half a float per element instead of
+three) and the elements' codes are translated to those bins.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from math import remainder
+from functools import lru_cache
+from itertools import compress, repeat
+from operator import add, gt, lt, mul, not_, sub
+
+# imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
+# ggml codecs (tests/test_lazy_imports.py)
+from ..dtypes.ggml.columns import nibbles
+from ..dtypes.ggml.kquants import Q4_K, _k4_scales, decode_q4_k
+from .stats import CANCELLATION, NEAR_ZERO, Binner, Stats, _counted
+
+SUB = 32            # elements per sub-block
+BLOCK_SUBS = 8      # sub-blocks per block (QK_K = 256)
+# x = dsc * q - dm is exact in float32 when dmin's exponent minus d's lies in this range (below)
+EXACT_SPREAD = range(-3, 7)
+# Below this |dsc| two codes can both lie within NEAR_ZERO of 0, and dm / dsc is not to be trusted.
+TINY_STEP = 4 * NEAR_ZERO
+
+_SQUARE_LOW = bytes((q * q) & 0x0F for q in range(256))   # q*q = 16 * high + low, codes 0..15
+_SQUARE_HIGH = bytes(((q * q) >> 4) & 0xFF for q in range(256))
+_F16_SPECIAL = 0x1F   # the exponent field of Inf and NaN
+
+
+def _exact_blocks(d: list[int], dmin: list[int]) -> list[bool] | None:
+    """Per block: is every x exact in float32? None if a scale is Inf or NaN.
+
+    d = D * 2**ed and dmin = M * 2**em with integers D, M <= 2047 (ed = exponent field - 25, a
+    subnormal's field counting as 1), so |x| <= 2047*63*15 * 2**ed + 2047*63 * 2**em, a multiple
+    of 2**min(ed, em): an integer times that of at most 2**24 (so exact in float32) when
+    em - ed = k lies in EXACT_SPREAD: 1934415 + 128961 * 2**k <= 2**24 for 0 <= k <= 6, and
+    1934415 * 2**-k + 128961 <= 2**24 for -3 <= k < 0. A zero scale drops its term."""
+    out = []
+    for a, b in zip(d, dmin):
+        ea, eb = (a >> 10) & 0x1F, (b >> 10) & 0x1F
+        if ea == _F16_SPECIAL or eb == _F16_SPECIAL:
+            return None
+        out.append(not a & 0x7FFF or not b & 0x7FFF or (max(eb, 1) - max(ea, 1)) in EXACT_SPREAD)
+    return out
+
+
+def _run_sums(codes: bytes) -> list[int]:
+    """The sum of each run of SUB bytes (values 0..15), through byte lanes of one big int: after
+    adding itself shifted by 1, 2, 4 and 8 bytes, lane i holds bytes i..i+15 (at most 240, so no
+    lane carries into the next)."""
+    x = int.from_bytes(codes, "little")
+    for shift in (8, 16, 32, 64):
+        x += x >> shift
+    halves = x.to_bytes(len(codes), "little")[::16]
+    return list(map(add, halves[0::2], halves[1::2]))
+
+
+def _extreme(codes: bytes, dsc: list[float], dm: list[float], highest: bool) -> float:
+    """max (or min) of dsc * q - dm over every sub-block's codes: its value at the sub-block's
+    extreme code, looked up only for the sub-blocks whose code range could beat the first."""
+    pick, beats = (max, gt) if highest else (min, lt)
+    ends = list(map(pick, map(sub, map(mul, dsc, repeat(15.0)), dm), map(sub, repeat(0.0), dm)))
+
+    def at(s: int) -> float:
+        c, step = codes[s * SUB:(s + 1) * SUB], dsc[s]
+        code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
+        return step * code - dm[s]
+    best = at(ends.index(pick(ends)))
+    return pick([best, *map(at, compress(range(len(ends)), map(beats, ends, repeat(best))))])
+
+
+def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
+    """(elements == 0, elements with |x| < NEAR_ZERO). Where |dsc| >= TINY_STEP at most one code
+    is that near, the integer nearest dm / dsc (within 1/4 of it), and then remainder(dm, dsc),
+    dm minus that integer times dsc (exact), is that near too: only the sub-blocks where it is,
+    or whose step is tiny, have their codes looked at."""
+    steps = list(map(abs, dsc))
+    gaps = map(abs, map(remainder, dm, map(max, steps, repeat(TINY_STEP))))
+    zeros = near = 0
+    for s in compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)),
+                                           map(lt, steps, repeat(TINY_STEP)))):
+        c, step, low = codes[s * SUB:(s + 1) * SUB], dsc[s], dm[s]
+        if not -TINY_STEP < step < TINY_STEP:
+            candidates = (min(15, max(0, round(low / step))),)
+        else:
+            candidates = range(16) if step else (0,)
+        for q in candidates:
+            x = step * q - low
+            if -NEAR_ZERO < x < NEAR_ZERO:
+                k = c.count(q) if step else SUB   # a zero step: every code gives x = -dm
+                near += k
+                zeros += k if x == 0.0 else 0
+    return zeros, near
+
+
+def _split(data: bytes) -> tuple[bytes, list[float]] | None:
+    """(the blocks whose x are exact, the decoded values of the others); None if a scale is Inf
+    or NaN (the element path then counts the non-finite values)."""
+    size = Q4_K.size
+    exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
+                          list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
+    if exact is None:
+        return None
+    if all(exact):
+        return data, []
+    blocks = [data[o:o + size] for o in range(0, len(data), size)]
+    return (b"".join(compress(blocks, exact)),
+            decode_q4_k(b"".join(compress(blocks, map(not_, exact)))))
+
+
+def _sub_blocks(data: bytes) -> tuple[list[float], list[float], bytes]:
+    """(dsc, dm) per sub-block, as the decoder computes them, and the codes in element order."""
+    dsc, dm = _k4_scales(Q4_K, data)
+    return dsc, dm, nibbles(Q4_K.col(data, "qs"), SUB)
+
+
+def q4_k_stats(data: bytes) -> Stats | None:
+    n = len(data) // Q4_K.size * BLOCK_SUBS * SUB
+    split = _split(data)
+    if split is None:
+        return None
+    data, rest = split              # rest: the values of the blocks that float32 rounds
+    sums, squares, lows, highs = list(rest), list(map(mul, rest, rest)), [], []
+    zeros = near = 0
+    if rest:
+        lows.append(min(rest))
+        highs.append(max(rest))
+        zeros = rest.count(0.0)
+        near = sum(1 for v in rest if -NEAR_ZERO < v < NEAR_ZERO)
+    if data:
+        dsc, dm, codes = _sub_blocks(data)
+        q1 = _run_sums(codes)
+        q2 = list(map(add, map(mul, _run_sums(codes.translate(_SQUARE_HIGH)), repeat(16)),
+                      _run_sums(codes.translate(_SQUARE_LOW))))
+        sums += map(mul, dsc, q1)
+        sums += map(mul, dm, repeat(-32.0))
+        squares += map(mul, map(mul, dsc, dsc), q2)
+        squares += map(mul, map(mul, dsc, map(mul, dm, repeat(-2.0))), q1)
+        squares += map(mul, map(mul, dm, dm), repeat(32.0))
+        lows.append(_extreme(codes, dsc, dm, False))
+        highs.append(_extreme(codes, dsc, dm, True))
+        z, m = _near(codes, dsc, dm)
+        zeros, near = zeros + z, near + m
+    stats = Stats(count=n, finite=n, exact_zeros=zeros, zeros=near / n)
+    stats.min, stats.max = min(lows), max(highs)
+    if stats.min == 0.0 or stats.max == 0.0:    # which zero min() would keep depends on the order
+        return None
+    stats.mean = mean = math.fsum(sums) / n
+    total_squares = math.fsum(squares)
+    m2 = total_squares - n * mean * mean
+    if not (math.isfinite(total_squares) and m2 * CANCELLATION >= total_squares):
+        return None                             # _m2 would sum the squared deviations
+    stats.m2 = m2
+    stats.std = math.sqrt(m2 / n)
+    return stats
+
+
+def q4_k_add(binner: Binner, data: bytes) -> bool:
+    """binner.add(<the chunk's values>, within=True) with a float made per (sub-block, code)
+    rather than per element: each of a sub-block's 16 possible values (rounded to float32 as the
+    decoder rounds it, in the blocks where that is not exact) is binned by Binner's formula into a
+    byte of a translate table shared by 16 sub-blocks, and each element's code is tagged with its
+    sub-block's place among the 16 (`_tagged`). A value outside [lo, hi] (a code no element has,
+    unless the file changed between the passes) is 255."""
+    exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
+                          list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
+    if exact is None:
+        return False   # an Inf or NaN scale: the element path filters the non-finite values
+    if binner.half:    # a range wider than the largest float: never |x| < 2**27 here
+        return False
+    if binner.constant:
+        binner.counts[0] += len(data) // Q4_K.size * BLOCK_SUBS * SUB * binner.weight
+        return True
+    dsc, dm, codes = _sub_blocks(data)
+    lo, hi, width, floor = binner.lo, binner.hi, binner.width, math.floor
+    codes16 = range(16)
+    # the bin of x for (sub-block s, code q) at 16 * s + q
+    tables = bytearray([floor((x - lo) / width) if lo <= x <= hi else 255
+                        for a, b in zip(dsc, dm) for q in codes16 for x in (a * q - b,)])
+    per_block = BLOCK_SUBS * 16
+    for at in compress(range(0, len(tables), per_block), map(not_, exact)):   # float32 rounds these
+        s = at // 16
+        rounded = array("f", [a * q - b for a, b in zip(dsc[s:s + BLOCK_SUBS], dm[s:s + BLOCK_SUBS])
+                              for q in codes16])
+        tables[at:at + per_block] = bytes([floor((x - lo) / width) if lo <= x <= hi else 255 for x in rounded])
+    tables += b"\xff" * (-len(tables) % 256)
+    tagged = _tagged(codes)
+    group = 16 * SUB
+    joined = b"".join([tagged[at:at + group].translate(tables[at // 2:at // 2 + 256])
+                       for at in range(0, len(tagged), group)])
+    found = [joined.count(k) for k in range(binner.bins + 1)]
+    if sum(found) != len(joined):
+        return False
+    last = binner.bins - 1
+    for index, k in enumerate(found):
+        binner.counts[index if index < last else last] += k * binner.weight
+    return True
+
+
+def _tagged(codes: bytes) -> bytes:
+    """Each code (0..15) with its sub-block's place among 16 consecutive ones in the high nibble."""
+    tags = _tags(len(codes) // SUB)
+    return (int.from_bytes(codes, "little") | int.from_bytes(tags, "little")).to_bytes(len(codes), "little")
+
+
+@lru_cache(maxsize=4)
+def _tags(subs: int) -> bytes:
+    unit = b"".join(bytes([k << 4]) * SUB for k in range(16))
+    return (unit * (subs // 16 + 1))[:subs * SUB]
