@@ -46,3 +46,27 @@ def test_a_few_positions_are_read_by_rows():
     with tensorloupe.open(OUT / "quant" / "fp8_block" / "model.safetensors") as ckpt:
         t = next(t for t in ckpt.tensors if t.parts)
         assert t.source.cells(list(range(logical.CELLS_AT_LEAST - 1))) is None
+
+
+def _lattices(height: int, width: int) -> list[tuple[int, int]]:
+    """Lattice sizes over a whole view: every element, every 2nd and 3rd (columns stepping by
+    whole bytes or not, per bits), and a sparse one like a 4096-wide weight's (every 16th)."""
+    sizes = [(height, width), (height, width // 2), (max(1, height // 2), width // 3), (height, width // 16)]
+    return [(r, c) for r, c in dict.fromkeys(sizes) if c >= 1 and r * c >= logical.CELLS_AT_LEAST]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_whole_fixture_lattices_are_the_row_decoders_values(case):
+    """Every cell of lattices over the whole small fixture (every element, then stepped columns,
+    which take the cell decoders' strided and general code paths) equals the row decoder's value."""
+    with tensorloupe.open(OUT / case / "model.safetensors") as ckpt:
+        t = next(t for t in ckpt.tensors if t.parts)
+        plane = (1, 2) if len(t.shape) == 3 else None
+        height, width = (t.shape[1], t.shape[2]) if plane else (t.shape[0], t.numel // t.shape[0])
+        flat = values(t, 0, t.numel)
+        for rows, cols in _lattices(height, width):
+            plan = plan_grid(t, rows, cols, plane=plane)
+            cells = t.source.cells(plan.positions)
+            assert cells is not None, (rows, cols)
+            want = [flat[p] for p in plan.positions]
+            assert [repr(v) for v in cells] == [repr(v) for v in want], (rows, cols)

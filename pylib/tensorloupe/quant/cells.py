@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from itertools import groupby
-from operator import mul
+from operator import add, itemgetter, mul
 
 from ..dtypes import lookup
 from . import mlx
-from .decode import _AWQ_NIBBLE, _E2M1_PAIRS, E2M1, _rows, gptq_groups
+from .decode import _AWQ_NIBBLE, _E2M1_PAIRS, E2M1, gptq_groups
 from .records import Logical
 from .rounding import round_to
 
@@ -143,20 +143,57 @@ def _fp8_block(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     codes, scale = t.parts["codes"], t.parts["weight_scale_inv"]
     bm, bn = t.scheme.block
     c0, c1 = cols[0], cols[-1] + 1
-    (raw,) = yield [(codes.name, rows, c0, c1)]
-    q = [_unpack(codes, b) for b in raw]
     srows = sorted({r // bm for r in rows})
-    s = dict(zip(srows, (_rows(read, scale, r, r + 1) for r in srows)))
-    return [q[i][c - c0] * s[r // bm][c // bn] for i, r in enumerate(rows) for c in cols]
+    s0, s1 = c0 // bn, (c1 - 1) // bn + 1
+    raw, sc = yield [(codes.name, rows, c0, c1), (scale.name, srows, s0, s1)]
+    s = dict(zip(srows, (_unpack(scale, b) for b in sc)))
+    at = _picker([c - c0 for c in cols])
+    block_of = _picker([c // bn - s0 for c in cols])
+    out: list = []
+    for r, b in zip(rows, raw):
+        out += map(mul, at(_unpack(codes, b)), block_of(s[r // bm]))
+    return out
+
+
+def _picker(at: list[int]):
+    """A function giving the items at positions `at` of a sequence, as a list (at C speed)."""
+    if len(at) == 1:
+        (k,) = at
+        return lambda seq: [seq[k]]
+    get = itemgetter(*at)
+    return lambda seq: list(get(seq))
+
+
+def _codes_at(rows: list[bytes], bit_at: list[int], bits: int) -> list[int]:
+    """The `bits`-bit code starting at each bit offset of `bit_at` in each row (little-endian
+    bit streams), row-major. A code inside one byte is picked and masked by a byte table; where
+    the offsets step evenly by whole bytes (a lattice's columns), a strided slice of the row."""
+    mask = (1 << bits) - 1
+    at = [divmod(b, 8) for b in bit_at]
+    shifts = {sh for _, sh in at}
+    if all(sh + bits <= 8 for sh in shifts):        # 1, 2, 4 and 8 bits: never across bytes
+        table = bytes(((b >> sh) & mask) for sh in sorted(shifts) for b in range(256)) \
+            if len(shifts) == 1 else None
+        first, n = at[0][0], len(at)
+        step = at[1][0] - first if n > 1 else 1
+        if table is not None and step > 0 and all(b == first + k * step for k, (b, _) in enumerate(at)):
+            out: list = []
+            for row in rows:
+                out += row[first:first + step * (n - 1) + 1:step].translate(table)
+            return out
+        return [(row[b] >> sh) & mask for row in rows for b, sh in at]
+    # 3, 5, 6, 7 bits: a code may take bits of the next byte (a zero byte after the last)
+    return [((row[b] | (row[b + 1] << 8)) >> sh) & mask for row in (r + b"\0" for r in rows) for b, sh in at]
 
 
 def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """MLX: code c of a row is bits [c*bits, (c+1)*bits) of its little-endian words. Affine:
     w = scales * q + biases in the scales' dtype; the float modes (mxfp4, nvfp4, mxfp8): the
-    code's E2M1 or E4M3 value times its group's E8M0 or E4M3 scale, as mlx.decode gives."""
+    code's E2M1 or E4M3 value times its group's E8M0 or E4M3 scale, as mlx.decode gives.
+    Every step runs over the whole lattice at once, at C speed (map, itemgetter, struct)."""
     sch = t.scheme
     fixed = mlx.MODES.get(sch.strategy)
-    bits, gs, mask = sch.bits, sch.group_size, (1 << sch.bits) - 1
+    bits, gs = sch.bits, sch.group_size
     codes, scales = t.parts["codes"], t.parts["scales"]
     w0, w1 = cols[0] * bits // 32, ((cols[-1] + 1) * bits - 1) // 32 + 1
     g0, g1 = cols[0] // gs, cols[-1] // gs + 1
@@ -164,23 +201,18 @@ def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     if fixed is None:
         asks.append((t.parts["biases"].name, rows, g0, g1))
     raw, sc, *bs = yield asks
-    s = [lookup(fixed.scale if fixed else scales.dtype).decode(x) for x in sc]
-    b = [_unpack(scales, x) for x in bs[0]] if fixed is None else None
-    table = (mlx.E2M1 if bits == 4 else mlx.E4M3) if fixed else None
+    q = _codes_at(raw, [c * bits - 32 * w0 for c in cols], bits)
+    group_of = _picker([c // gs - g0 for c in cols])      # each column's scale in a row's span
+    scale_type = lookup(fixed.scale if fixed else scales.dtype)
+    s = [v for x in sc for v in group_of(scale_type.decode(x))]
+    if fixed is not None:
+        table = mlx.E2M1 if bits == 4 else mlx.E4M3
+        vals = list(map(mul, _picker(q)(table), s))
+        # mxfp8 returns bfloat16: exact but for scales near the extremes (mlx.decode rounds then)
+        return round_to("BF16", vals) if sch.strategy == "mxfp8" else vals
+    b = [v for x in bs[0] for v in group_of(_unpack(scales, x))]
     dt = scales.dtype
-    out = []
-    for i in range(len(rows)):
-        stream = int.from_bytes(raw[i], "little")
-        q = [(stream >> (c * bits - 32 * w0)) & mask for c in cols]
-        sg = [s[i][c // gs - g0] for c in cols]
-        if fixed is not None:
-            vals = [table[x] * y for x, y in zip(q, sg)]
-            # mxfp8 returns bfloat16: exact but for scales near the extremes (mlx.decode rounds then)
-            out += round_to("BF16", vals) if sch.strategy == "mxfp8" else vals
-            continue
-        bg = [b[i][c // gs - g0] for c in cols]
-        out += round_to(dt, [p + z for p, z in zip(round_to(dt, [x * y for x, y in zip(sg, q)]), bg)])
-    return out
+    return round_to(dt, list(map(add, round_to(dt, list(map(mul, s, q))), b)))
 
 
 CELLS = {"gptq": _gptq, "awq": _awq, "mxfp4": _mxfp4, "fp8-block": _fp8_block, "mlx": _mlx}
