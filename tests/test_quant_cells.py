@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import tensorloupe
-from tensorloupe.quant import logical
+from tensorloupe.quant import cells as cells_module, logical
 from tensorloupe.sampler.sampling import grid, plan_grid, values
 
 # fixtures/make.py's output (quant_files.py, quant_lib_files.py); no oracle is imported, so
@@ -55,18 +55,40 @@ def _lattices(height: int, width: int) -> list[tuple[int, int]]:
     return [(r, c) for r, c in dict.fromkeys(sizes) if c >= 1 and r * c >= logical.CELLS_AT_LEAST]
 
 
-@pytest.mark.parametrize("case", CASES)
+# every fixture of a layout with a cell decoder (quant/cells.py CELLS), models of several linears too
+WHOLE_CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.glob("quant_lib/*")]
+                     if p.name.startswith(("gptq", "awq", "mxfp4", "moe_mxfp4", "fp8_block", "mlx_", "hqq_",
+                                           "ct_int", "ct_nvfp4", "quanto_", "bnb_nf4", "bnb_fp4", "model_nvfp4",
+                                           "model_w4a16", "model_w8a16", "model_gptq", "model_awq"))
+                     and not p.name.endswith("_fp32"))     # (those hold the float weights HQQ was made from)
+
+
+def test_every_cell_layout_has_whole_fixtures():
+    layouts = set()
+    for case in WHOLE_CASES:
+        with tensorloupe.open(OUT / case / "model.safetensors") as ckpt:
+            layouts |= {t.info["scheme"]["layout"] for t in ckpt.tensors if t.parts}
+    assert layouts >= set(cells_module.CELLS), set(cells_module.CELLS) - layouts
+
+
+@pytest.mark.parametrize("case", WHOLE_CASES)
 def test_whole_fixture_lattices_are_the_row_decoders_values(case):
-    """Every cell of lattices over the whole small fixture (every element, then stepped columns,
-    which take the cell decoders' strided and general code paths) equals the row decoder's value."""
+    """Every cell of lattices over each whole weight of the fixture (every element, then stepped
+    columns, which take the cell decoders' strided and general code paths) equals the row
+    decoder's value, bit for bit."""
+    checked = 0
     with tensorloupe.open(OUT / case / "model.safetensors") as ckpt:
-        t = next(t for t in ckpt.tensors if t.parts)
-        plane = (1, 2) if len(t.shape) == 3 else None
-        height, width = (t.shape[1], t.shape[2]) if plane else (t.shape[0], t.numel // t.shape[0])
-        flat = values(t, 0, t.numel)
-        for rows, cols in _lattices(height, width):
-            plan = plan_grid(t, rows, cols, plane=plane)
-            cells = t.source.cells(plan.positions)
-            assert cells is not None, (rows, cols)
-            want = [flat[p] for p in plan.positions]
-            assert [repr(v) for v in cells] == [repr(v) for v in want], (rows, cols)
+        for t in ckpt.tensors:
+            if not t.parts or t.info["scheme"]["layout"] not in cells_module.CELLS:
+                continue
+            plane = (1, 2) if len(t.shape) == 3 else None
+            height, width = (t.shape[1], t.shape[2]) if plane else (t.shape[0], t.numel // t.shape[0])
+            flat = values(t, 0, t.numel)
+            for rows, cols in _lattices(height, width):
+                plan = plan_grid(t, rows, cols, plane=plane)
+                got = t.source.cells(plan.positions)
+                assert got is not None, (t.name, rows, cols)
+                want = [flat[p] for p in plan.positions]
+                assert [repr(v) for v in got] == [repr(v) for v in want], (t.name, rows, cols)
+                checked += 1
+    assert checked

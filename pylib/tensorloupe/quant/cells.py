@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from itertools import groupby
-from operator import add, itemgetter, mul
+from itertools import groupby, repeat
+from array import array
+from operator import add, itemgetter, mul, sub
 
 from ..dtypes import lookup
-from . import mlx
-from .decode import _AWQ_NIBBLE, _E2M1_PAIRS, E2M1, gptq_groups
+from . import bnb, mlx
+from .decode import _AWQ_NIBBLE, _E2M1_PAIRS, E2M1, _group_index, _in_dtype_of, _rows, gptq_groups
 from .records import Logical
 from .rounding import round_to
 
@@ -215,7 +216,194 @@ def _mlx(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     return round_to(dt, list(map(add, round_to(dt, list(map(mul, s, q))), b)))
 
 
-CELLS = {"gptq": _gptq, "awq": _awq, "mxfp4": _mxfp4, "fp8-block": _fp8_block, "mlx": _mlx}
+def _ct_pack(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
+    """compressed-tensors pack-quantized: code c of a row is bits [c*bits, (c+1)*bits) of its
+    words, stored unsigned (+2**(bits-1)); W = (q - offset - z) * s by the column's group, a
+    float32 product rounded to the scale's dtype, as decode._ct_pack gives."""
+    sch = t.scheme
+    bits, offset = sch.bits, 1 << (sch.bits - 1)
+    packed, scale = t.parts["codes"], t.parts["weight_scale"]
+    n_groups = scale.shape[1] if len(scale.shape) > 1 else 1
+    if "weight_g_idx" in t.parts:
+        memo = getattr(read, "memo", None)
+        gidx = memo.get("weight_g_idx") if memo is not None else None
+        if gidx is None:
+            gidx = _group_index(read, t.parts["weight_g_idx"], t.shape[1], scale, n_groups, "groups per row")
+            if memo is not None:
+                memo["weight_g_idx"] = gidx
+        groups = [gidx[c] for c in cols]
+    elif sch.strategy == "group":
+        groups = [c // sch.group_size for c in cols]
+    else:
+        groups = [0] * len(cols)
+    w0, w1 = cols[0] * bits // 32, ((cols[-1] + 1) * bits - 1) // 32 + 1
+    g0, g1 = min(groups), max(groups) + 1
+    asks = [(packed.name, rows, w0, w1), (scale.name, rows, g0, g1) if len(scale.shape) > 1
+            else (scale.name, rows, 0, 1)]
+    zp = None if sch.symmetric else t.parts["weight_zero_point"]
+    if zp is not None:
+        if zp.dtype == "I32":      # packed along rows: row r of group g is code r of column g's stream
+            words = sorted({w for r in rows for w in (r * bits // 32, ((r + 1) * bits - 1) // 32)})
+            asks.append((zp.name, words, g0, g1))
+        else:
+            asks.append((zp.name, rows, g0, g1))
+    raw, sc, *zr = yield asks
+    q = _codes_at(raw, [c * bits - 32 * w0 for c in cols], bits)
+    group_of = _picker([g - g0 for g in groups]) if len(scale.shape) > 1 else _picker([0] * len(cols))
+    sv = [v for x in sc for v in group_of(_unpack(scale, x))]
+    if zp is None:
+        v = [c - offset for c in q]
+    else:
+        if zp.dtype == "I32":
+            column = dict(zip(words, map(_WORDS.decode, zr[0])))      # word -> its groups' words
+            mask = (1 << bits) - 1
+            z_rows = []
+            for r in rows:
+                w, sh = divmod(r * bits, 32)
+                low, high = column[w], column.get(w + 1)
+                z_rows.append([(((lo | (hi << 32)) if sh + bits > 32 else lo) >> sh) & mask
+                               for lo, hi in zip(low, high if sh + bits > 32 else low)])
+            z_rows = [[z - offset for z in row] for row in z_rows]
+        else:
+            z_rows = [_unpack(zp, x) for x in zr[0]]
+        zv = [z for row in z_rows for z in group_of(row)]
+        v = [c - offset - z for c, z in zip(q, zv)]
+    out = array("f", map(mul, v, sv))
+    return round_to(scale.dtype, out) if scale.dtype in ("BF16", "F16") else list(out)
+
+
+def _nvfp4(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
+    """compressed-tensors nvfp4-pack-quantized: code c is nibble c % 2 (low first) of byte c // 2;
+    W = bf16(e2m1[q] * f32(weight_scale / global)), as decode._nvfp4 gives."""
+    packed, scale, gscale = t.parts["codes"], t.parts["weight_scale"], t.parts["weight_global_scale"]
+    gs = t.scheme.group_size
+    b0, b1 = cols[0] // 2, cols[-1] // 2 + 1
+    g0, g1 = cols[0] // gs, cols[-1] // gs + 1
+    (g,) = _rows(read, gscale, 0, gscale.shape[0] if gscale.shape else 1)
+    raw, sc = yield [(packed.name, rows, b0, b1), (scale.name, rows, g0, g1)]
+    q = _codes_at(raw, [4 * c - 8 * b0 for c in cols], 4)
+    group_of = _picker([c // gs - g0 for c in cols])
+    div = [v for x in sc for v in group_of(array("f", (s / g for s in _unpack(scale, x))))]
+    return round_to("BF16", array("f", map(mul, _picker(q)(E2M1), div)))
+
+
+def _quanto(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
+    """optimum-quanto, per-row scale: qint8 / qfloat8 w = scale * data; qint4 / qint2 planar
+    along dim 0 (code row k*R + p is bits k*b of packed row p): w = scale * q - shift, each
+    operation in the scale's dtype, as quanto.decode gives."""
+    data, scale = t.parts["codes"], t.parts["_scale"]
+    dt, bits = scale.dtype, t.scheme.bits
+    c0, c1 = cols[0], cols[-1] + 1
+    pick = _picker([c - c0 for c in cols])
+    n = len(cols)
+    if bits == 8:
+        raw, sc = yield [(data.name, rows, c0, c1), (scale.name, rows, 0, 1)]
+        sv = [v for x in sc for v in _unpack(scale, x) * n]
+        return round_to(dt, list(map(mul, sv, [v for b in raw for v in pick(_unpack(data, b))])))
+    stored, mask = data.shape[0], (1 << bits) - 1
+    raw, sc, sh = yield [(data.name, [r % stored for r in rows], c0, c1), (scale.name, rows, 0, 1),
+                         (t.parts["_shift"].name, rows, 0, 1)]
+    tables = {}
+    q: list = []
+    for r, b in zip(rows, raw):
+        k = r // stored
+        table = tables.get(k) or tables.setdefault(k, bytes(((x >> (k * bits)) & mask) for x in range(256)))
+        q += bytes(pick(b)).translate(table)
+    sv = [v for x in sc for v in _unpack(scale, x) * n]
+    zv = [v for x in sh for v in _unpack(scale, x) * n]
+    return round_to(dt, list(map(sub, round_to(dt, list(map(mul, sv, q))), zv)))
+
+
+def _hqq(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
+    """HQQ: the weight reshaped to [R, C] (axis 1: a group is a row of it; axis 0: a column),
+    reshaped row i is plane i // step of packed row i % step (the first plane in the highest
+    bits); W = ((q - zero) * scale), each operation rounded to the compute dtype, as hqq.dequant
+    gives. Each reshaped row the cells lie in is read once, over the columns they need."""
+    p = t.scheme.params
+    big_c = p["reshaped"][1]
+    step, k, dtype, axis = p["step"], p["k"], p["dtype"], p["axis"]
+    bits, width = t.scheme.bits, t.shape[1]
+    packed, scale, zero = t.parts["codes"], t.parts["scale"], t.parts["zero"]
+    top = 32 - 2 if bits == 3 else 8                     # 3bit_32 uses bits 29..0
+    mask = (1 << bits) - 1
+    # each cell's (reshaped row, column); each reshaped row's span of columns
+    cell = list(map(divmod, [r * width + c for r in rows for c in cols], repeat(big_c)))
+    span: dict = {}
+    for g, j in cell:
+        lo_hi = span.get(g)
+        if lo_hi is None:
+            span[g] = [j, j]
+        elif j > lo_hi[1]:          # columns ascend within a lattice row; a row may come back
+            lo_hi[1] = j
+        elif j < lo_hi[0]:
+            lo_hi[0] = j
+    by_span: dict = {}
+    for g, (j0, j1) in span.items():
+        by_span.setdefault((j0, j1 + 1), []).append(g)
+    spans = list(by_span.items())
+    asks = [(packed.name, [g % step for g in gs], j0, j1) for (j0, j1), gs in spans]
+    if axis == 1:
+        needed = sorted(span)
+        asks += [(scale.name, needed, 0, 1), (zero.name, needed, 0, 1)]
+    else:       # scale and zero [1, C]: the columns of each span
+        asks += [(scale.name, [0], j0, j1) for (j0, j1), _ in spans]
+        asks += [(zero.name, [0], j0, j1) for (j0, j1), _ in spans]
+    got = yield asks
+    n = len(spans)
+    words: dict = {}            # reshaped row -> (its words from column j0, j0, its shift)
+    for ((j0, _), gs), raw in zip(spans, got[:n]):
+        for g, b in zip(gs, raw):
+            words[g] = (_unpack(packed, b), j0, top - bits * (g // step + 1) if k > 1 else 0)
+    q = []
+    for g, j in cell:
+        w, j0, shift = words[g]
+        q.append((w[j - j0] >> shift) & mask)
+    if axis == 1:
+        s_of = dict(zip(needed, _unpack(scale, b"".join(got[n]))))
+        z_of = dict(zip(needed, _unpack(zero, b"".join(got[n + 1]))))
+        sv, zv = [s_of[g] for g, _ in cell], [z_of[g] for g, _ in cell]
+    else:
+        s_of, z_of = {}, {}
+        for ((j0, _), _), (sb,), (zb,) in zip(spans, got[n:2 * n], got[2 * n:]):
+            s_of.update(enumerate(_unpack(scale, sb), j0))
+            z_of.update(enumerate(_unpack(zero, zb), j0))
+        sv, zv = [s_of[j] for _, j in cell], [z_of[j] for _, j in cell]
+    diff = _in_dtype_of(array("f", map(sub, q, zv)), dtype)
+    return list(_in_dtype_of(array("f", map(mul, diff, sv)), dtype))
+
+
+def _bnb_4bit(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
+    """bitsandbytes NF4 / FP4: the weight flattened row-major, two codes a byte, high nibble
+    first; value = CODE[q] * absmax[e // blocksize] in float32 (nested: the absmax itself
+    decoded from its U8 code), then cast to the quant state's dtype, as bnb.dequant_4bit gives."""
+    width, bs = t.rows_cols[1], t.scheme.group_size
+    codes, absmax = t.parts["codes"], t.parts["weight.absmax"]
+    elems = [r * width + c for r in rows for c in cols]
+    byte_rows = sorted(set(e // 2 for e in elems))
+    blocks = sorted(set(e // bs for e in elems))
+    asks = [(codes.name, byte_rows, 0, 1), (absmax.name, blocks, 0, 1)]
+    nested = t.scheme.block is not None
+    if nested:
+        nbs = t.scheme.block[0]
+        outer = sorted(set(b // nbs for b in blocks))
+        asks.append((t.parts["weight.nested_absmax"].name, outer, 0, 1))
+    raw, am, *na = yield asks
+    byte_of = dict(zip(byte_rows, b"".join(raw)))
+    if nested:
+        nmap = array("f", _rows(read, t.parts["weight.nested_quant_map"], 0, 256))
+        outer_of = dict(zip(outer, _unpack(t.parts["weight.nested_absmax"], b"".join(na[0]))))
+        offset = t.scheme.params["offset"]
+        scaled = array("f", (nmap[a] * outer_of[b // nbs] for a, b in zip(b"".join(am), blocks)))
+        scale_of = dict(zip(blocks, array("f", (v + offset for v in scaled))))
+    else:
+        scale_of = dict(zip(blocks, _unpack(absmax, b"".join(am))))
+    code = bnb.CODES[t.scheme.strategy]
+    out = array("f", (code[(byte_of[e // 2] >> (0 if e & 1 else 4)) & 15] * scale_of[e // bs] for e in elems))
+    return list(_in_dtype_of(out, t.scheme.params["dtype"]))
+
+
+CELLS = {"gptq": _gptq, "awq": _awq, "mxfp4": _mxfp4, "fp8-block": _fp8_block, "mlx": _mlx,
+         "ct-pack": _ct_pack, "nvfp4": _nvfp4, "quanto": _quanto, "hqq": _hqq, "bnb-4bit": _bnb_4bit}
 
 
 def decodable(t: Logical) -> bool:
