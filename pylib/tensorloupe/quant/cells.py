@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
+from functools import lru_cache
 from itertools import groupby, repeat
 from array import array
 from operator import add, itemgetter, mul, sub
@@ -314,11 +315,33 @@ def _quanto(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     return round_to(dt, list(map(sub, round_to(dt, list(map(mul, sv, q))), zv)))
 
 
+@lru_cache(maxsize=None)
+def _shifted(shift: int, mask: int) -> bytes:
+    return bytes((b >> shift) & mask for b in range(256))
+
+
+def _segments(rows: list[int], cols: list[int], width: int, key) -> list[tuple[int, list[int]]]:
+    """Each logical row's cells cut where key(flat element) changes: (the row's first flat
+    element r * width, the columns of one segment) in order; the cells of a segment are one
+    ascending run of the flattened weight."""
+    out = []
+    first, last = cols[0], cols[-1]
+    for r in rows:
+        base = r * width
+        if key(base + first) == key(base + last):       # (key never falls along a row: one segment)
+            out.append((base, cols))
+            continue
+        for _, cs in groupby(cols, key=lambda c: key(base + c)):
+            out.append((base, list(cs)))
+    return out
+
+
 def _hqq(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """HQQ: the weight reshaped to [R, C] (axis 1: a group is a row of it; axis 0: a column),
     reshaped row i is plane i // step of packed row i % step (the first plane in the highest
     bits); W = ((q - zero) * scale), each operation rounded to the compute dtype, as hqq.dequant
-    gives. Each reshaped row the cells lie in is read once, over the columns they need."""
+    gives. Within one plane (and, on axis 0, one reshaped row) a logical row's cells are one run
+    of the packed elements, e - plane * step * C: one flat read each, and one of their scales."""
     p = t.scheme.params
     big_c = p["reshaped"][1]
     step, k, dtype, axis = p["step"], p["k"], p["dtype"], p["axis"]
@@ -326,48 +349,34 @@ def _hqq(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     packed, scale, zero = t.parts["codes"], t.parts["scale"], t.parts["zero"]
     top = 32 - 2 if bits == 3 else 8                     # 3bit_32 uses bits 29..0
     mask = (1 << bits) - 1
-    # each cell's (reshaped row, column); each reshaped row's span of columns
-    cell = list(map(divmod, [r * width + c for r in rows for c in cols], repeat(big_c)))
-    span: dict = {}
-    for g, j in cell:
-        lo_hi = span.get(g)
-        if lo_hi is None:
-            span[g] = [j, j]
-        elif j > lo_hi[1]:          # columns ascend within a lattice row; a row may come back
-            lo_hi[1] = j
-        elif j < lo_hi[0]:
-            lo_hi[0] = j
-    by_span: dict = {}
-    for g, (j0, j1) in span.items():
-        by_span.setdefault((j0, j1 + 1), []).append(g)
-    spans = list(by_span.items())
-    asks = [(packed.name, [g % step for g in gs], j0, j1) for (j0, j1), gs in spans]
-    if axis == 1:
-        needed = sorted(span)
-        asks += [(scale.name, needed, 0, 1), (zero.name, needed, 0, 1)]
-    else:       # scale and zero [1, C]: the columns of each span
-        asks += [(scale.name, [0], j0, j1) for (j0, j1), _ in spans]
-        asks += [(zero.name, [0], j0, j1) for (j0, j1), _ in spans]
+    plane_of = (lambda e: e // big_c // step) if axis == 1 else (lambda e: e // big_c)
+    segments = _segments(rows, cols, width, plane_of)
+    asks, plan = [], []
+    for base, cs in segments:
+        e0, e1 = base + cs[0], base + cs[-1] + 1
+        g0 = e0 // big_c
+        lift = (g0 // step) * step * big_c      # the plane's packed elements start here
+        asks.append((packed.name, None, e0 - lift, e1 - lift))
+        s0, s1 = (g0, (e1 - 1) // big_c + 1) if axis == 1 else (e0 % big_c, (e1 - 1) % big_c + 1)
+        plan.append((base, cs, e0, g0, s0))
+        asks += [(scale.name, None, s0, s1), (zero.name, None, s0, s1)]
     got = yield asks
-    n = len(spans)
-    words: dict = {}            # reshaped row -> (its words from column j0, j0, its shift)
-    for ((j0, _), gs), raw in zip(spans, got[:n]):
-        for g, b in zip(gs, raw):
-            words[g] = (_unpack(packed, b), j0, top - bits * (g // step + 1) if k > 1 else 0)
-    q = []
-    for g, j in cell:
-        w, j0, shift = words[g]
-        q.append((w[j - j0] >> shift) & mask)
-    if axis == 1:
-        s_of = dict(zip(needed, _unpack(scale, b"".join(got[n]))))
-        z_of = dict(zip(needed, _unpack(zero, b"".join(got[n + 1]))))
-        sv, zv = [s_of[g] for g, _ in cell], [z_of[g] for g, _ in cell]
-    else:
-        s_of, z_of = {}, {}
-        for ((j0, _), _), (sb,), (zb,) in zip(spans, got[n:2 * n], got[2 * n:]):
-            s_of.update(enumerate(_unpack(scale, sb), j0))
-            z_of.update(enumerate(_unpack(zero, zb), j0))
-        sv, zv = [s_of[j] for _, j in cell], [z_of[j] for _, j in cell]
+    q, sv, zv = [], [], []
+    pickers: dict = {}      # the same columns at the same place in their runs: one picker
+    for (base, cs, e0, g0, s0), (codes_run,), (s_run,), (z_run,) in zip(plan, got[::3], got[1::3], got[2::3]):
+        shift = top - bits * (g0 // step + 1) if k > 1 else 0
+        key = (cs[0], len(cs), e0 % big_c)
+        if key not in pickers:
+            offs = [c - cs[0] for c in cs]
+            pickers[key] = (_picker(offs), _picker([(base + c) // big_c - s0 for c in cs]) if axis == 1 else None)
+        pick, by_group = pickers[key]
+        if packed.dtype == "U8":    # a byte table shifts and masks at C speed
+            q += bytes(pick(codes_run)).translate(_shifted(shift, mask))
+        else:
+            q += [(w >> shift) & mask for w in pick(_unpack(packed, codes_run))]
+        at = by_group or pick
+        sv += at(_unpack(scale, s_run))
+        zv += at(_unpack(zero, z_run))
     diff = _in_dtype_of(array("f", map(sub, q, zv)), dtype)
     return list(_in_dtype_of(array("f", map(mul, diff, sv)), dtype))
 
@@ -375,30 +384,41 @@ def _hqq(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
 def _bnb_4bit(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
     """bitsandbytes NF4 / FP4: the weight flattened row-major, two codes a byte, high nibble
     first; value = CODE[q] * absmax[e // blocksize] in float32 (nested: the absmax itself
-    decoded from its U8 code), then cast to the quant state's dtype, as bnb.dequant_4bit gives."""
+    decoded from its U8 code), then cast to the quant state's dtype, as bnb.dequant_4bit gives.
+    Each logical row's cells are one flat run of the codes, the absmax and the nested absmax."""
     width, bs = t.rows_cols[1], t.scheme.group_size
     codes, absmax = t.parts["codes"], t.parts["weight.absmax"]
-    elems = [r * width + c for r in rows for c in cols]
-    byte_rows = sorted(set(e // 2 for e in elems))
-    blocks = sorted(set(e // bs for e in elems))
-    asks = [(codes.name, byte_rows, 0, 1), (absmax.name, blocks, 0, 1)]
     nested = t.scheme.block is not None
-    if nested:
-        nbs = t.scheme.block[0]
-        outer = sorted(set(b // nbs for b in blocks))
-        asks.append((t.parts["weight.nested_absmax"].name, outer, 0, 1))
-    raw, am, *na = yield asks
-    byte_of = dict(zip(byte_rows, b"".join(raw)))
+    nbs = t.scheme.block[0] if nested else 1
+    asks = []
+    for r in rows:
+        e0, e1 = r * width + cols[0], r * width + cols[-1] + 1
+        k0, k1 = e0 // bs, (e1 - 1) // bs + 1
+        asks += [(codes.name, None, e0 // 2, (e1 - 1) // 2 + 1), (absmax.name, None, k0, k1)]
+        if nested:
+            asks.append((t.parts["weight.nested_absmax"].name, None, k0 // nbs, (k1 - 1) // nbs + 1))
+    got = yield asks
+    per = 3 if nested else 2
     if nested:
         nmap = array("f", _rows(read, t.parts["weight.nested_quant_map"], 0, 256))
-        outer_of = dict(zip(outer, _unpack(t.parts["weight.nested_absmax"], b"".join(na[0]))))
         offset = t.scheme.params["offset"]
-        scaled = array("f", (nmap[a] * outer_of[b // nbs] for a, b in zip(b"".join(am), blocks)))
-        scale_of = dict(zip(blocks, array("f", (v + offset for v in scaled))))
-    else:
-        scale_of = dict(zip(blocks, _unpack(absmax, b"".join(am))))
     code = bnb.CODES[t.scheme.strategy]
-    out = array("f", (code[(byte_of[e // 2] >> (0 if e & 1 else 4)) & 15] * scale_of[e // bs] for e in elems))
+    out = array("f")
+    for i, r in enumerate(rows):
+        (raw,), (am,) = got[per * i], got[per * i + 1]
+        e0 = r * width + cols[0]
+        b0, k0 = e0 // 2, e0 // bs
+        if nested:
+            (na,) = got[per * i + 2]
+            outer = _unpack(t.parts["weight.nested_absmax"], na)
+            n0 = k0 // nbs
+            scaled = array("f", (nmap[a] * outer[(k0 + j) // nbs - n0] for j, a in enumerate(am)))
+            scale = array("f", (v + offset for v in scaled))
+        else:
+            scale = _unpack(absmax, am)
+        es = [r * width + c for c in cols]
+        q = [(raw[e // 2 - b0] >> (0 if e & 1 else 4)) & 15 for e in es]      # high nibble: even
+        out.extend(map(mul, _picker(q)(code), _picker([e // bs - k0 for e in es])(scale)))
     return list(_in_dtype_of(out, t.scheme.params["dtype"]))
 
 

@@ -327,14 +327,23 @@ class DequantisedSource(RowsSource):
         return list(array("f", grid))
 
     def _pick_many(self, requests: list[tuple[str, list[int], int, int]], gap: int | None = None) -> list[list[bytes]]:
-        """For each request (part, stored rows, c0, c1), columns [c0, c1) of each of those rows:
-        one range per row, every request's ranges issued together (one read_many per source);
+        """For each request (part, stored rows, c0, c1), columns [c0, c1) of each of those rows
+        (stored rows None: [elements c0..c1 of the part flattened]): one range per row, every
+        request's ranges issued together (one read_many per source);
         with `gap`, ranges that close are joined (read_joined)."""
         ranges, sources = [], {}
         for name, rows, c0, c1 in requests:
             part = self.parts[name]
-            count = self.logical.part_rows.get(name) or part.shape[0]
             item = max(1, int(lookup(part.dtype).bits) // 8)
+            if rows is None:    # elements [c0, c1) of the part flattened (bnb's flat codes, HQQ's runs)
+                if not 0 <= c0 <= c1 <= part.nbytes // item:
+                    raise FormatError(f"tensor {name!r} has {part.nbytes // item} elements: {c0}..{c1} of "
+                                      f"them cannot hold part of {self.logical.name!r}", file=self.name)
+                mine = sources.setdefault(id(part.source), (part.source, []))[1]
+                ranges.append((id(part.source), len(mine), 1))
+                mine.append((part.offset + c0 * item, (c1 - c0) * item))
+                continue
+            count = self.logical.part_rows.get(name) or part.shape[0]
             row = part.nbytes // max(count, 1)
             if not (0 <= c0 <= c1 <= row // item and all(0 <= r < count for r in rows)):
                 raise FormatError(f"tensor {name!r} has {count} rows of {row // item}: columns {c0}..{c1} "
