@@ -71,6 +71,36 @@ def test_every_cell_layout_has_whole_fixtures():
     assert layouts >= set(cells_module.CELLS), set(cells_module.CELLS) - layouts
 
 
+def _row_decoded(t) -> list:
+    """Every value of a dequantised weight from its row decoder (quant/decode.py), whole rows."""
+    return list(t.source._compute(0, t.source.logical.rows_cols[0]))
+
+
+@pytest.mark.parametrize("case", [c for c in WHOLE_CASES if not c.split("/")[1].startswith(
+    ("gptq", "awq", "mxfp4", "moe_mxfp4", "model_gptq", "model_awq"))])     # (these sample in storage order)
+def test_sample_windows_and_values_are_the_row_decoders_values(case):
+    """A read of a layout whose logical rows are stored rows (a sample's windows, a values
+    request) is decoded by the cell decoders, only the elements asked: every window, across row
+    ends too, equals the row decoder's values."""
+    from tensorloupe.sampler.sampling import sample
+    checked = 0
+    with tensorloupe.open(OUT / case / "model.safetensors") as ckpt:
+        for t in ckpt.tensors:
+            if not t.parts or t.info["scheme"]["layout"] not in cells_module.CELLS or t.source.sample_order:
+                continue
+            flat = _row_decoded(t)
+            width = t.source.logical.rows_cols[1]
+            s = sample(t, 64)
+            assert [repr(v) for v in s.values] == [repr(flat[i]) for a, n in s.windows for i in range(a, a + n)]
+            for start, count in ((0, t.numel), (width - 3, 7), (t.numel - 5, 5), (width + 1, 2 * width)):
+                count = max(0, min(count, t.numel - start))
+                got = values(t, start, count)
+                assert [repr(v) for v in got] == [repr(v) for v in flat[start:start + count]], (t.name, start)
+            assert t.source._cell_ranges([(0, 4 * min(t.numel, 3 * width))]) is not None
+            checked += 1
+    assert checked
+
+
 @pytest.mark.parametrize("case", WHOLE_CASES)
 def test_whole_fixture_lattices_are_the_row_decoders_values(case):
     """Every cell of lattices over each whole weight of the fixture (every element, then stepped
@@ -83,7 +113,7 @@ def test_whole_fixture_lattices_are_the_row_decoders_values(case):
                 continue
             plane = (1, 2) if len(t.shape) == 3 else None
             height, width = (t.shape[1], t.shape[2]) if plane else (t.shape[0], t.numel // t.shape[0])
-            flat = values(t, 0, t.numel)
+            flat = _row_decoded(t)
             for rows, cols in _lattices(height, width):
                 plan = plan_grid(t, rows, cols, plane=plane)
                 got = t.source.cells(plan.positions)

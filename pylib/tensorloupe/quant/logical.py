@@ -24,7 +24,7 @@ from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource
 from . import mlx, quanto, torchao
-from .cells import cells, run
+from .cells import cells, decodable, run
 from .decode import dequantise
 from .groups import Logical, Scheme, group
 from .order import order_of
@@ -49,6 +49,11 @@ CELLS_AT_LEAST = 16
 # scales and zero points) lie a few KiB apart while its rows of codes lie 16+ KiB apart, and
 # joining those would read the whole codes (4x an F16 lattice's bytes for MLX 4-bit).
 CELL_GAP_BYTES = 4 << 10
+# Reads of at most this many float32 bytes in all (a sample's windows, a values request) of a
+# layout whose logical rows are stored rows are decoded by the cell decoders, only the elements
+# asked (a sample window is part of a row; several row decoders step element by element in
+# Python). Larger reads (exact statistics, exports) decode whole rows, kept for the next read.
+CELL_RANGES_BYTES = 1 << 20
 
 
 def describe(scheme: Scheme) -> str:
@@ -284,6 +289,45 @@ class DequantisedSource(RowsSource):
 
     def _compute(self, r0: int, r1: int) -> array:
         return self._decoding(dequantise, r0, r1)
+
+    def _ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        if self.sample_order is None and decodable(self.logical) \
+                and sum(n for _, n in ranges) <= CELL_RANGES_BYTES and all(o % 4 == 0 == n % 4 for o, n in ranges):
+            found = self._cell_ranges(ranges)
+            if found is not None:
+                return found
+        return super()._ranges(ranges)
+
+    def _cell_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+        """The float32 bytes of each range, each cut at row ends into one-row products for the
+        cell decoders (every range's reads issued together); None where a decoder has no cell
+        path for them."""
+        cols = self.logical.rows_cols[1]
+        products, counts = [], []
+        for o, n in ranges:
+            e, end = o // 4, (o + n) // 4
+            counts.append(0)
+            while e < end:
+                r, c = divmod(e, cols)
+                stop = min(end, (r + 1) * cols)
+                products.append(([r], list(range(c, c + stop - e))))
+                counts[-1] += 1
+                e = stop
+        # a window's two rows are neighbouring ranges of each part: joined where they touch
+        got = self._decoding(run, partial(self._pick_many, gap=0), products)
+        if any(g is None for g in got):
+            return None
+        parts = iter(got)
+        out = []
+        for k in counts:
+            flat: list = []
+            for _ in range(k):
+                flat += next(parts)
+            values = array("f", flat)
+            if sys.byteorder == "big":
+                values.byteswap()
+            out.append(values.tobytes())
+        return out
 
     def read_sample(self, windows: list[tuple[int, int]]) -> list[list]:
         """The values of each window of `sample_order` (quant/order.py), as float32: each window
