@@ -404,10 +404,18 @@ def _bnb_4bit(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
         offset = t.scheme.params["offset"]
     code = bnb.CODES[t.scheme.strategy]
     out = array("f")
+    plans: dict = {}        # rows whose first cell lies alike in its block share their pickers
     for i, r in enumerate(rows):
         (raw,), (am,) = got[per * i], got[per * i + 1]
         e0 = r * width + cols[0]
         b0, k0 = e0 // 2, e0 // bs
+        key = e0 % bs           # (blocksizes are even: this says the parity too)
+        if key not in plans:
+            es = [e0 + c - cols[0] for c in cols]
+            shifts = {0 if e & 1 else 4 for e in es}        # high nibble: the even element
+            plans[key] = (_picker([e // 2 - b0 for e in es]), shifts.pop() if len(shifts) == 1 else None,
+                          [(e // 2 - b0, 0 if e & 1 else 4) for e in es], _picker([e // bs - k0 for e in es]))
+        pick, shift, at, by_block = plans[key]
         if nested:
             (na,) = got[per * i + 2]
             outer = _unpack(t.parts["weight.nested_absmax"], na)
@@ -416,9 +424,11 @@ def _bnb_4bit(t: Logical, read, rows: list[int], cols: list[int]) -> Decoder:
             scale = array("f", (v + offset for v in scaled))
         else:
             scale = _unpack(absmax, am)
-        es = [r * width + c for c in cols]
-        q = [(raw[e // 2 - b0] >> (0 if e & 1 else 4)) & 15 for e in es]      # high nibble: even
-        out.extend(map(mul, _picker(q)(code), _picker([e // bs - k0 for e in es])(scale)))
+        if shift is not None:
+            q = bytes(pick(raw)).translate(_shifted(shift, 15))
+        else:
+            q = [(raw[b] >> sh) & 15 for b, sh in at]
+        out.extend(map(mul, _picker(q)(code), by_block(scale)))
     return list(_in_dtype_of(out, t.scheme.params["dtype"]))
 
 
