@@ -1,8 +1,9 @@
 """Benchmark: select -> stats and select -> heatmap of a quantised 4096 x 4096 weight (GPTQ 4-bit,
-AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, MLX affine 4-bit), against the same views of an unquantised
-F16 tensor of that shape, in CPython and (with --browser) in the page.
+AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, MLX affine 4-bit; bitsandbytes NF4, HQQ 4-bit,
+compressed-tensors pack-quantized int4 and NVFP4, optimum-quanto int4), against the same views of an
+unquantised F16 tensor of that shape, in CPython and (with --browser) in the page.
 
-    python bench/quant_views.py [--runs 3] [--side 4096] [--browser]
+    python bench/quant_views.py [--runs 3] [--side 4096] [--only SCHEME ...] [--browser]
 
 Each file is sparse: its header, and random bytes only in the small parts (scales, zero points,
 block scales); the packed codes are holes (zero codes decode on the same path as any other
