@@ -30,7 +30,7 @@ from ..dtypes import lookup
 from . import bnb, mlx
 from .decode import _AWQ_NIBBLE, _E2M1_PAIRS, E2M1, _group_index, _in_dtype_of, _rows, gptq_groups
 from .records import Logical
-from .rounding import round_to
+from .rounding import codes as bit_codes, round_to
 
 
 # a cell decoder: yields its requests once, is sent their bytes, returns the values row-major
@@ -171,6 +171,18 @@ def _codes_at(rows: list[bytes], bit_at: list[int], bits: int) -> list[int]:
     bit streams), row-major. A code inside one byte is picked and masked by a byte table; where
     the offsets step evenly by whole bytes (a lattice's columns), a strided slice of the row."""
     mask = (1 << bits) - 1
+    n, first = len(bit_at), bit_at[0]
+    if n > 64 and bit_at[-1] - first == bits * (n - 1) and (first % 8) % bits == 0 \
+            and (first % 8 == 0 or 8 % bits == 0):
+        # a run of consecutive codes (a sample window): cut at C speed from the byte holding
+        # the first (rounding.codes wants whole periods of 8 codes: padded with zero bytes)
+        b0, back = first // 8, (first % 8) // bits
+        out = []
+        for row in rows:
+            chunk = bytes(row[b0:])
+            chunk += bytes(-len(chunk) % bits)
+            out += bit_codes(chunk, bits)[back:back + n]
+        return out
     at = [divmod(b, 8) for b in bit_at]
     shifts = {sh for _, sh in at}
     if all(sh + bits <= 8 for sh in shifts):        # 1, 2, 4 and 8 bits: never across bytes
