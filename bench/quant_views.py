@@ -1,8 +1,9 @@
 """Benchmark: select -> stats and select -> heatmap of a quantised 4096 x 4096 weight (GPTQ 4-bit,
-AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, 2:4-sparse FP8, MLX affine 4-bit), against the same
+AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, 2:4-sparse FP8, MLX affine 4-bit; bitsandbytes NF4,
+HQQ 4-bit, compressed-tensors pack-quantized int4 and NVFP4, optimum-quanto int4), against the same
 views of an unquantised F16 tensor of that shape, in CPython and (with --browser) in the page.
 
-    python bench/quant_views.py [--runs 3] [--side 4096] [--browser]
+    python bench/quant_views.py [--runs 3] [--side 4096] [--only SCHEME ...] [--browser]
 
 Each file is sparse: its header, and random bytes only in the small parts (scales, zero points,
 block scales; the 2:4 bitmask keeps two of each four); the packed codes are holes (zero codes
@@ -79,6 +80,53 @@ def schemes(side: int) -> dict:
     }
 
 
+def other_schemes(side: int) -> dict:
+    """The other dequantised layouts, as schemes() says them (a part given as bytes is written
+    as them: a quant state's JSON, HQQ's meta). Their heatmaps decode whole rows (no cell
+    decoder) where none is named in quant/cells.py."""
+    n, g = side * side, side // 128
+    state = json.dumps({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [side, side]}).encode()
+
+    def text(s: str) -> tuple:
+        return "U8", [len(s)], s.encode()
+    hqq_rows = n // 64
+    ct = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+          "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+              "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128}}}}
+    nvfp4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+             "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                 "num_bits": 4, "type": "float", "symmetric": True, "strategy": "tensor_group", "group_size": 16}}}}
+    return {
+        "bnb-NF4": ("w.weight", [("w.weight", "U8", [n // 2, 1], False),
+                                 ("w.weight.absmax", "F32", [n // 64], True),
+                                 ("w.weight.quant_map", "F32", [16], True),
+                                 ("w.weight.quant_state.bitsandbytes__nf4", "U8", [len(state)], state)],
+                    {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}),
+        "HQQ-4bit": ("w.weight", [("w.W_q", "U8", [hqq_rows // 2, 64], False),
+                                  ("w.scale", "F16", [hqq_rows, 1], True),
+                                  ("w.zero", "F16", [hqq_rows, 1], True),
+                                  ("w.nbits", "I32", [], struct.pack("<i", 4)),
+                                  ("w.group_size", "I32", [], struct.pack("<i", 64)),
+                                  ("w.axis", "I32", [], struct.pack("<i", 1)),
+                                  ("w.shape", "I64", [2], struct.pack("<2q", side, side)),
+                                  ("w.packing", *text("4bit_u8")),
+                                  ("w.compute_dtype", *text("torch.float16")),
+                                  ("w.view_as_float", "U8", [], b"\0")],
+                     {"quant_method": "hqq"}),
+        "CT-int4": ("w.weight", [("w.weight_packed", "I32", [side, side // 8], False),
+                                 ("w.weight_scale", "F16", [side, g], True),
+                                 ("w.weight_shape", "I64", [2], struct.pack("<2q", side, side))], ct),
+        "CT-NVFP4": ("w.weight", [("w.weight_packed", "U8", [side, side // 2], False),
+                                  ("w.weight_scale", "F8_E4M3", [side, side // 16], True),
+                                  ("w.weight_global_scale", "F32", [1], True)], nvfp4),
+        # quanto qint4 per row (ungrouped: a grouped one keeps its stored [rows*cols/g, g] shape)
+        "quanto-int4": ("w.weight", [("w.weight._data._data", "U8", [side // 2, side], False),
+                                     ("w.weight._scale", "F16", [side, 1], True),
+                                     ("w.weight._shift", "F16", [side, 1], True)],
+                        {"quant_method": "quanto", "weights": "int4"}),
+    }
+
+
 def _random(dtype: str, count: int, seed: int) -> bytes:
     import random
     rnd = random.Random(seed)
@@ -88,6 +136,8 @@ def _random(dtype: str, count: int, seed: int) -> bytes:
         return struct.pack(f"<{count}f", *(rnd.uniform(0.5, 2) for _ in range(count)))
     if dtype == "U8":        # E8M0 scales near 2**0
         return bytes(rnd.randrange(118, 136) for _ in range(count))
+    if dtype == "F8_E4M3":   # E4M3 scales near 1: no NaN bytes
+        return bytes(rnd.randrange(0x30, 0x40) for _ in range(count))
     return bytes(rnd.randrange(256) for _ in range(count * ITEM[dtype]))
 
 
@@ -100,7 +150,7 @@ def write(folder: Path, parts: list, config: dict | None, stem: str = "model") -
         for d in shape:
             count *= d
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n * count]}
-        if isinstance(fill, bytes):      # given bytes (a bitmask, a shape)
+        if isinstance(fill, bytes):      # given bytes (a bitmask, a shape, a quant state)
             writes.append((offset, fill))
         elif fill:
             writes.append((offset, _random(dtype, count, i)))
@@ -160,7 +210,7 @@ def main() -> None:
     print(f"load: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores; {args.side} x {args.side}, "
           f"median of {args.runs}")
     with tempfile.TemporaryDirectory() as tmp:
-        table = schemes(args.side)
+        table = {**schemes(args.side), **other_schemes(args.side)}
         results, files = {}, {}
         for scheme, (name, parts, config) in table.items():
             if args.only and not scheme.startswith("F16") and scheme not in args.only:

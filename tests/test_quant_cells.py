@@ -5,12 +5,13 @@ reads each stored row it needs once, not once per logical row."""
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import pytest
 
 import tensorloupe
-from tensorloupe.quant import logical
+from tensorloupe.quant import cells as cells_module, logical
 from tensorloupe.sampler.sampling import grid, plan_grid, values
 
 # fixtures/make.py's output (quant_files.py, quant_lib_files.py, quant_bnb_files.py,
@@ -49,3 +50,82 @@ def test_a_few_positions_are_read_by_rows():
     with tensorloupe.open(OUT / "quant" / "fp8_block" / "model.safetensors") as ckpt:
         t = next(t for t in ckpt.tensors if t.parts)
         assert t.source.cells(list(range(logical.CELLS_AT_LEAST - 1))) is None
+
+
+def _lattices(height: int, width: int) -> list[tuple[int, int]]:
+    """Lattice sizes over a whole view: every element, every 2nd and 3rd (columns stepping by
+    whole bytes or not, per bits), and a sparse one like a 4096-wide weight's (every 16th)."""
+    sizes = [(height, width), (height, width // 2), (max(1, height // 2), width // 3), (height, width // 16)]
+    return [(r, c) for r, c in dict.fromkeys(sizes) if c >= 1 and r * c >= logical.CELLS_AT_LEAST]
+
+
+# every fixture of a layout with a cell decoder (quant/cells.py CELLS), models of several linears too
+WHOLE_CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.glob("quant_lib/*")]
+                     if p.name.startswith(("gptq", "awq", "mxfp4", "moe_mxfp4", "fp8_block", "mlx_", "hqq_",
+                                           "ct_int", "ct_nvfp4", "quanto_", "bnb_nf4", "bnb_fp4", "model_nvfp4",
+                                           "model_w4a16", "model_w8a16", "model_gptq", "model_awq"))
+                     and not p.name.endswith("_fp32"))     # (those hold the float weights HQQ was made from)
+
+
+def test_every_cell_layout_has_whole_fixtures():
+    layouts = set()
+    for case in WHOLE_CASES:
+        with tensorloupe.open(OUT / case / "model.safetensors") as ckpt:
+            layouts |= {t.info["scheme"]["layout"] for t in ckpt.tensors if t.parts}
+    assert layouts >= set(cells_module.CELLS), set(cells_module.CELLS) - layouts
+
+
+def _row_decoded(t) -> list:
+    """Every value of a dequantised weight from its row decoder (quant/decode.py), whole rows."""
+    return list(t.source._compute(0, t.source.logical.rows_cols[0]))
+
+
+@pytest.mark.parametrize("case", [c for c in WHOLE_CASES if not c.split("/")[1].startswith(
+    ("gptq", "awq", "mxfp4", "moe_mxfp4", "model_gptq", "model_awq"))])     # (these sample in storage order)
+def test_sample_windows_and_values_are_the_row_decoders_values(case):
+    """A read of a layout whose logical rows are stored rows (a sample's windows, a values
+    request) is decoded by the cell decoders, only the elements asked: every window, across row
+    ends too, equals the row decoder's values."""
+    from tensorloupe.sampler.sampling import sample
+    checked = 0
+    with tensorloupe.open(OUT / case / "model.safetensors") as ckpt:
+        for t in ckpt.tensors:
+            if not t.parts or t.info["scheme"]["layout"] not in cells_module.CELLS or t.source.sample_order:
+                continue
+            flat = _row_decoded(t)
+            width = t.source.logical.rows_cols[1]
+            s = sample(t, 64)
+            assert [repr(v) for v in s.values] == [repr(flat[i]) for a, n in s.windows for i in range(a, a + n)]
+            for start, count in ((0, t.numel), (width - 3, 7), (t.numel - 5, 5), (width + 1, 2 * width)):
+                count = max(0, min(count, t.numel - start))
+                got = values(t, start, count)
+                assert [repr(v) for v in got] == [repr(v) for v in flat[start:start + count]], (t.name, start)
+            # (MLX's reads go by rows first, logical.ROWS_FIRST: its cell path for them is checked here)
+            k = min(t.numel, 3 * width)
+            got = array("f", b"".join(t.source._cell_ranges([(0, 4 * (k // 2)), (4 * (k // 2), 4 * (k - k // 2))])))
+            assert [repr(v) for v in got] == [repr(v) for v in flat[:k]], t.name
+            checked += 1
+    assert checked
+
+
+@pytest.mark.parametrize("case", WHOLE_CASES)
+def test_whole_fixture_lattices_are_the_row_decoders_values(case):
+    """Every cell of lattices over each whole weight of the fixture (every element, then stepped
+    columns, which take the cell decoders' strided and general code paths) equals the row
+    decoder's value, bit for bit."""
+    checked = 0
+    with tensorloupe.open(OUT / case / "model.safetensors") as ckpt:
+        for t in ckpt.tensors:
+            if not t.parts or t.info["scheme"]["layout"] not in cells_module.CELLS:
+                continue
+            plane = (1, 2) if len(t.shape) == 3 else None
+            height, width = (t.shape[1], t.shape[2]) if plane else (t.shape[0], t.numel // t.shape[0])
+            flat = _row_decoded(t)
+            for rows, cols in _lattices(height, width):
+                plan = plan_grid(t, rows, cols, plane=plane)
+                got = t.source.cells(plan.positions)
+                assert got is not None, (t.name, rows, cols)
+                want = [flat[p] for p in plan.positions]
+                assert [repr(v) for v in got] == [repr(v) for v in want], (t.name, rows, cols)
+                checked += 1
+    assert checked

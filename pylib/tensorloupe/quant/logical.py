@@ -15,13 +15,16 @@ from __future__ import annotations
 import math
 import sys
 from array import array
+from functools import partial
+from itertools import islice, repeat
+from operator import floordiv, lt, mod
 
 from ..dtypes import lookup
 from ..errors import LOW_LEVEL_ERRORS, FormatError, TensorloupeError
 from ..model import Checkpoint, Tensor
 from ..source import ByteSource
 from . import mlx, quanto, torchao
-from .cells import cells, run
+from .cells import cells, decodable, run
 from .decode import dequantise
 from .groups import Logical, Scheme, group
 from .order import order_of
@@ -40,6 +43,21 @@ KEPT_BYTES = 4 << 20
 WHOLE_PART_BYTES = 256 << 10
 # Positions below this many are read by whole rows (a handful of values: no lattice to speak of).
 CELLS_AT_LEAST = 16
+# The cell decoders' ranges of one source are joined where at most this many unwanted bytes lie
+# between them: a browser read costs ~1 ms whatever its size (sampler/gather.py's GAP_BYTES is
+# 64 KiB for that), but a lattice's rows of small parts (MLX scales and biases, GPTQ and AWQ
+# scales and zero points) lie a few KiB apart while its rows of codes lie 16+ KiB apart, and
+# joining those would read the whole codes (4x an F16 lattice's bytes for MLX 4-bit).
+CELL_GAP_BYTES = 4 << 10
+# Reads of at most this many float32 bytes in all (a sample's windows, a values request) of a
+# layout whose logical rows are stored rows are decoded by the cell decoders, only the elements
+# asked (a sample window is part of a row; several row decoders step element by element in
+# Python). Larger reads (exact statistics, exports) decode whole rows, kept for the next read.
+CELL_RANGES_BYTES = 1 << 20
+# ... but not MLX's: its row decoder maps each group's codes through a table of its 2**bits
+# values at C speed, which beats the cell decoder's arithmetic on every value (a sample took
+# 40 ms by rows, 85 ms by cells in CPython, 4096 x 4096 4-bit).
+ROWS_FIRST = ("mlx",)
 
 
 def describe(scheme: Scheme) -> str:
@@ -139,6 +157,32 @@ def _facts(scheme: Scheme) -> dict:
             out[key] = list(value) if isinstance(value, tuple) else value
     out["symmetric"], out["act_order"] = scheme.symmetric, scheme.act_order
     out["from"] = dict(scheme.facts)
+    return out
+
+
+def read_joined(source: ByteSource, ranges: list[tuple[int, int]], gap: int = CELL_GAP_BYTES) -> list[bytes]:
+    """`source.read_many(ranges)`'s bytes, read as fewer ranges: neighbours (in file order, or
+    overlapping) with at most `gap` bytes between them are one read, up to MAX_RUN_BYTES."""
+    order = sorted(range(len(ranges)), key=lambda k: ranges[k][0])
+    runs: list[list] = []           # [start, end, indices of the ranges it holds]
+    for k in order:
+        o, n = ranges[k]
+        if runs and o - runs[-1][1] <= gap and max(runs[-1][1], o + n) - runs[-1][0] <= MAX_RUN_BYTES:
+            run = runs[-1]
+            run[1] = max(run[1], o + n)
+            run[2].append(k)
+        else:
+            runs.append([o, o + n, [k]])
+    if len(runs) == len(ranges):
+        return source.read_many(ranges)
+    out: list = [b""] * len(ranges)
+    for (start, end, held), data in zip(runs, source.read_many([(s, e - s) for s, e, _ in runs])):
+        if len(held) == 1:
+            out[held[0]] = data
+            continue
+        for k in held:
+            o, n = ranges[k]
+            out[k] = data[o - start:o - start + n]
     return out
 
 
@@ -250,6 +294,45 @@ class DequantisedSource(RowsSource):
     def _compute(self, r0: int, r1: int) -> array:
         return self._decoding(dequantise, r0, r1)
 
+    def _ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        if self.sample_order is None and decodable(self.logical) and self.logical.scheme.layout not in ROWS_FIRST \
+                and sum(n for _, n in ranges) <= CELL_RANGES_BYTES and all(o % 4 == 0 == n % 4 for o, n in ranges):
+            found = self._cell_ranges(ranges)
+            if found is not None:
+                return found
+        return super()._ranges(ranges)
+
+    def _cell_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+        """The float32 bytes of each range, each cut at row ends into one-row products for the
+        cell decoders (every range's reads issued together); None where a decoder has no cell
+        path for them."""
+        cols = self.logical.rows_cols[1]
+        products, counts = [], []
+        for o, n in ranges:
+            e, end = o // 4, (o + n) // 4
+            counts.append(0)
+            while e < end:
+                r, c = divmod(e, cols)
+                stop = min(end, (r + 1) * cols)
+                products.append(([r], list(range(c, c + stop - e))))
+                counts[-1] += 1
+                e = stop
+        # a window's two rows are neighbouring ranges of each part: joined where they touch
+        got = self._decoding(run, partial(self._pick_many, gap=0), products)
+        if any(g is None for g in got):
+            return None
+        parts = iter(got)
+        out = []
+        for k in counts:
+            flat: list = []
+            for _ in range(k):
+                flat += next(parts)
+            values = array("f", flat)
+            if sys.byteorder == "big":
+                values.byteswap()
+            out.append(values.tobytes())
+        return out
+
     def read_sample(self, windows: list[tuple[int, int]]) -> list[list]:
         """The values of each window of `sample_order` (quant/order.py), as float32: each window
         decoded from the runs of stored bytes it is, every window's reads issued together."""
@@ -271,29 +354,44 @@ class DequantisedSource(RowsSource):
         decoding only the cells of their rows x columns (quant/cells.py); None where the
         positions are not such a product or the layout has no cell decoder: then whole rows."""
         cols = self.logical.rows_cols[1]
-        rows = sorted({p // cols for p in positions})
-        wanted = sorted({p % cols for p in positions})
+        rows = sorted(set(map(floordiv, positions, repeat(cols))))       # (map: at C speed)
+        wanted = sorted(set(map(mod, positions, repeat(cols))))
         if len(positions) < CELLS_AT_LEAST or len(rows) * len(wanted) > 2 * len(positions):
             return None
-        grid = self._decoding(cells, self._pick_many, rows, wanted)
+        # a lattice's rows of small parts lie close together: joined (a sample's windows are
+        # few ranges already, and joining them would read more than twice an F16 sample's bytes)
+        grid = self._decoding(cells, partial(self._pick_many, gap=CELL_GAP_BYTES), rows, wanted)
         if grid is None:
             return None
-        n = len(wanted)
-        at_row = {r: i * n for i, r in enumerate(rows)}
-        at_col = {c: j for j, c in enumerate(wanted)}
         self.reads += 1
         self.bytes_read += 4 * len(positions)
+        if len(positions) != len(grid) or not all(map(lt, positions, islice(positions, 1, None))):
+            n = len(wanted)
+            at_row = {r: i * n for i, r in enumerate(rows)}
+            at_col = {c: j for j, c in enumerate(wanted)}
+            grid = [grid[at_row[p // cols] + at_col[p % cols]] for p in positions]
+        # (else: as many ascending positions as rows x columns are that product, row-major: the grid)
         # float32 as the row decoders give them (an MXFP4 6 * 2**127 is inf there too)
-        return list(array("f", [grid[at_row[p // cols] + at_col[p % cols]] for p in positions]))
+        return list(array("f", grid))
 
-    def _pick_many(self, requests: list[tuple[str, list[int], int, int]]) -> list[list[bytes]]:
-        """For each request (part, stored rows, c0, c1), columns [c0, c1) of each of those rows:
-        one range per row, every request's ranges issued together (one read_many per source)."""
+    def _pick_many(self, requests: list[tuple[str, list[int], int, int]], gap: int | None = None) -> list[list[bytes]]:
+        """For each request (part, stored rows, c0, c1), columns [c0, c1) of each of those rows
+        (stored rows None: [elements c0..c1 of the part flattened]): one range per row, every
+        request's ranges issued together (one read_many per source);
+        with `gap`, ranges that close are joined (read_joined)."""
         ranges, sources = [], {}
         for name, rows, c0, c1 in requests:
             part = self.parts[name]
-            count = self.logical.part_rows.get(name) or part.shape[0]
             item = max(1, int(lookup(part.dtype).bits) // 8)
+            if rows is None:    # elements [c0, c1) of the part flattened (bnb's flat codes, HQQ's runs)
+                if not 0 <= c0 <= c1 <= part.nbytes // item:
+                    raise FormatError(f"tensor {name!r} has {part.nbytes // item} elements: {c0}..{c1} of "
+                                      f"them cannot hold part of {self.logical.name!r}", file=self.name)
+                mine = sources.setdefault(id(part.source), (part.source, []))[1]
+                ranges.append((id(part.source), len(mine), 1))
+                mine.append((part.offset + c0 * item, (c1 - c0) * item))
+                continue
+            count = self.logical.part_rows.get(name) or part.shape[0]
             row = part.nbytes // max(count, 1)
             if not (0 <= c0 <= c1 <= row // item and all(0 <= r < count for r in rows)):
                 raise FormatError(f"tensor {name!r} has {count} rows of {row // item}: columns {c0}..{c1} "
@@ -302,7 +400,8 @@ class DequantisedSource(RowsSource):
             mine = sources.setdefault(id(part.source), (part.source, []))[1]
             ranges.append((id(part.source), len(mine), len(rows)))
             mine += [(part.offset + r * row + c0 * item, (c1 - c0) * item) for r in rows]
-        got = {key: source.read_many(asked) for key, (source, asked) in sources.items()}
+        got = {key: source.read_many(asked) if gap is None else read_joined(source, asked, gap)
+               for key, (source, asked) in sources.items()}
         return [got[key][at:at + n] for key, at, n in ranges]
 
     def _read_cols(self, name: str, c0: int, c1: int, r0: int = 0, r1: int | None = None) -> bytes:
