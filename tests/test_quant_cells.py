@@ -63,7 +63,8 @@ def _lattices(height: int, width: int) -> list[tuple[int, int]]:
 WHOLE_CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.glob("quant_lib/*")]
                      if p.name.startswith(("gptq", "awq", "mxfp4", "moe_mxfp4", "fp8_block", "mlx_", "hqq_",
                                            "ct_int", "ct_nvfp4", "quanto_", "bnb_nf4", "bnb_fp4", "model_nvfp4",
-                                           "model_w4a16", "model_w8a16", "model_gptq", "model_awq"))
+                                           "model_w4a16", "model_w8a16", "model_gptq", "model_awq",
+                                           "sparse24q_fp8", "sparse24q_int8"))
                      and not p.name.endswith("_fp32"))     # (those hold the float weights HQQ was made from)
 
 
