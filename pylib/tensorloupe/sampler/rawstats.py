@@ -39,7 +39,7 @@ from operator import mul, sub, truediv
 from ..dtypes import lookup
 from ..model import Tensor
 from .gather import WindowBytes, dtype_of
-from .stats import CANCELLATION, NEAR_ZERO, Binner, Stats, _m2
+from .stats import NEAR_ZERO, Binner, Stats, _m2, from_block_sums
 
 # Chunks above this many elements are left to the element path (the exact-product bounds below).
 MAX_CHUNK_ELEMS = 1 << 24
@@ -247,18 +247,7 @@ def _q8_0_stats(data: bytes) -> Stats | None:
             k += 1
         near += u.translate(_within(k)).count(1) if k else u.count(128)
     n = len(data) // _q8_0().size * QK8_0
-    stats = Stats(count=n, finite=n, exact_zeros=zeros, zeros=near / n)
-    stats.min, stats.max = min(lows), max(highs)
-    if stats.min == 0.0 or stats.max == 0.0:    # which zero min() would keep depends on the order
-        return None
-    stats.mean = mean = math.fsum(sums) / n
-    total_squares = math.fsum(squares)
-    m2 = total_squares - n * mean * mean
-    if not (math.isfinite(total_squares) and m2 * CANCELLATION >= total_squares):
-        return None                             # _m2 would sum the squared deviations
-    stats.m2 = m2
-    stats.std = math.sqrt(m2 / n)
-    return stats
+    return from_block_sums(n, zeros, near, lows, highs, sums, squares)
 
 
 _CODES = tuple(range(-128, 128))

@@ -33,7 +33,7 @@ from operator import add, gt, lt, mul, not_, sub
 # ggml codecs (tests/test_lazy_imports.py)
 from ..dtypes.ggml.columns import nibbles
 from ..dtypes.ggml.kquants import Q4_K, _k4_scales, decode_q4_k
-from .stats import CANCELLATION, NEAR_ZERO, Binner, Stats, _counted
+from .stats import NEAR_ZERO, Binner, Stats, _counted, from_block_sums
 
 SUB = 32            # elements per sub-block
 BLOCK_SUBS = 8      # sub-blocks per block (QK_K = 256)
@@ -161,18 +161,7 @@ def q4_k_stats(data: bytes) -> Stats | None:
         highs.append(_extreme(codes, dsc, dm, True))
         z, m = _near(codes, dsc, dm)
         zeros, near = zeros + z, near + m
-    stats = Stats(count=n, finite=n, exact_zeros=zeros, zeros=near / n)
-    stats.min, stats.max = min(lows), max(highs)
-    if stats.min == 0.0 or stats.max == 0.0:    # which zero min() would keep depends on the order
-        return None
-    stats.mean = mean = math.fsum(sums) / n
-    total_squares = math.fsum(squares)
-    m2 = total_squares - n * mean * mean
-    if not (math.isfinite(total_squares) and m2 * CANCELLATION >= total_squares):
-        return None                             # _m2 would sum the squared deviations
-    stats.m2 = m2
-    stats.std = math.sqrt(m2 / n)
-    return stats
+    return from_block_sums(n, zeros, near, lows, highs, sums, squares)
 
 
 def q4_k_add(binner: Binner, data: bytes) -> bool:

@@ -114,6 +114,26 @@ def _sum_squares(values) -> float:
     return math.fsum(map(mul, values, values))
 
 
+def from_block_sums(n: int, exact_zeros: int, near: int, lows: list, highs: list, sums: list,
+                    squares: list) -> "Stats | None":
+    """The Stats of n finite values from per-block partial results (rawstats' fast paths: exact
+    sums and sums of squares, each block's extremes, counts), as `compute` would give them; None
+    where that cannot be promised: a zero extreme (which zero min() keeps depends on the order),
+    or a sum of squares that cancels (then `_m2` sums the squared deviations)."""
+    stats = Stats(count=n, finite=n, exact_zeros=exact_zeros, zeros=near / n)
+    stats.min, stats.max = min(lows), max(highs)
+    if stats.min == 0.0 or stats.max == 0.0:
+        return None
+    stats.mean = mean = math.fsum(sums) / n
+    total_squares = math.fsum(squares)
+    m2 = total_squares - n * mean * mean
+    if not (math.isfinite(total_squares) and m2 * CANCELLATION >= total_squares):
+        return None
+    stats.m2 = m2
+    stats.std = math.sqrt(m2 / n)
+    return stats
+
+
 def _m2(finite: list[float], mean: float) -> float:
     """The sum of squared deviations from `mean`, within ~1e-13 (relative) of fsum((v - mean)**2):
     from the sum of squares where little cancels (weights, whose mean is near 0; a float32's
