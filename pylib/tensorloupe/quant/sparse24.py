@@ -6,8 +6,14 @@ compressed-tensors 0.12 compressors/sparse_compressors/sparse_24_bitmask.py (the
 library in 0.20; its files are still written by llm-compressor's older releases):
 pack_bitmasks is numpy.packbits(mask, axis=-1, bitorder="little"), so column c of a row is bit
 c % 8 of byte c // 8; sparse24_bitmask_decompress scatters the kept values, in row-major order,
-to the set bits, zeros elsewhere. Every row keeps cols / 2 values (two of each four), so a row
-decodes from its own row of each part; a row whose mask says otherwise is a FormatError.
+to the set bits, zeros elsewhere. get_24_bytemasks picks the two of each four over the
+*flattened* weight (tensor.view(-1, 4); only numel % 4 == 0 is asked). For cols a multiple of 4
+every row keeps cols / 2 values, so a row decodes from its own row of each part. For cols = 4k + 2
+(rows then even) a four may straddle rows 2m and 2m + 1: a row may keep more or fewer than cols / 2,
+but the pair keeps cols, at kept positions [m * cols, (m + 1) * cols), rows 2m and 2m + 1 of
+`compressed`: such a weight decodes by row pairs (`span`). A row (pair) whose mask marks another
+count is a FormatError. The library cannot write an odd width (values.reshape(rows, cols // 2)
+raises) nor 4k + 2 over odd rows (numel % 4): refused by name.
 
 Over quantised codes ("2of4 FP8/INT8" models: config_groups beside the sparsity_config):
 ModelCompressor.compress runs the quantisation compressor first, so `<module>.weight` holds the
@@ -24,8 +30,9 @@ sparsity_config stores its codes dense (the ct-pack row reads it; its scheme say
 compressed-tensors writes 2:4 int4 as marlin-24 (Marlin's tiles), which it cannot decompress
 itself: refused by name (`marlin24`).
 
-A heatmap lattice (`cells`) decodes only its cells: kept value k of a row is column c where k is
-the number of set bits before c, found from running popcounts of the row's mask bytes.
+A heatmap lattice (`cells`) decodes only its cells: kept value k of a row (pair) is column c where
+k is the number of set bits before c in the row (pair), found from running popcounts of the mask
+bytes; it reads only the rows (pairs) the lattice touches.
 """
 
 from __future__ import annotations
@@ -63,9 +70,12 @@ def build(name: str, mine: dict, config: dict, source: str, read_small) -> Logic
     if read_small is None or len(shape_part.shape) > 2 or sum(shape_part.shape) > 3:
         return packed(f"{shape_part.name} {shape_part.shape} is not a weight's shape")
     shape = tuple(int(v) for v in read_small(shape_part.name))
-    if len(shape) != 2 or shape[1] % 4 or min(shape) <= 0:
-        return packed(f"{stem}.shape {shape} is not [rows, cols] with cols a multiple of 4")
+    if len(shape) != 2 or min(shape) <= 0:
+        return packed(f"{stem}.shape {shape} is not [rows, cols]")
     rows, cols = shape
+    if cols % 2 or rows * cols % 4:
+        return packed(f"{stem}.shape {shape} is not a width compressed-tensors writes: it keeps two of each four "
+                      "of the flattened weight (rows x cols a multiple of 4) as [rows, cols / 2] (cols even)")
     if tuple(bitmask.shape) != (rows, -(-cols // 8)) or bitmask.dtype != "U8" or stored != (rows, cols // 2):
         return packed(f"compressed {values.dtype} {stored} and bitmask {bitmask.dtype} {bitmask.shape} are "
                       f"not [{rows}, {cols // 2}] values and U8 [{rows}, {-(-cols // 8)}] for {shape}")
@@ -133,34 +143,50 @@ def _format(config: dict, source: str) -> tuple[str, str]:
     return str(config.get("format") or "?"), f"{source} format"
 
 
+def span(cols: int) -> int:
+    """Rows that hold whole fours of the flattened weight, and so decode together: one for cols a
+    multiple of 4; two for cols = 4k + 2, where a four may straddle rows 2m and 2m + 1 (the pair
+    keeps cols values, at kept positions [m * cols, (m + 1) * cols): its two rows of compressed)."""
+    return 1 if cols % 4 == 0 else 2
+
+
 def dense_codes(t: Logical, read, r0: int, r1: int) -> bytes:
-    """The stored bytes rows [r0, r1) would have dense: each row's kept elements scattered to its
-    set bits, zero bytes elsewhere (torch.zeros in the stored dtype: +0.0, code 0)."""
+    """The stored bytes rows [r0, r1) would have dense: the kept elements of each unit of
+    `span` rows, in row-major order, scattered to its set bits, zero bytes elsewhere
+    (torch.zeros in the stored dtype: +0.0, code 0). Row pairs are read whole; only the rows
+    asked for are returned."""
     rows, cols = t.shape
     values, bitmask = t.parts["codes"], t.parts["bitmask"]
-    half, width = cols // 2, -(-cols // 8)
+    half, width, unit = cols // 2, -(-cols // 8), span(cols)
     item = max(1, int(lookup(values.dtype).bits) // 8)
-    kept = read(values.name, r0, r1 - r0)
-    mask = read(bitmask.name, r0, r1 - r0)
-    row_bytes = cols * item
-    out = bytearray(row_bytes * (r1 - r0))
-    for i in range(r1 - r0):
-        at = [8 * j + b for j in range(width) for b in _SET_BITS[mask[i * width + j]] if 8 * j + b < cols]
-        if len(at) != half:
-            raise _not_two_of_four(bitmask, r0 + i, len(at), half)
-        src, base = i * half * item, i * row_bytes
+    a0, a1 = r0 - r0 % unit, min(rows, -(-r1 // unit) * unit)
+    kept = read(values.name, a0, a1 - a0)
+    mask = read(bitmask.name, a0, a1 - a0)
+    row_bytes, unit_kept = cols * item, unit * half
+    out = bytearray(row_bytes * (a1 - a0))
+    for u in range((a1 - a0) // unit):
+        # columns of the unit's set bits, counted over its rows laid end to end
+        at = [i * cols + 8 * j + b for i in range(unit) for j in range(width)
+              for b in _SET_BITS[mask[(u * unit + i) * width + j]] if 8 * j + b < cols]
+        if len(at) != unit_kept:
+            raise _not_two_of_four(bitmask, a0 + u * unit, unit, len(at), unit_kept)
+        src, base = u * unit_kept * item, u * unit * row_bytes
         if item == 1:
             for k, c in enumerate(at):
                 out[base + c] = kept[src + k]
         else:
             for k, c in enumerate(at):
                 out[base + c * item:base + (c + 1) * item] = kept[src + k * item:src + (k + 1) * item]
-    return bytes(out)
+    return bytes(out[(r0 - a0) * row_bytes:(r1 - a0) * row_bytes])
 
 
-def _not_two_of_four(bitmask: Part, row: int, found: int, half: int) -> FormatError:
-    return FormatError(f"row {row} of tensor {bitmask.name!r} marks {found} kept values, not {half} "
-                       "(two of each four)", expected=half, found=found)
+def _not_two_of_four(bitmask: Part, row: int, unit: int, found: int, want: int) -> FormatError:
+    if unit == 1:
+        return FormatError(f"row {row} of tensor {bitmask.name!r} marks {found} kept values, not {want} "
+                           "(two of each four)", expected=want, found=found)
+    return FormatError(f"rows {row} and {row + 1} of tensor {bitmask.name!r} mark {found} kept values, not {want} "
+                       "(two of each four of the flattened weight, whose fours straddle these rows)",
+                       expected=want, found=found)
 
 
 def dequant(t: Logical, read, r0: int, r1: int) -> array:
@@ -179,16 +205,20 @@ def dequant(t: Logical, read, r0: int, r1: int) -> array:
 
 
 def cells(t: Logical, read, rows: list[int], cols: list[int]):
-    """Cell decoder (cells.py) of a heatmap lattice: each row's mask and kept values read whole
-    (the row check needs every bit), but only the cells decoded: column c is kept value
-    popcount(the row's mask before c), found from running counts of its bytes, not by scattering
-    the row; over codes, that code's (q - z) * s as the fp8-scaled row decoder computes it."""
+    """Cell decoder (cells.py) of a heatmap lattice: the mask and kept values of each unit of
+    `span` rows the lattice touches read whole (the unit check needs every bit), but only the
+    cells decoded: column c of a unit's row is kept value (set bits of the unit's rows before it +
+    popcount(the row's mask before c)) of the unit, found from running counts of the mask bytes,
+    not by scattering the row; over codes, that code's (q - z) * s as the fp8-scaled row decoder
+    computes it."""
     values, bitmask = t.parts["codes"], t.parts["bitmask"]
     width_cols = t.shape[1]
-    half, width = width_cols // 2, -(-width_cols // 8)
+    half, width, unit = width_cols // 2, -(-width_cols // 8), span(width_cols)
     item = max(1, int(lookup(values.dtype).bits) // 8)
     quant = t.scheme.params.get("codes") == "fp8-scaled"
-    asks = [(bitmask.name, rows, 0, width), (values.name, rows, 0, half)]
+    # the stored rows of the units the lattice touches: a pair's both rows for cols = 4k + 2
+    stored = sorted({r - r % unit + i for r in rows for i in range(unit)})
+    asks = [(bitmask.name, stored, 0, width), (values.name, stored, 0, half)]
     scale, zp = t.parts.get("weight_scale"), t.parts.get("weight_zero_point")
     strategy = t.scheme.strategy if quant else None
     if quant and strategy != "tensor":      # the scale (and zero point) rows of these rows
@@ -197,25 +227,32 @@ def cells(t: Logical, read, rows: list[int], cols: list[int]):
         per = scale.shape[1] if len(scale.shape) > 1 else 1
         asks += [(p.name, srows, 0, per) for p in (scale, zp) if p is not None]
     got = yield asks
+    at_stored = {r: i for i, r in enumerate(stored)}
     masks, kept = got[0], got[1]
     tail = width_cols % 8           # bits past the last column in the last byte are not columns
     last = (1 << tail) - 1 if tail else 0xFF
+    running, before = {}, {}        # per stored row: popcounts before each mask byte; kept before the row
+    for u in range(0, len(stored), unit):
+        found = 0
+        for r in stored[u:u + unit]:
+            m = masks[u + r - stored[u]]
+            counts = list(accumulate(m[:-1].translate(_POPCOUNT), initial=0)) if width > 1 else [0]
+            running[r], before[r] = counts, found
+            found += counts[-1] + _POPCOUNT[m[-1] & last]
+        if found != unit * half:
+            raise _not_two_of_four(bitmask, stored[u], unit, found, unit * half)
     zero = bytes(item)
     out: list = []
-    for i, r in enumerate(rows):
-        m = masks[i]
-        running = list(accumulate(m[:-1].translate(_POPCOUNT), initial=0)) if width > 1 else [0]
-        found = running[-1] + _POPCOUNT[m[-1] & last]
-        if found != half:
-            raise _not_two_of_four(bitmask, r, found, half)
-        row = kept[i]
+    for r in rows:
+        m, counts, first, base = masks[at_stored[r]], running[r], before[r], r - r % unit
+        unit_rows = [kept[at_stored[base + i]] for i in range(unit)]    # the unit's rows of compressed
         picked = []
         for c in cols:
             j, b = divmod(c, 8)
             byte = m[j]
             if byte >> b & 1:
-                k = (running[j] + _POPCOUNT[byte & ((1 << b) - 1)]) * item
-                picked.append(row[k:k + item])
+                k, at = divmod(first + counts[j] + _POPCOUNT[byte & ((1 << b) - 1)], half)
+                picked.append(unit_rows[k][at * item:(at + 1) * item])
             else:
                 picked.append(zero)
         out += lookup(values.dtype).decode(b"".join(picked))
