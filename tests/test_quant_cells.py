@@ -15,14 +15,16 @@ from tensorloupe.quant import cells as cells_module, logical
 from tensorloupe.sampler.sampling import grid, plan_grid, values
 
 # fixtures/make.py's output (quant_files.py, quant_lib_files.py, quant_bnb_files.py,
-# quant_sparse24q_files.py); no oracle is imported, so
+# quant_sparse24q_files.py, quant_sparse24_odd_files.py); no oracle is imported, so
 # this module also runs inside Pyodide (tests/pyodide), where the cell decoders run in the page
 OUT = Path(__file__).resolve().parent.parent / "fixtures" / "out"
 CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"), *OUT.glob("quant_lib/*")]
                if p.name.startswith(("gptq", "awq", "mxfp4", "fp8_block", "mlx_affine", "mlx_experts",
                                    "mlx_mxfp4", "mlx_nvfp4", "mlx_mxfp8",
                                    # 2:4 sparse (quant/sparse24.py): plain, and over FP8 / INT8 codes
-                                   "sparse24_", "sparse24q_fp8", "sparse24q_int8")))
+                                   "sparse24_", "sparse24q_fp8", "sparse24q_int8",
+                                   # 2:4 of width 4k + 2, fours straddling row pairs (quant_sparse24_odd_files.py)
+                                   "sparse24odd_")))
 
 
 def test_the_cases_are_there():
@@ -64,7 +66,7 @@ WHOLE_CASES = sorted(f"{p.parent.name}/{p.name}" for p in [*OUT.glob("quant/*"),
                      if p.name.startswith(("gptq", "awq", "mxfp4", "moe_mxfp4", "fp8_block", "mlx_", "hqq_",
                                            "ct_int", "ct_nvfp4", "quanto_", "bnb_nf4", "bnb_fp4", "model_nvfp4",
                                            "model_w4a16", "model_w8a16", "model_gptq", "model_awq",
-                                           "sparse24q_fp8", "sparse24q_int8"))
+                                           "sparse24q_fp8", "sparse24q_int8", "sparse24odd_"))
                      and not p.name.endswith("_fp32"))     # (those hold the float weights HQQ was made from)
 
 
