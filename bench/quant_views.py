@@ -1,5 +1,6 @@
 """Benchmark: select -> stats and select -> heatmap of a quantised 4096 x 4096 weight (GPTQ 4-bit,
-AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, 2:4-sparse FP8, MLX affine 4-bit; bitsandbytes NF4,
+AWQ 4-bit, FP8 128x128 blocks, gpt-oss MXFP4, 2:4-sparse FP8 (also 2 columns wider: width 4k + 2,
+read by row pairs), MLX affine 4-bit; bitsandbytes NF4,
 HQQ 4-bit, compressed-tensors pack-quantized int4 and NVFP4, optimum-quanto int4), against the same
 views of an unquantised F16 tensor of that shape, in CPython and (with --browser) in the page.
 
@@ -73,6 +74,17 @@ def schemes(side: int) -> dict:
                      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
                          "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}}},
                      "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}),
+        # the same of width side + 2 (4k + 2): fours straddle row pairs, decoded by pairs; the even
+        # row keeps 2 fewer than half (last byte 0x00), the odd row 2 more (0x03: its last two columns)
+        "FP8-2:4-4k+2": ("w.weight", [("w.compressed", "F8_E4M3", [side, side // 2 + 1], False),
+                                      ("w.bitmask", "U8", [side, side // 8 + 1],
+                                       (b"\x33" * (side // 8) + b"\x00" + b"\x33" * (side // 8) + b"\x03") * (side // 2)),
+                                      ("w.shape", "I64", [2, 1], struct.pack("<2q", side, side + 2)),
+                                      ("w.weight_scale", "F32", [side, 1], True)],
+                         {"quant_method": "compressed-tensors", "format": "float-quantized",
+                          "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                              "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}}},
+                          "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}),
         "MLX-4bit": ("w.weight", [("w.weight", "U32", [side, side * 4 // 32], False),
                                   ("w.scales", "F16", [side, side // 64], True),
                                   ("w.biases", "F16", [side, side // 64], True)],
