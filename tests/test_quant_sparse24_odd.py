@@ -215,3 +215,50 @@ def test_a_shape_the_library_cannot_write_is_refused_by_name(tmp_path, shape, wh
             f"packed, not dequantised: m.shape {shape} is not a width compressed-tensors writes: it keeps "
             "two of each four of the flattened weight (rows x cols a multiple of 4) as [rows, cols / 2] (cols even)")
         assert why in t.info["quantisation"]
+
+
+@pytest.mark.parametrize("case", ["f32", "int8_channel_asym"])
+def test_random_mask_corruption_is_refused_or_read_as_the_library_would(out, tmp_path, case):
+    """Property: flip random bits of q_proj's and k_proj's masks. Every read either raises our
+    FormatError or (each pair still marking cols) equals the library's scatter of the same parts
+    (0.12.2's sparse24_bitmask_decompress as test_quant_bnb transcribes it), then dequantize."""
+    import random
+    from test_quant_bnb import sparse24_decompress
+    src = out / f"sparse24odd_{case}"
+    base = load_file(str(src / "model.safetensors"))
+    rnd = random.Random(2404)
+    refused = read = 0
+    for trial in range(30):
+        sd = dict(base)
+        stem = rnd.choice([Q, "model.layers.0.self_attn.k_proj."])
+        mask = sd[stem + "bitmask"].clone()
+        for _ in range(rnd.randint(1, 3)):
+            r, j = rnd.randrange(mask.shape[0]), rnd.randrange(mask.shape[1])
+            mask[r, j] ^= 1 << rnd.randrange(8)
+        sd[stem + "bitmask"] = mask
+        folder = tmp_path / str(trial)
+        folder.mkdir()
+        (folder / "config.json").write_text((src / "config.json").read_text())
+        save_file(sd, str(folder / "model.safetensors"))
+        rows, cols = (int(v) for v in sd[stem + "shape"].flatten())
+        kept = np.unpackbits(mask.numpy(), axis=-1, count=cols, bitorder="little").sum(1)
+        whole = bool((kept.reshape(-1, 2).sum(1) == cols).all())
+        with tensorloupe.open(folder / "model.safetensors") as ckpt:
+            t = ckpt.tensor(stem + "weight")
+            try:
+                by_rows = list(t.source._compute(0, rows))
+                by_cells = t.source.cells(plan_grid(t, rows, cols).positions)
+            except FormatError as e:
+                assert not whole and "kept values, not" in str(e), e
+                refused += 1
+                continue
+        assert whole
+        codes = sparse24_decompress(sd[stem + "compressed"], mask, [rows, cols]).float()
+        if stem + "weight_scale" in sd:
+            s = sd[stem + "weight_scale"]
+            z = sd.get(stem + "weight_zero_point")
+            codes = (codes - (z.float() if z is not None else 0)) * s
+        want = codes.flatten().tolist()
+        assert by_rows == want and by_cells == want
+        read += 1
+    assert refused and read       # both outcomes met
