@@ -10,6 +10,7 @@ import pytest
 
 from tensorloupe.dtypes import lookup
 from tensorloupe.sampler import rawstats
+from tensorloupe.sampler.rawstats_q8_0 import MIN_Q8_0_BLOCKS
 from tensorloupe.sampler.gather import WindowBytes, decode_window
 from tensorloupe.sampler.stats import Binner, compute
 
@@ -56,10 +57,10 @@ CASES = {
     "f32-nan": ("F32", f32_bytes(3, 1001, [(10, math.nan)])),
     "f32-equal": ("F32", struct.pack("<777f", *([0.125] * 777))),
     "f32-zeros": ("F32", struct.pack("<5f", -0.0, 0.0, 0.0, -0.0, 0.0)),
-    "q8_0": ("Q8_0", q8_0_bytes(4, rawstats.MIN_Q8_0_BLOCKS + 1)),
-    "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, rawstats.MIN_Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
-    "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, rawstats.MIN_Q8_0_BLOCKS, [(7, math.inf)])),
-    "q8_0-equal": ("Q8_0", b"".join(struct.pack("<e", 0.5) + bytes([2] * 32) for _ in range(rawstats.MIN_Q8_0_BLOCKS))),
+    "q8_0": ("Q8_0", q8_0_bytes(4, MIN_Q8_0_BLOCKS + 1)),
+    "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, MIN_Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
+    "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, MIN_Q8_0_BLOCKS, [(7, math.inf)])),
+    "q8_0-equal": ("Q8_0", b"".join(struct.pack("<e", 0.5) + bytes([2] * 32) for _ in range(MIN_Q8_0_BLOCKS))),
     "q8_0-few-blocks": ("Q8_0", q8_0_bytes(7, 301)),
     # every block's float32 rounding exact (dmin's exponent 1..3 above d's)
     "q4_k": ("Q4_K", q4_k_bytes(8, 67)),
