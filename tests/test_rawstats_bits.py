@@ -62,6 +62,22 @@ CASES = {
     "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, MIN_Q8_0_BLOCKS, [(7, math.inf)])),
     "q8_0-equal": ("Q8_0", b"".join(struct.pack("<e", 0.5) + bytes([2] * 32) for _ in range(MIN_Q8_0_BLOCKS))),
     "q8_0-few-blocks": ("Q8_0", q8_0_bytes(7, 301)),
+    # every value negative: the best maximum of the largest scales has the wrong sign, every
+    # block is looked at
+    "q8_0-negative": ("Q8_0", b"".join(struct.pack("<e", 0.001 * (1 + b % 7)) + bytes(random.Random(b).randrange(128, 255)
+                                                                                for _ in range(32))
+                                       for b in range(MIN_Q8_0_BLOCKS))),
+    # the largest scales hold only small codes; a block of a 10x smaller scale holds the maximum
+    # (127) and another the minimum (-128): found past the blocks of the largest |d|
+    "q8_0-outlier": ("Q8_0", b"".join(struct.pack("<e", 0.01 if b % 3 else 0.001)
+                                      + (bytes([127] * 32) if b == 999 else bytes([128] * 32) if b == 1500
+                                         else bytes(random.Random(b).choice((0, 1, 2, 3, 253, 254, 255))
+                                                    for _ in range(32)))
+                                      for b in range(MIN_Q8_0_BLOCKS))),
+    # codes -64 .. 64 at d = 2**-6: width 4 * d, every fourth code exactly on a bin edge
+    "q8_0-edges": ("Q8_0", b"".join(struct.pack("<e", 2 ** -6) + bytes((random.Random(b).randrange(-64, 65)) & 0xFF
+                                                                       for _ in range(32))
+                                    for b in range(MIN_Q8_0_BLOCKS))),
     # every block's float32 rounding exact (dmin's exponent 1..3 above d's)
     "q4_k": ("Q4_K", q4_k_bytes(8, 67)),
     # blocks whose float32 rounding is not exact (d far above dmin, or far below), decoded among the rest
@@ -90,7 +106,7 @@ CASES = {
                                        + bytes(range(128)) for _ in range(9))),
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
-FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny",
+FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q8_0-negative", "q8_0-outlier", "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny",
               "q4_k-near", "q4_k-huge", "q4_k-spread")
 
 
@@ -198,3 +214,24 @@ def test_q4_k_blocks_the_decoder_rounds_are_summarised_as_decoded():
     assert rawstats.add_chunk(fast, window("Q4_K", data), True)
     slow.add(values, within=True)
     assert fast.counts == slow.counts
+
+
+def test_q8_0_cases_hold_what_they_are_named_for():
+    stats = {c: compute(decode_window(*window(*CASES[c])), percentiles=False) for c in CASES if c.startswith("q8_0")}
+    assert stats["q8_0-negative"].max < 0
+    small, large = struct.unpack("<ee", struct.pack("<ee", 0.001, 0.01))
+    assert (stats["q8_0-outlier"].min, stats["q8_0-outlier"].max) == (small * -128, small * 127)
+    assert large * 3 < small * 127     # what the blocks of the largest |d| hold is less
+    assert stats["q8_0-zero-scale"].exact_zeros >= 64
+    assert stats["q8_0"].zeros * stats["q8_0"].count > stats["q8_0"].exact_zeros   # tiny scales: near, not zero
+    values = decode_window(*window(*CASES["q8_0-edges"]))
+    assert (min(values), max(values)) == (-1.0, 1.0) and values.count(0.5) > 0   # 0.5: an edge of 32 bins
+
+
+def test_a_q8_0_value_outside_the_range_leaves_the_histogram_to_the_element_path():
+    # the range of the second pass narrower than the values (the file changed between passes):
+    # the fast path must not bin them into the edge bins
+    w = window(*CASES["q8_0"])
+    values = decode_window(*w)
+    assert not rawstats.add_chunk(Binner(min(values) / 2, max(values) / 2, 32), w, True)
+    assert rawstats.add_chunk(Binner(min(values), max(values), 32), w, True)

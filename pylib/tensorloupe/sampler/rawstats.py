@@ -11,8 +11,9 @@ caller then decodes the chunk as before). The exact pass (exact.py) is bound by 
   single out (within a sign the float32 order is the byte order); the histogram bins the array
   itself (no list of floats made for it).
 * Q8_0 (rawstats_q8_0.py, imported where a Q8_0 block is read): x = d * q (an f16 scale per 32
-  int8 codes) and no float is made per element: every figure comes from exact products of
-  per-block or per-scale code sums; the histogram translates codes to bins by a table per scale.
+  int8 codes) and no float is made per element: sum(x) and sum(x*x) are fsums of exact products
+  of each block's code sums (from big-int lanes), the extremes come from the few blocks whose
+  scale could hold them; the histogram translates codes to bins by a table per distinct scale.
 * Q4_K (rawstats_q4_k.py, imported where a Q4_K block is read): x = d*sc*q - dmin*m per 32-element
   sub-block; where float32 rounds nothing (most blocks: the exponents of d and dmin decide), a
   sub-block's sum(x) and sum(x*x) are exact products of its code sums, taken from big-int byte
