@@ -235,3 +235,28 @@ def test_a_q8_0_value_outside_the_range_leaves_the_histogram_to_the_element_path
     values = decode_window(*w)
     assert not rawstats.add_chunk(Binner(min(values) / 2, max(values) / 2, 32), w, True)
     assert rawstats.add_chunk(Binner(min(values), max(values), 32), w, True)
+
+
+def test_q4_k_lane_tables_are_binner_indices_entry_for_entry(monkeypatch):
+    # _lane_tables (fixed-point bin positions) against Binner's formula for every (sub-block, code):
+    # scales and minimums that are whole multiples of an inexact bin width put most entries within
+    # a few ulps of a bin edge (on either side), where the fixed point cannot tell and each is
+    # computed again; the first and last sub-blocks reach outside [lo, hi] (computed one by one)
+    import math as m
+    from tensorloupe.sampler import rawstats_q4_k
+    rng = random.Random(30)
+    lo, hi, bins = -0.7, 2.5, 32
+    width = (hi - lo) / bins
+    dsc = [width * rng.choice((1, 2, 3, -1, -2)) for _ in range(200)] + [0.0, width / 7]
+    dm = [-lo - width * rng.randrange(0, 4) - (15 * d if d < 0 else 0) for d in dsc[:200]] + [0.3, -lo]
+    dsc[0], dm[0], dsc[1], dm[1] = 1.0, 0.0, -0.5, -2.0      # codes beyond hi, and below lo
+    assert rawstats_q4_k._lane_tables(dsc, dm, lo, hi, width, bins) is None   # so many: left to the formula
+    monkeypatch.setattr(rawstats_q4_k, "NEAR_EDGE_SHARE", 1)
+    tables = rawstats_q4_k._lane_tables(dsc, dm, lo, hi, width, bins)
+    want = [m.floor((x - lo) / width) if lo <= x <= hi else 255 for a, b in zip(dsc, dm) for q in range(16)
+            for x in (a * q - b,)]
+    assert tables is not None and list(tables) == want
+    assert 255 in want[:32] and want.count(bins) > 0           # the outside entries, the top edge
+    near = sum(1 for a, b in zip(dsc, dm) for q in range(16) if lo <= a * q - b <= hi
+               and abs((a * q - b - lo) / width - round((a * q - b - lo) / width)) < 1e-12)
+    assert near > 1000

@@ -27,7 +27,7 @@ from array import array
 from math import remainder
 from functools import lru_cache
 from itertools import compress, repeat
-from operator import add, gt, lt, mul, not_, sub
+from operator import add, and_, gt, le, lt, mul, neg, not_, sub, truediv
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
 # ggml codecs (tests/test_lazy_imports.py)
@@ -184,8 +184,10 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
     lo, hi, width, floor = binner.lo, binner.hi, binner.width, math.floor
     codes16 = range(16)
     # the bin of x for (sub-block s, code q) at 16 * s + q
-    tables = bytearray([floor((x - lo) / width) if lo <= x <= hi else 255
-                        for a, b in zip(dsc, dm) for q in codes16 for x in (a * q - b,)])
+    tables = _lane_tables(dsc, dm, lo, hi, width, binner.bins)
+    if tables is None:
+        tables = bytearray([floor((x - lo) / width) if lo <= x <= hi else 255
+                            for a, b in zip(dsc, dm) for q in codes16 for x in (a * q - b,)])
     per_block = BLOCK_SUBS * 16
     for at in compress(range(0, len(tables), per_block), map(not_, exact)):   # float32 rounds these
         s = at // 16
@@ -204,6 +206,66 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
     for index, k in enumerate(found):
         binner.counts[index if index < last else last] += k * binner.weight
     return True
+
+
+# Fixed-point bin positions (`_lane_tables`): t = (x - lo) / width in units of 2**-FRACTION, in
+# 32-bit lanes; an entry whose fraction lies within 2**-8 of a whole bin (byte 2 of its lane 0 or
+# 255) is computed again as Binner computes it: the fixed-point value is within 8 units of
+# that double (rounding C and A: 0.5 + 15 * 0.5; the doubles' own errors are far smaller), so
+# every other entry's bin is that of the double.
+FRACTION = 24
+_BIAS = 1 << FRACTION     # one bin up: a lane never goes below 0 (no borrow from the next)
+_MINUS_ONE = bytes((b - 1) & 0xFF for b in range(256))
+_NEAR_EDGE = bytes(1 if b in (0, 255) else 0 for b in range(256))
+# above this many bins a lane's integer part would not fit its top byte
+MAX_LANE_BINS = 200
+# where more entries than 1 in this many lie near a bin edge, the plain per-entry formula is cheaper
+NEAR_EDGE_SHARE = 8
+
+
+def _lane_tables(dsc: list[float], dm: list[float], lo: float, hi: float, width: float,
+                 bins: int) -> bytearray | None:
+    """The bin index of dsc[s] * q - dm[s] for every (sub-block s, code q), at 16 * s + q, as
+    Binner.add computes it (floor((x - lo) / width), 255 outside [lo, hi]), with few floats:
+    t(q) = C + q * A per sub-block in fixed point (C = t(0) and A = dsc / width scaled), all
+    sub-blocks' lanes in one big int, advanced by A sixteen times; only the entries near a bin
+    edge and the sub-blocks whose codes 0 or 15 lie outside [lo, hi] are computed one by one.
+    None where the lanes cannot hold the range (very many bins, or a huge t)."""
+    if bins > MAX_LANE_BINS:
+        return None
+    subs, unit = len(dsc), float(1 << FRACTION)
+    x0 = list(map(neg, dm))
+    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
+    # both end codes in [lo, hi]: then every code is, and 0 <= t <= bins (bins: the top edge)
+    inside = list(map(and_, map(le, repeat(lo), map(min, x0, x15)), map(le, map(max, x0, x15), repeat(hi))))
+    try:
+        start = map(mul, map(round, map(mul, map(truediv, map(sub, x0, repeat(lo)), repeat(width)), repeat(unit))),
+                    inside)
+        step = list(map(mul, map(round, map(mul, map(truediv, dsc, repeat(width)), repeat(unit))), inside))
+    except (OverflowError, ValueError):     # t beyond the largest float: outside [lo, hi] anyway
+        return None
+    lanes = int.from_bytes(array("I", map(add, start, repeat(_BIAS))).tobytes(), "little")
+    up = int.from_bytes(array("I", map(max, step, repeat(0))).tobytes(), "little")
+    down = int.from_bytes(array("I", map(max, map(neg, step), repeat(0))).tobytes(), "little")
+    advance = up - down
+    whole, fraction = bytearray(16 * subs), bytearray(16 * subs)
+    for q in range(16):
+        raw = lanes.to_bytes(4 * subs, "little")
+        whole[q::16], fraction[q::16] = raw[3::4], raw[2::4]
+        lanes += advance
+    tables = bytearray(whole.translate(_MINUS_ONE))
+    # the entries to compute one by one: near an edge, and every entry of an outside sub-block
+    # (its lanes hold t = 0 + the bias, fraction byte 0: near an edge)
+    near = fraction.translate(_NEAR_EDGE)
+    if near.count(1) * NEAR_EDGE_SHARE > len(near):
+        return None
+    floor, at = math.floor, near.find(1)
+    while at >= 0:
+        s, q = divmod(at, 16)
+        x = dsc[s] * q - dm[s]
+        tables[at] = floor((x - lo) / width) if lo <= x <= hi else 255
+        at = near.find(1, at + 1)
+    return tables
 
 
 def _tagged(codes: bytes) -> bytes:
