@@ -27,7 +27,7 @@ from array import array
 from math import remainder
 from functools import lru_cache
 from itertools import compress, repeat
-from operator import add, and_, gt, le, lt, mul, neg, not_, sub, truediv
+from operator import add, gt, lt, mul, not_, sub
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
 # ggml codecs (tests/test_lazy_imports.py)
@@ -233,21 +233,25 @@ def _lane_tables(dsc: list[float], dm: list[float], lo: float, hi: float, width:
     None where the lanes cannot hold the range (very many bins, or a huge t)."""
     if bins > MAX_LANE_BINS:
         return None
-    subs, unit = len(dsc), float(1 << FRACTION)
-    x0 = list(map(neg, dm))
-    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
-    # both end codes in [lo, hi]: then every code is, and 0 <= t <= bins (bins: the top edge)
-    inside = list(map(and_, map(le, repeat(lo), map(min, x0, x15)), map(le, map(max, x0, x15), repeat(hi))))
+    subs, unit = len(dsc), float(1 << FRACTION) / width
+    # C and A only have to be within a unit of t(0) and of the step (the margin above), so
+    # they are taken the short way: C = (x0 - (lo - width)) * 2**24 / width (the bias folded in)
     try:
-        start = map(mul, map(round, map(mul, map(truediv, map(sub, x0, repeat(lo)), repeat(width)), repeat(unit))),
-                    inside)
-        step = list(map(mul, map(round, map(mul, map(truediv, dsc, repeat(width)), repeat(unit))), inside))
+        start = list(map(round, map(mul, map(add, dm, repeat(lo - width)), repeat(-unit))))
+        step = list(map(round, map(mul, dsc, repeat(unit))))
     except (OverflowError, ValueError):     # t beyond the largest float: outside [lo, hi] anyway
         return None
-    lanes = int.from_bytes(array("I", map(add, start, repeat(_BIAS))).tobytes(), "little")
-    up = int.from_bytes(array("I", map(max, step, repeat(0))).tobytes(), "little")
-    down = int.from_bytes(array("I", map(max, map(neg, step), repeat(0))).tobytes(), "little")
-    advance = up - down
+    # a sub-block whose code 0 or 15 lies outside [lo, hi] (its lanes could leave their 32 bits):
+    # its lanes hold the bias alone, whose fraction byte 0 has every entry computed again
+    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
+    if not (-hi <= min(dm) and max(dm) <= -lo and lo <= min(x15) and max(x15) <= hi):
+        for s in {*compress(range(subs), map(gt, dm, repeat(-lo))), *compress(range(subs), map(lt, dm, repeat(-hi))),
+                  *compress(range(subs), map(lt, x15, repeat(lo))), *compress(range(subs), map(gt, x15, repeat(hi)))}:
+            start[s], step[s] = _BIAS, 0
+    lanes = int.from_bytes(array("I", start).tobytes(), "little")
+    # the steps as signed 32-bit lanes: two's complement lanes, less the borrow each negative one owes
+    advance = (int.from_bytes(array("i", step).tobytes(), "little")
+               - (int.from_bytes(array("I", map(lt, step, repeat(0))).tobytes(), "little") << 32))
     whole, fraction = bytearray(16 * subs), bytearray(16 * subs)
     for q in range(16):
         raw = lanes.to_bytes(4 * subs, "little")
