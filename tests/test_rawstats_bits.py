@@ -95,6 +95,13 @@ CASES = {
                                                                                     for _ in range(128))
                                      for d, dmin in ((1025 * 2 ** -22, -2047 * 2 ** -15), (1025 * 2 ** -21, -2047 * 2 ** -15),
                                                      (2047 * 2 ** -18, -1025 * 2 ** -22), (2047 * 2 ** -19, -1025 * 2 ** -22)))),
+    # the sub-blocks of the highest code-15 value (block 0) and of the lowest code-0 value (block 2)
+    # hold neither extreme: blocks 1 (all q = 15) and 3 (all q = 0) do, found past them
+    "q4_k-outlier": ("Q4_K", b"".join(struct.pack("<ee", d, dmin) + b"\xff" * 12 + codes for d, dmin, codes in
+                                      [(0.05, 0.01, bytes(128)), (0.02, 0.01, b"\xff" * 128), (0.01, 0.08, b"\xff" * 128),
+                                       (0.01, 0.05, bytes(128))]
+                                      + [(0.001, 0.001, bytes(random.Random(b).randrange(256) for _ in range(128)))
+                                         for b in range(8)])),
     "q4_k-huge": ("Q4_K", q4_k_bytes(13, 20, [(b, 60000.0 * (-1) ** b, 30000.0) for b in range(20)])),
     "q4_k-inf-scale": ("Q4_K", q4_k_bytes(14, 20, [(5, math.inf, 0.01)])),
     "q4_k-nan-scale": ("Q4_K", q4_k_bytes(15, 20, [(5, 0.01, math.nan)])),
@@ -107,7 +114,7 @@ CASES = {
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
 FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q8_0-negative", "q8_0-outlier", "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny",
-              "q4_k-near", "q4_k-huge", "q4_k-spread")
+              "q4_k-near", "q4_k-huge", "q4_k-spread", "q4_k-outlier")
 
 
 def window(dtype: str, data: bytes) -> WindowBytes:
@@ -141,6 +148,8 @@ def test_q4_k_cases_hold_what_they_are_named_for():
     assert stats["q4_k-tiny"].zeros * stats["q4_k-tiny"].count > 50
     assert 0 < stats["q4_k-near"].zeros * stats["q4_k-near"].count
     assert stats["q4_k-huge"].max > 1e7
+    f16 = [struct.unpack("<e", struct.pack("<e", v))[0] for v in (0.02, 0.01, 0.05)]
+    assert (stats["q4_k-outlier"].min, stats["q4_k-outlier"].max) == (-f16[2] * 63, f16[0] * 63 * 15 - f16[1] * 63)
     assert stats["q4_k-positive"].min == 0.0 and stats["q4_k-equal"].min == stats["q4_k-equal"].max
     assert stats["q4_k-inf-scale"].posinf + stats["q4_k-inf-scale"].neginf + stats["q4_k-inf-scale"].nan > 0
 
@@ -228,10 +237,11 @@ def test_q8_0_cases_hold_what_they_are_named_for():
     assert (min(values), max(values)) == (-1.0, 1.0) and values.count(0.5) > 0   # 0.5: an edge of 32 bins
 
 
-def test_a_q8_0_value_outside_the_range_leaves_the_histogram_to_the_element_path():
+@pytest.mark.parametrize("case", ["q8_0", "q4_k", "q4_k-mixed"])
+def test_a_value_outside_the_range_leaves_the_histogram_to_the_element_path(case):
     # the range of the second pass narrower than the values (the file changed between passes):
     # the fast path must not bin them into the edge bins
-    w = window(*CASES["q8_0"])
+    w = window(*CASES[case])
     values = decode_window(*w)
     assert not rawstats.add_chunk(Binner(min(values) / 2, max(values) / 2, 32), w, True)
     assert rawstats.add_chunk(Binner(min(values), max(values), 32), w, True)

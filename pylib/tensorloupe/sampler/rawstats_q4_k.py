@@ -75,18 +75,26 @@ def _run_sums(codes: bytes) -> list[int]:
     return list(map(add, halves[0::2], halves[1::2]))
 
 
-def _extreme(codes: bytes, dsc: list[float], dm: list[float], highest: bool) -> float:
-    """max (or min) of dsc * q - dm over every sub-block's codes: its value at the sub-block's
-    extreme code, looked up only for the sub-blocks whose code range could beat the first."""
-    pick, beats = (max, gt) if highest else (min, lt)
-    ends = list(map(pick, map(sub, map(mul, dsc, repeat(15.0)), dm), map(sub, repeat(0.0), dm)))
+def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, float]:
+    """(min, max) of dsc * q - dm over every sub-block's codes: a sub-block's values lie between
+    its code 0 and code 15 values (-dm and 15 * dsc - dm), so the sub-block with the best of
+    those is looked at first, then only the sub-blocks whose ends could beat what it holds."""
+    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
+    out = []
+    for highest in (False, True):
+        pick, beats = (max, gt) if highest else (min, lt)
 
-    def at(s: int) -> float:
-        c, step = codes[s * SUB:(s + 1) * SUB], dsc[s]
-        code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
-        return step * code - dm[s]
-    best = at(ends.index(pick(ends)))
-    return pick([best, *map(at, compress(range(len(ends)), map(beats, ends, repeat(best))))])
+        def at(s: int) -> float:
+            c, step = codes[s * SUB:(s + 1) * SUB], dsc[s]
+            code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
+            return step * code - dm[s]
+        end15, end0 = pick(x15), -(min(dm) if highest else max(dm))
+        best = at(x15.index(end15) if pick(end15, end0) == end15 else dm.index(-end0))
+        # x0 = -dm beats best exactly when dm is beyond -best the other way
+        others = {*compress(range(len(dsc)), map(beats, x15, repeat(best))),
+                  *compress(range(len(dsc)), map(lt if highest else gt, dm, repeat(-best)))}
+        out.append(pick([best, *map(at, others)]))
+    return out[0], out[1]
 
 
 def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
@@ -157,8 +165,9 @@ def q4_k_stats(data: bytes) -> Stats | None:
         squares += map(mul, map(mul, dsc, dsc), q2)
         squares += map(mul, map(mul, dsc, map(mul, dm, repeat(-2.0))), q1)
         squares += map(mul, map(mul, dm, dm), repeat(32.0))
-        lows.append(_extreme(codes, dsc, dm, False))
-        highs.append(_extreme(codes, dsc, dm, True))
+        low, high = _extremes(codes, dsc, dm)
+        lows.append(low)
+        highs.append(high)
         z, m = _near(codes, dsc, dm)
         zeros, near = zeros + z, near + m
     return from_block_sums(n, zeros, near, lows, highs, sums, squares)
@@ -194,18 +203,28 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
         rounded = array("f", [a * q - b for a, b in zip(dsc[s:s + BLOCK_SUBS], dm[s:s + BLOCK_SUBS])
                               for q in codes16])
         tables[at:at + per_block] = bytes([floor((x - lo) / width) if lo <= x <= hi else 255 for x in rounded])
+    last = binner.bins - 1
+    # the top edge's index (bins) into the last bin, as Binner folds it; then the last bin's count
+    # is what the others and the outside values (255, none unless the file changed) leave
+    tables = bytearray(tables.translate(_fold(binner.bins)))
+    outside_tables = 255 in tables
     tables += b"\xff" * (-len(tables) % 256)
     tagged = _tagged(codes)
     group = 16 * SUB
     joined = b"".join([tagged[at:at + group].translate(tables[at // 2:at // 2 + 256])
                        for at in range(0, len(tagged), group)])
-    found = [joined.count(k) for k in range(binner.bins + 1)]
-    if sum(found) != len(joined):
+    if outside_tables and joined.count(255):
         return False
-    last = binner.bins - 1
+    found = [joined.count(k) for k in range(last)]
+    found.append(len(joined) - sum(found))
     for index, k in enumerate(found):
-        binner.counts[index if index < last else last] += k * binner.weight
+        binner.counts[index] += k * binner.weight
     return True
+
+
+@lru_cache(maxsize=8)
+def _fold(bins: int) -> bytes:
+    return bytes(bins - 1 if b == bins else b for b in range(256))
 
 
 # Fixed-point bin positions (`_lane_tables`): t = (x - lo) / width in units of 2**-FRACTION, in
