@@ -156,8 +156,7 @@ def test_q4_k_cases_hold_what_they_are_named_for():
     def exact(case):
         data = CASES[case][1]
         col = [data[o:o + 4] for o in range(0, len(data), 144)]
-        return rawstats_q4_k._exact_blocks([int.from_bytes(c[:2], "little") for c in col],
-                                           [int.from_bytes(c[2:], "little") for c in col])
+        return rawstats_q4_k._exact_blocks(b"".join(c[:2] for c in col), b"".join(c[2:] for c in col))
     assert all(exact("q4_k")) and all(exact("q4_k-huge"))
     assert [i for i, e in enumerate(exact("q4_k-mixed")) if not e] == [3, 4, 7]
     assert exact("q4_k-nan-scale") is None

@@ -27,7 +27,7 @@ from array import array
 from math import remainder
 from functools import lru_cache
 from itertools import compress, repeat
-from operator import add, gt, lt, mul, not_, sub
+from operator import add, and_, gt, lt, mul, not_, or_, sub
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
 # ggml codecs (tests/test_lazy_imports.py)
@@ -47,21 +47,30 @@ _SQUARE_HIGH = bytes(((q * q) >> 4) & 0xFF for q in range(256))
 _F16_SPECIAL = 0x1F   # the exponent field of Inf and NaN
 
 
-def _exact_blocks(d: list[int], dmin: list[int]) -> list[bool] | None:
-    """Per block: is every x exact in float32? None if a scale is Inf or NaN.
+def _exact_blocks(d: bytes, dmin: bytes) -> list[bool] | None:
+    """Per block (d and dmin: the blocks' f16 fields): is every x exact in float32? None if a
+    scale is Inf or NaN.
 
     d = D * 2**ed and dmin = M * 2**em with integers D, M <= 2047 (ed = exponent field - 25, a
     subnormal's field counting as 1), so |x| <= 2047*63*15 * 2**ed + 2047*63 * 2**em, a multiple
     of 2**min(ed, em): an integer times that of at most 2**24 (so exact in float32) when
     em - ed = k lies in EXACT_SPREAD: 1934415 + 128961 * 2**k <= 2**24 for 0 <= k <= 6, and
     1934415 * 2**-k + 128961 <= 2**24 for -3 <= k < 0. A zero scale drops its term."""
-    out = []
-    for a, b in zip(d, dmin):
-        ea, eb = (a >> 10) & 0x1F, (b >> 10) & 0x1F
-        if ea == _F16_SPECIAL or eb == _F16_SPECIAL:
-            return None
-        out.append(not a & 0x7FFF or not b & 0x7FFF or (max(eb, 1) - max(ea, 1)) in EXACT_SPREAD)
-    return out
+    if d[1::2].translate(_SPECIAL_HIGH).count(1) or dmin[1::2].translate(_SPECIAL_HIGH).count(1):
+        return None
+    spread = map(sub, map(add, dmin[1::2].translate(_EXPONENT), repeat(_SPREAD_AT)), d[1::2].translate(_EXPONENT))
+    in_range = map(_IN_SPREAD.__getitem__, spread)
+    # a zero d or dmin (either sign): its magnitude bits are 0
+    zero = map(not_, map(mul, map(and_, memoryview(d).cast("H"), repeat(0x7FFF)),
+                         map(and_, memoryview(dmin).cast("H"), repeat(0x7FFF))))
+    return list(map(or_, in_range, zero))
+
+
+# by an f16's high byte: its exponent field (a subnormal's counting as 1), Inf or NaN (field 31)
+_EXPONENT = bytes(max((b >> 2) & 0x1F, 1) for b in range(256))
+_SPECIAL_HIGH = bytes(1 if (b >> 2) & 0x1F == _F16_SPECIAL else 0 for b in range(256))
+_SPREAD_AT = 32     # em - ed + 32: 1 .. 63
+_IN_SPREAD = tuple(k - _SPREAD_AT in EXACT_SPREAD for k in range(64))
 
 
 def _run_sums(codes: bytes) -> list[int]:
@@ -102,11 +111,15 @@ def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
     is that near, the integer nearest dm / dsc (within 1/4 of it), and then remainder(dm, dsc),
     dm minus that integer times dsc (exact), is that near too: only the sub-blocks where it is,
     or whose step is tiny, have their codes looked at."""
-    steps = list(map(abs, dsc))
-    gaps = map(abs, map(remainder, dm, map(max, steps, repeat(TINY_STEP))))
+    if min(map(abs, dsc), default=TINY_STEP) >= TINY_STEP:   # no tiny step (remainder's sign is dm's alone)
+        looked = compress(range(len(dsc)), map(lt, map(abs, map(remainder, dm, dsc)), repeat(NEAR_ZERO)))
+    else:
+        steps = list(map(abs, dsc))
+        gaps = map(abs, map(remainder, dm, map(max, steps, repeat(TINY_STEP))))
+        looked = compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)),
+                                                map(lt, steps, repeat(TINY_STEP))))
     zeros = near = 0
-    for s in compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)),
-                                           map(lt, steps, repeat(TINY_STEP)))):
+    for s in looked:
         c, step, low = codes[s * SUB:(s + 1) * SUB], dsc[s], dm[s]
         if not -TINY_STEP < step < TINY_STEP:
             candidates = (min(15, max(0, round(low / step))),)
@@ -125,8 +138,7 @@ def _split(data: bytes) -> tuple[bytes, list[float]] | None:
     """(the blocks whose x are exact, the decoded values of the others); None if a scale is Inf
     or NaN (the element path then counts the non-finite values)."""
     size = Q4_K.size
-    exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
-                          list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
+    exact = _exact_blocks(Q4_K.col(data, "d"), Q4_K.col(data, "dmin"))
     if exact is None:
         return None
     if all(exact):
@@ -180,8 +192,7 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
     byte of a translate table shared by 16 sub-blocks, and each element's code is tagged with its
     sub-block's place among the 16 (`_tagged`). A value outside [lo, hi] (a code no element has,
     unless the file changed between the passes) is 255."""
-    exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
-                          list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
+    exact = _exact_blocks(Q4_K.col(data, "d"), Q4_K.col(data, "dmin"))
     if exact is None:
         return False   # an Inf or NaN scale: the element path filters the non-finite values
     if binner.half:    # a range wider than the largest float: never |x| < 2**27 here
