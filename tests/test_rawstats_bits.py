@@ -23,6 +23,11 @@ def f32_bytes(seed: int, n: int, specials=()) -> bytes:
     return struct.pack(f"<{n}f", *values)
 
 
+def rand_bytes(seed: int, n: int, choices=range(256)) -> bytes:
+    rng = random.Random(seed)
+    return bytes(rng.choice(choices) for _ in range(n))
+
+
 def q8_0_bytes(seed: int, blocks: int, scales=()) -> bytes:
     rng = random.Random(seed)
     ds = [rng.choice((0.00031, 0.00035, 0.0004, -0.0002, 6e-8)) for _ in range(blocks)]
@@ -64,19 +69,16 @@ CASES = {
     "q8_0-few-blocks": ("Q8_0", q8_0_bytes(7, 301)),
     # every value negative: the best maximum of the largest scales has the wrong sign, every
     # block is looked at
-    "q8_0-negative": ("Q8_0", b"".join(struct.pack("<e", 0.001 * (1 + b % 7)) + bytes(random.Random(b).randrange(128, 255)
-                                                                                for _ in range(32))
+    "q8_0-negative": ("Q8_0", b"".join(struct.pack("<e", 0.001 * (1 + b % 7)) + rand_bytes(b, 32, range(128, 255))
                                        for b in range(MIN_Q8_0_BLOCKS))),
     # the largest scales hold only small codes; a block of a 10x smaller scale holds the maximum
     # (127) and another the minimum (-128): found past the blocks of the largest |d|
     "q8_0-outlier": ("Q8_0", b"".join(struct.pack("<e", 0.01 if b % 3 else 0.001)
                                       + (bytes([127] * 32) if b == 999 else bytes([128] * 32) if b == 1500
-                                         else bytes(random.Random(b).choice((0, 1, 2, 3, 253, 254, 255))
-                                                    for _ in range(32)))
+                                         else rand_bytes(b, 32, (0, 1, 2, 3, 253, 254, 255)))
                                       for b in range(MIN_Q8_0_BLOCKS))),
     # codes -64 .. 64 at d = 2**-6: width 4 * d, every fourth code exactly on a bin edge
-    "q8_0-edges": ("Q8_0", b"".join(struct.pack("<e", 2 ** -6) + bytes((random.Random(b).randrange(-64, 65)) & 0xFF
-                                                                       for _ in range(32))
+    "q8_0-edges": ("Q8_0", b"".join(struct.pack("<e", 2 ** -6) + rand_bytes(b, 32, [q & 0xFF for q in range(-64, 65)])
                                     for b in range(MIN_Q8_0_BLOCKS))),
     # every block's float32 rounding exact (dmin's exponent 1..3 above d's)
     "q4_k": ("Q4_K", q4_k_bytes(8, 67)),
@@ -100,8 +102,14 @@ CASES = {
     "q4_k-outlier": ("Q4_K", b"".join(struct.pack("<ee", d, dmin) + b"\xff" * 12 + codes for d, dmin, codes in
                                       [(0.05, 0.01, bytes(128)), (0.02, 0.01, b"\xff" * 128), (0.01, 0.08, b"\xff" * 128),
                                        (0.01, 0.05, bytes(128))]
-                                      + [(0.001, 0.001, bytes(random.Random(b).randrange(256) for _ in range(128)))
+                                      + [(0.001, 0.001, rand_bytes(b, 128))
                                          for b in range(8)])),
+    # every scale and min 1 (no step below TINY_STEP): d = 2**-12 and dmin = 5 * 2**-12 give exact
+    # zeros at code 5, dmin 2**-20 above that values within 1e-6 of 0 there (and d < 0: none)
+    "q4_k-near-wide": ("Q4_K", b"".join(struct.pack("<ee", d, dmin) + bytes([1] * 8 + [0x11] * 4)
+                                        + rand_bytes(40 + b, 128)
+                                        for b, (d, dmin) in enumerate([(2 ** -12, 5 * 2 ** -12), (2 ** -12, 5 * 2 ** -12 + 2 ** -20),
+                                                                       (-2 ** -12, 5 * 2 ** -12)] * 4))),
     "q4_k-huge": ("Q4_K", q4_k_bytes(13, 20, [(b, 60000.0 * (-1) ** b, 30000.0) for b in range(20)])),
     "q4_k-inf-scale": ("Q4_K", q4_k_bytes(14, 20, [(5, math.inf, 0.01)])),
     "q4_k-nan-scale": ("Q4_K", q4_k_bytes(15, 20, [(5, 0.01, math.nan)])),
@@ -114,7 +122,7 @@ CASES = {
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
 FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q8_0-negative", "q8_0-outlier", "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny",
-              "q4_k-near", "q4_k-huge", "q4_k-spread", "q4_k-outlier")
+              "q4_k-near", "q4_k-huge", "q4_k-spread", "q4_k-outlier", "q4_k-near-wide")
 
 
 def window(dtype: str, data: bytes) -> WindowBytes:
@@ -148,6 +156,8 @@ def test_q4_k_cases_hold_what_they_are_named_for():
     assert stats["q4_k-tiny"].zeros * stats["q4_k-tiny"].count > 50
     assert 0 < stats["q4_k-near"].zeros * stats["q4_k-near"].count
     assert stats["q4_k-huge"].max > 1e7
+    wide = stats["q4_k-near-wide"]
+    assert wide.exact_zeros > 0 and wide.zeros * wide.count > wide.exact_zeros
     f16 = [struct.unpack("<e", struct.pack("<e", v))[0] for v in (0.02, 0.01, 0.05)]
     assert (stats["q4_k-outlier"].min, stats["q4_k-outlier"].max) == (-f16[2] * 63, f16[0] * 63 * 15 - f16[1] * 63)
     assert stats["q4_k-positive"].min == 0.0 and stats["q4_k-equal"].min == stats["q4_k-equal"].max
