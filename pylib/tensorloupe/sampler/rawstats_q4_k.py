@@ -120,15 +120,15 @@ def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
                                                 map(lt, steps, repeat(TINY_STEP))))
     zeros = near = 0
     for s in looked:
-        c, step, low = codes[s * SUB:(s + 1) * SUB], dsc[s], dm[s]
+        step, low = dsc[s], dm[s]
         if not -TINY_STEP < step < TINY_STEP:
             candidates = (min(15, max(0, round(low / step))),)
         else:
-            candidates = range(16) if step else (0,)
+            candidates = range(16) if step else (0,)   # a zero step (scale 0): every code gives -dm
         for q in candidates:
             x = step * q - low
             if -NEAR_ZERO < x < NEAR_ZERO:
-                k = c.count(q) if step else SUB   # a zero step: every code gives x = -dm
+                k = codes.count(q, s * SUB, (s + 1) * SUB) if step else SUB
                 near += k
                 zeros += k if x == 0.0 else 0
     return zeros, near
@@ -166,14 +166,15 @@ def q4_k_stats(data: bytes) -> Stats | None:
         lows.append(min(rest))
         highs.append(max(rest))
         zeros = rest.count(0.0)
-        near = sum(1 for v in rest if -NEAR_ZERO < v < NEAR_ZERO)
+        near = sum(map(lt, map(abs, rest), repeat(NEAR_ZERO)))
     if data:
         dsc, dm, codes = _sub_blocks(data)
         q1 = _run_sums(codes)
         q2 = list(map(add, map(mul, _run_sums(codes.translate(_SQUARE_HIGH)), repeat(16)),
                       _run_sums(codes.translate(_SQUARE_LOW))))
-        sums += map(mul, dsc, q1)
-        sums += map(mul, dm, repeat(-32.0))
+        # a sub-block's sum(x): 32 multiples of 2**min(ed, em) of at most 2**24 each (_exact_blocks),
+        # so dsc*Q1 - 32*dm is exact as one double
+        sums += map(sub, map(mul, dsc, q1), map(mul, dm, repeat(32.0)))
         squares += map(mul, map(mul, dsc, dsc), q2)
         squares += map(mul, map(mul, dsc, map(mul, dm, repeat(-2.0))), q1)
         squares += map(mul, map(mul, dm, dm), repeat(32.0))
