@@ -279,3 +279,14 @@ def test_q4_k_lane_tables_are_binner_indices_entry_for_entry(monkeypatch):
     near = sum(1 for a, b in zip(dsc, dm) for q in range(16) if lo <= a * q - b <= hi
                and abs((a * q - b - lo) / width - round((a * q - b - lo) / width)) < 1e-12)
     assert near > 1000
+
+
+@pytest.mark.parametrize("case", ["q8_0", "q4_k"])
+def test_more_bins_than_a_byte_holds_are_left_to_the_element_path(case):
+    w = window(*CASES[case])
+    values = decode_window(*w)
+    for bins in (200, 255, 256, 300):
+        fast, slow = Binner(min(values), max(values), bins), Binner(min(values), max(values), bins)
+        if rawstats.add_chunk(fast, w, True):
+            slow.add(values, within=True)
+            assert fast.counts == slow.counts and bins < 256

@@ -15,9 +15,11 @@ The extremes come from the few sub-blocks whose code range could hold them, the 
 |x| < 1e-6 from the few whose nearest code to dm / dsc is that close. Blocks whose float32
 rounding is not exact are decoded and their values enter the same sums.
 
-The histogram (`q4_k_add`) leaves no block out: a sub-block's 16 possible values (rounded to
-float32 where the decoder's rounding is not exact) are binned once each (half a float per element instead of
-three) and the elements' codes are translated to those bins.
+The histogram (`q4_k_add`) leaves no block out: the bins of a sub-block's 16 possible values
+(rounded to float32 where the decoder's rounding is not exact) go into a translate table, and
+the elements' codes are translated to those bins. The bins come from fixed-point lanes of one big
+int (`_lane_tables`): a float is made only for the entries within 2**-8 of a bin edge, the
+sub-blocks that reach outside [lo, hi] and the blocks float32 rounds.
 """
 
 from __future__ import annotations
@@ -197,6 +199,8 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
     if exact is None:
         return False   # an Inf or NaN scale: the element path filters the non-finite values
     if binner.half:    # a range wider than the largest float: never |x| < 2**27 here
+        return False
+    if binner.bins > MAX_LANE_BINS:   # a bin index must fit a byte beside 255 (and the lanes)
         return False
     if binner.constant:
         binner.counts[0] += len(data) // Q4_K.size * BLOCK_SUBS * SUB * binner.weight

@@ -152,6 +152,8 @@ def q8_0_stats(data: bytes) -> Stats | None:
     return from_block_sums(len(d) * QK8_0, zeros, near, [low], [high], sums, squares)
 
 
+# a bin index must fit a byte beside 255 (outside the range)
+MAX_BINS = 255
 # int8 code by stored byte
 _CODES = tuple(range(128)) + tuple(range(-128, 0))
 
@@ -182,6 +184,8 @@ def q8_0_add(binner: Binner, data: bytes) -> bool:
     if scales is None:
         return False
     blocks = len(data) // SIZE
+    if binner.bins > MAX_BINS:
+        return False
     if binner.constant:
         binner.counts[0] += blocks * QK8_0 * binner.weight
         return True
