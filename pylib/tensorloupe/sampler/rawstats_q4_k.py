@@ -10,7 +10,7 @@ itself and a sub-block's sums are exact products of its code sums Q1 = sum(q), Q
     sum(x) = dsc*Q1 - 32*dm          sum(x*x) = dsc*dsc*Q2 - 2*dsc*dm*Q1 + 32*dm*dm
 
 (each product has at most 47 significant bits), so one fsum over those terms is the fsum over the
-elements. The code sums come from big-int byte lanes (`_run_sums`), no float is made per element.
+elements. The code sums come from big-int lanes (`_run_sums`, `_square_sums`), no float is made per element.
 The extremes come from the few sub-blocks whose code range could hold them, the zeros and
 |x| < 1e-6 from the few whose nearest code to dm / dsc is that close. Blocks whose float32
 rounding is not exact are decoded and their values enter the same sums.
@@ -44,8 +44,7 @@ EXACT_SPREAD = range(-3, 7)
 # Below this |dsc| two codes can both lie within NEAR_ZERO of 0, and dm / dsc is not to be trusted.
 TINY_STEP = 4 * NEAR_ZERO
 
-_SQUARE_LOW = bytes((q * q) & 0x0F for q in range(256))   # q*q = 16 * high + low, codes 0..15
-_SQUARE_HIGH = bytes(((q * q) >> 4) & 0xFF for q in range(256))
+_SQUARE = bytes((q * q) & 0xFF for q in range(256))   # q*q <= 225, codes 0..15
 _F16_SPECIAL = 0x1F   # the exponent field of Inf and NaN
 
 
@@ -84,6 +83,23 @@ def _run_sums(codes: bytes) -> list[int]:
         x += x >> shift
     halves = x.to_bytes(len(codes), "little")[::16]
     return list(map(add, halves[0::2], halves[1::2]))
+
+
+def _square_sums(codes: bytes) -> list[int]:
+    """The sum of q*q over each run of SUB codes: the squares (at most 225) as 16-bit lanes, even
+    and odd bytes added, then adding the int shifted by 1, 2, 4 and 8 lanes leaves in lane j the
+    sum of lanes j .. j + 15 (at most 32 * 225: no carry into the next), a run's at lane 16 * s."""
+    x = int.from_bytes(codes.translate(_SQUARE), "little")
+    mask = _low_bytes_mask(len(codes))
+    x = (x & mask) + ((x >> 8) & mask)
+    for shift in (16, 32, 64, 128):
+        x += x >> shift
+    return memoryview(x.to_bytes(len(codes), "little")).cast("H")[::SUB // 2].tolist()
+
+
+@lru_cache(maxsize=8)
+def _low_bytes_mask(size: int) -> int:
+    return int.from_bytes(b"\xff\x00" * (size // 2), "little")
 
 
 def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, float]:
@@ -172,8 +188,7 @@ def q4_k_stats(data: bytes) -> Stats | None:
     if data:
         dsc, dm, codes = _sub_blocks(data)
         q1 = _run_sums(codes)
-        q2 = list(map(add, map(mul, _run_sums(codes.translate(_SQUARE_HIGH)), repeat(16)),
-                      _run_sums(codes.translate(_SQUARE_LOW))))
+        q2 = _square_sums(codes)
         # a sub-block's sum(x): 32 multiples of 2**min(ed, em) of at most 2**24 each (_exact_blocks),
         # so dsc*Q1 - 32*dm is exact as one double
         sums += map(sub, map(mul, dsc, q1), map(mul, dm, repeat(32.0)))
