@@ -11,6 +11,8 @@ import pytest
 from tensorloupe.dtypes import lookup
 from tensorloupe.sampler import rawstats
 from tensorloupe.sampler.rawstats_q8_0 import MIN_Q8_0_BLOCKS
+
+Q8_0_BLOCKS = 1 << 11    # an exact pass's chunk holds 32768 blocks; the cases hold this many
 from tensorloupe.sampler.gather import WindowBytes, decode_window
 from tensorloupe.sampler.stats import Binner, compute
 
@@ -62,24 +64,25 @@ CASES = {
     "f32-nan": ("F32", f32_bytes(3, 1001, [(10, math.nan)])),
     "f32-equal": ("F32", struct.pack("<777f", *([0.125] * 777))),
     "f32-zeros": ("F32", struct.pack("<5f", -0.0, 0.0, 0.0, -0.0, 0.0)),
-    "q8_0": ("Q8_0", q8_0_bytes(4, MIN_Q8_0_BLOCKS + 1)),
-    "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, MIN_Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
-    "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, MIN_Q8_0_BLOCKS, [(7, math.inf)])),
-    "q8_0-equal": ("Q8_0", b"".join(struct.pack("<e", 0.5) + bytes([2] * 32) for _ in range(MIN_Q8_0_BLOCKS))),
-    "q8_0-few-blocks": ("Q8_0", q8_0_bytes(7, 301)),
+    "q8_0": ("Q8_0", q8_0_bytes(4, Q8_0_BLOCKS + 1)),
+    "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
+    "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, Q8_0_BLOCKS, [(7, math.inf)])),
+    "q8_0-equal": ("Q8_0", b"".join(struct.pack("<e", 0.5) + bytes([2] * 32) for _ in range(Q8_0_BLOCKS))),
+    "q8_0-few-blocks": ("Q8_0", q8_0_bytes(7, MIN_Q8_0_BLOCKS - 1)),
+    "q8_0-small": ("Q8_0", q8_0_bytes(7, 120, [(5, 0.0)])),    # a health-scan window
     # every value negative: the best maximum of the largest scales has the wrong sign, every
     # block is looked at
     "q8_0-negative": ("Q8_0", b"".join(struct.pack("<e", 0.001 * (1 + b % 7)) + rand_bytes(b, 32, range(128, 255))
-                                       for b in range(MIN_Q8_0_BLOCKS))),
+                                       for b in range(Q8_0_BLOCKS))),
     # the largest scales hold only small codes; a block of a 10x smaller scale holds the maximum
     # (127) and another the minimum (-128): found past the blocks of the largest |d|
     "q8_0-outlier": ("Q8_0", b"".join(struct.pack("<e", 0.01 if b % 3 else 0.001)
                                       + (bytes([127] * 32) if b == 999 else bytes([128] * 32) if b == 1500
                                          else rand_bytes(b, 32, (0, 1, 2, 3, 253, 254, 255)))
-                                      for b in range(MIN_Q8_0_BLOCKS))),
+                                      for b in range(Q8_0_BLOCKS))),
     # codes -64 .. 64 at d = 2**-6: width 4 * d, every fourth code exactly on a bin edge
     "q8_0-edges": ("Q8_0", b"".join(struct.pack("<e", 2 ** -6) + rand_bytes(b, 32, [q & 0xFF for q in range(-64, 65)])
-                                    for b in range(MIN_Q8_0_BLOCKS))),
+                                    for b in range(Q8_0_BLOCKS))),
     # every block's float32 rounding exact (dmin's exponent 1..3 above d's)
     "q4_k": ("Q4_K", q4_k_bytes(8, 67)),
     # blocks whose float32 rounding is not exact (d far above dmin, or far below), decoded among the rest
@@ -121,8 +124,9 @@ CASES = {
                                        + bytes(range(128)) for _ in range(9))),
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
-FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q8_0-negative", "q8_0-outlier", "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny",
-              "q4_k-near", "q4_k-huge", "q4_k-spread", "q4_k-outlier", "q4_k-near-wide")
+FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q8_0-small", "q8_0-negative", "q8_0-outlier",
+              "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny", "q4_k-near", "q4_k-huge", "q4_k-spread",
+              "q4_k-outlier", "q4_k-near-wide")
 
 
 def window(dtype: str, data: bytes) -> WindowBytes:
