@@ -19,7 +19,7 @@ from tensorloupe.sampler import rawstats
 from tensorloupe.sampler.sampling import exact_summary
 
 BINS = 32
-CHUNK = 1 << 17      # several chunks per tensor (of at least rawstats.MIN_Q8_0_BLOCKS blocks)
+CHUNK = 1 << 17      # several chunks per tensor (of at least rawstats_q8_0.MIN_Q8_0_BLOCKS blocks)
 
 
 def f32_cases() -> dict[str, np.ndarray]:

@@ -10,6 +10,9 @@ import pytest
 
 from tensorloupe.dtypes import lookup
 from tensorloupe.sampler import rawstats
+from tensorloupe.sampler.rawstats_q8_0 import MIN_Q8_0_BLOCKS
+
+Q8_0_BLOCKS = 1 << 11    # an exact pass's chunk holds 32768 blocks; the cases hold this many
 from tensorloupe.sampler.gather import WindowBytes, decode_window
 from tensorloupe.sampler.stats import Binner, compute
 
@@ -20,6 +23,11 @@ def f32_bytes(seed: int, n: int, specials=()) -> bytes:
     for at, v in specials:
         values[at] = v
     return struct.pack(f"<{n}f", *values)
+
+
+def rand_bytes(seed: int, n: int, choices=range(256)) -> bytes:
+    rng = random.Random(seed)
+    return bytes(rng.choice(choices) for _ in range(n))
 
 
 def q8_0_bytes(seed: int, blocks: int, scales=()) -> bytes:
@@ -56,11 +64,25 @@ CASES = {
     "f32-nan": ("F32", f32_bytes(3, 1001, [(10, math.nan)])),
     "f32-equal": ("F32", struct.pack("<777f", *([0.125] * 777))),
     "f32-zeros": ("F32", struct.pack("<5f", -0.0, 0.0, 0.0, -0.0, 0.0)),
-    "q8_0": ("Q8_0", q8_0_bytes(4, rawstats.MIN_Q8_0_BLOCKS + 1)),
-    "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, rawstats.MIN_Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
-    "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, rawstats.MIN_Q8_0_BLOCKS, [(7, math.inf)])),
-    "q8_0-equal": ("Q8_0", b"".join(struct.pack("<e", 0.5) + bytes([2] * 32) for _ in range(rawstats.MIN_Q8_0_BLOCKS))),
-    "q8_0-few-blocks": ("Q8_0", q8_0_bytes(7, 301)),
+    "q8_0": ("Q8_0", q8_0_bytes(4, Q8_0_BLOCKS + 1)),
+    "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
+    "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, Q8_0_BLOCKS, [(7, math.inf)])),
+    "q8_0-equal": ("Q8_0", b"".join(struct.pack("<e", 0.5) + bytes([2] * 32) for _ in range(Q8_0_BLOCKS))),
+    "q8_0-few-blocks": ("Q8_0", q8_0_bytes(7, MIN_Q8_0_BLOCKS - 1)),
+    "q8_0-small": ("Q8_0", q8_0_bytes(7, 120, [(5, 0.0)])),    # a health-scan window
+    # every value negative: the best maximum of the largest scales has the wrong sign, every
+    # block is looked at
+    "q8_0-negative": ("Q8_0", b"".join(struct.pack("<e", 0.001 * (1 + b % 7)) + rand_bytes(b, 32, range(128, 255))
+                                       for b in range(Q8_0_BLOCKS))),
+    # the largest scales hold only small codes; a block of a 10x smaller scale holds the maximum
+    # (127) and another the minimum (-128): found past the blocks of the largest |d|
+    "q8_0-outlier": ("Q8_0", b"".join(struct.pack("<e", 0.01 if b % 3 else 0.001)
+                                      + (bytes([127] * 32) if b == 999 else bytes([128] * 32) if b == 1500
+                                         else rand_bytes(b, 32, (0, 1, 2, 3, 253, 254, 255)))
+                                      for b in range(Q8_0_BLOCKS))),
+    # codes -64 .. 64 at d = 2**-6: width 4 * d, every fourth code exactly on a bin edge
+    "q8_0-edges": ("Q8_0", b"".join(struct.pack("<e", 2 ** -6) + rand_bytes(b, 32, [q & 0xFF for q in range(-64, 65)])
+                                    for b in range(Q8_0_BLOCKS))),
     # every block's float32 rounding exact (dmin's exponent 1..3 above d's)
     "q4_k": ("Q4_K", q4_k_bytes(8, 67)),
     # blocks whose float32 rounding is not exact (d far above dmin, or far below), decoded among the rest
@@ -78,6 +100,19 @@ CASES = {
                                                                                     for _ in range(128))
                                      for d, dmin in ((1025 * 2 ** -22, -2047 * 2 ** -15), (1025 * 2 ** -21, -2047 * 2 ** -15),
                                                      (2047 * 2 ** -18, -1025 * 2 ** -22), (2047 * 2 ** -19, -1025 * 2 ** -22)))),
+    # the sub-blocks of the highest code-15 value (block 0) and of the lowest code-0 value (block 2)
+    # hold neither extreme: blocks 1 (all q = 15) and 3 (all q = 0) do, found past them
+    "q4_k-outlier": ("Q4_K", b"".join(struct.pack("<ee", d, dmin) + b"\xff" * 12 + codes for d, dmin, codes in
+                                      [(0.05, 0.01, bytes(128)), (0.02, 0.01, b"\xff" * 128), (0.01, 0.08, b"\xff" * 128),
+                                       (0.01, 0.05, bytes(128))]
+                                      + [(0.001, 0.001, rand_bytes(b, 128))
+                                         for b in range(8)])),
+    # every scale and min 1 (no step below TINY_STEP): d = 2**-12 and dmin = 5 * 2**-12 give exact
+    # zeros at code 5, dmin 2**-20 above that values within 1e-6 of 0 there (and d < 0: none)
+    "q4_k-near-wide": ("Q4_K", b"".join(struct.pack("<ee", d, dmin) + bytes([1] * 8 + [0x11] * 4)
+                                        + rand_bytes(40 + b, 128)
+                                        for b, (d, dmin) in enumerate([(2 ** -12, 5 * 2 ** -12), (2 ** -12, 5 * 2 ** -12 + 2 ** -20),
+                                                                       (-2 ** -12, 5 * 2 ** -12)] * 4))),
     "q4_k-huge": ("Q4_K", q4_k_bytes(13, 20, [(b, 60000.0 * (-1) ** b, 30000.0) for b in range(20)])),
     "q4_k-inf-scale": ("Q4_K", q4_k_bytes(14, 20, [(5, math.inf, 0.01)])),
     "q4_k-nan-scale": ("Q4_K", q4_k_bytes(15, 20, [(5, 0.01, math.nan)])),
@@ -89,8 +124,9 @@ CASES = {
                                        + bytes(range(128)) for _ in range(9))),
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
-FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny",
-              "q4_k-near", "q4_k-huge", "q4_k-spread")
+FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q8_0-small", "q8_0-negative", "q8_0-outlier",
+              "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny", "q4_k-near", "q4_k-huge", "q4_k-spread",
+              "q4_k-outlier", "q4_k-near-wide")
 
 
 def window(dtype: str, data: bytes) -> WindowBytes:
@@ -124,14 +160,17 @@ def test_q4_k_cases_hold_what_they_are_named_for():
     assert stats["q4_k-tiny"].zeros * stats["q4_k-tiny"].count > 50
     assert 0 < stats["q4_k-near"].zeros * stats["q4_k-near"].count
     assert stats["q4_k-huge"].max > 1e7
+    wide = stats["q4_k-near-wide"]
+    assert wide.exact_zeros > 0 and wide.zeros * wide.count > wide.exact_zeros
+    f16 = [struct.unpack("<e", struct.pack("<e", v))[0] for v in (0.02, 0.01, 0.05)]
+    assert (stats["q4_k-outlier"].min, stats["q4_k-outlier"].max) == (-f16[2] * 63, f16[0] * 63 * 15 - f16[1] * 63)
     assert stats["q4_k-positive"].min == 0.0 and stats["q4_k-equal"].min == stats["q4_k-equal"].max
     assert stats["q4_k-inf-scale"].posinf + stats["q4_k-inf-scale"].neginf + stats["q4_k-inf-scale"].nan > 0
 
     def exact(case):
         data = CASES[case][1]
         col = [data[o:o + 4] for o in range(0, len(data), 144)]
-        return rawstats_q4_k._exact_blocks([int.from_bytes(c[:2], "little") for c in col],
-                                           [int.from_bytes(c[2:], "little") for c in col])
+        return rawstats_q4_k._exact_blocks(b"".join(c[:2] for c in col), b"".join(c[2:] for c in col))
     assert all(exact("q4_k")) and all(exact("q4_k-huge"))
     assert [i for i, e in enumerate(exact("q4_k-mixed")) if not e] == [3, 4, 7]
     assert exact("q4_k-nan-scale") is None
@@ -197,3 +236,61 @@ def test_q4_k_blocks_the_decoder_rounds_are_summarised_as_decoded():
     assert rawstats.add_chunk(fast, window("Q4_K", data), True)
     slow.add(values, within=True)
     assert fast.counts == slow.counts
+
+
+def test_q8_0_cases_hold_what_they_are_named_for():
+    stats = {c: compute(decode_window(*window(*CASES[c])), percentiles=False) for c in CASES if c.startswith("q8_0")}
+    assert stats["q8_0-negative"].max < 0
+    small, large = struct.unpack("<ee", struct.pack("<ee", 0.001, 0.01))
+    assert (stats["q8_0-outlier"].min, stats["q8_0-outlier"].max) == (small * -128, small * 127)
+    assert large * 3 < small * 127     # what the blocks of the largest |d| hold is less
+    assert stats["q8_0-zero-scale"].exact_zeros >= 64
+    assert stats["q8_0"].zeros * stats["q8_0"].count > stats["q8_0"].exact_zeros   # tiny scales: near, not zero
+    values = decode_window(*window(*CASES["q8_0-edges"]))
+    assert (min(values), max(values)) == (-1.0, 1.0) and values.count(0.5) > 0   # 0.5: an edge of 32 bins
+
+
+@pytest.mark.parametrize("case", ["q8_0", "q4_k", "q4_k-mixed"])
+def test_a_value_outside_the_range_leaves_the_histogram_to_the_element_path(case):
+    # the range of the second pass narrower than the values (the file changed between passes):
+    # the fast path must not bin them into the edge bins
+    w = window(*CASES[case])
+    values = decode_window(*w)
+    assert not rawstats.add_chunk(Binner(min(values) / 2, max(values) / 2, 32), w, True)
+    assert rawstats.add_chunk(Binner(min(values), max(values), 32), w, True)
+
+
+def test_q4_k_lane_tables_are_binner_indices_entry_for_entry(monkeypatch):
+    # _lane_tables (fixed-point bin positions) against Binner's formula for every (sub-block, code):
+    # scales and minimums that are whole multiples of an inexact bin width put most entries within
+    # a few ulps of a bin edge (on either side), where the fixed point cannot tell and each is
+    # computed again; the first and last sub-blocks reach outside [lo, hi] (computed one by one)
+    import math as m
+    from tensorloupe.sampler import rawstats_q4_k
+    rng = random.Random(30)
+    lo, hi, bins = -0.7, 2.5, 32
+    width = (hi - lo) / bins
+    dsc = [width * rng.choice((1, 2, 3, -1, -2)) for _ in range(200)] + [0.0, width / 7]
+    dm = [-lo - width * rng.randrange(0, 4) - (15 * d if d < 0 else 0) for d in dsc[:200]] + [0.3, -lo]
+    dsc[0], dm[0], dsc[1], dm[1] = 1.0, 0.0, -0.5, -2.0      # codes beyond hi, and below lo
+    assert rawstats_q4_k._lane_tables(dsc, dm, lo, hi, width, bins) is None   # so many: left to the formula
+    monkeypatch.setattr(rawstats_q4_k, "NEAR_EDGE_SHARE", 1)
+    tables = rawstats_q4_k._lane_tables(dsc, dm, lo, hi, width, bins)
+    want = [m.floor((x - lo) / width) if lo <= x <= hi else 255 for a, b in zip(dsc, dm) for q in range(16)
+            for x in (a * q - b,)]
+    assert tables is not None and list(tables) == want
+    assert 255 in want[:32] and want.count(bins) > 0           # the outside entries, the top edge
+    near = sum(1 for a, b in zip(dsc, dm) for q in range(16) if lo <= a * q - b <= hi
+               and abs((a * q - b - lo) / width - round((a * q - b - lo) / width)) < 1e-12)
+    assert near > 1000
+
+
+@pytest.mark.parametrize("case", ["q8_0", "q4_k"])
+def test_more_bins_than_a_byte_holds_are_left_to_the_element_path(case):
+    w = window(*CASES[case])
+    values = decode_window(*w)
+    for bins in (200, 255, 256, 300):
+        fast, slow = Binner(min(values), max(values), bins), Binner(min(values), max(values), bins)
+        if rawstats.add_chunk(fast, w, True):
+            slow.add(values, within=True)
+            assert fast.counts == slow.counts and bins < 256

@@ -10,14 +10,16 @@ itself and a sub-block's sums are exact products of its code sums Q1 = sum(q), Q
     sum(x) = dsc*Q1 - 32*dm          sum(x*x) = dsc*dsc*Q2 - 2*dsc*dm*Q1 + 32*dm*dm
 
 (each product has at most 47 significant bits), so one fsum over those terms is the fsum over the
-elements. The code sums come from big-int byte lanes (`_run_sums`), no float is made per element.
+elements. The code sums come from big-int lanes (`_run_sums`, `_square_sums`), no float is made per element.
 The extremes come from the few sub-blocks whose code range could hold them, the zeros and
 |x| < 1e-6 from the few whose nearest code to dm / dsc is that close. Blocks whose float32
 rounding is not exact are decoded and their values enter the same sums.
 
-The histogram (`q4_k_add`) leaves no block out: a sub-block's 16 possible values (rounded to
-float32 where the decoder's rounding is not exact) are binned once each (half a float per element instead of
-three) and the elements' codes are translated to those bins.
+The histogram (`q4_k_add`) leaves no block out: the bins of a sub-block's 16 possible values
+(rounded to float32 where the decoder's rounding is not exact) go into a translate table, and
+the elements' codes are translated to those bins. The bins come from fixed-point lanes of one big
+int (`_lane_tables`): a float is made only for the entries within 2**-8 of a bin edge, the
+sub-blocks that reach outside [lo, hi] and the blocks float32 rounds.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from array import array
 from math import remainder
 from functools import lru_cache
 from itertools import compress, repeat
-from operator import add, gt, lt, mul, not_, sub
+from operator import add, and_, gt, lt, mul, not_, or_, sub
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
 # ggml codecs (tests/test_lazy_imports.py)
@@ -42,26 +44,34 @@ EXACT_SPREAD = range(-3, 7)
 # Below this |dsc| two codes can both lie within NEAR_ZERO of 0, and dm / dsc is not to be trusted.
 TINY_STEP = 4 * NEAR_ZERO
 
-_SQUARE_LOW = bytes((q * q) & 0x0F for q in range(256))   # q*q = 16 * high + low, codes 0..15
-_SQUARE_HIGH = bytes(((q * q) >> 4) & 0xFF for q in range(256))
+_SQUARE = bytes((q * q) & 0xFF for q in range(256))   # q*q <= 225, codes 0..15
 _F16_SPECIAL = 0x1F   # the exponent field of Inf and NaN
 
 
-def _exact_blocks(d: list[int], dmin: list[int]) -> list[bool] | None:
-    """Per block: is every x exact in float32? None if a scale is Inf or NaN.
+def _exact_blocks(d: bytes, dmin: bytes) -> list[bool] | None:
+    """Per block (d and dmin: the blocks' f16 fields): is every x exact in float32? None if a
+    scale is Inf or NaN.
 
     d = D * 2**ed and dmin = M * 2**em with integers D, M <= 2047 (ed = exponent field - 25, a
     subnormal's field counting as 1), so |x| <= 2047*63*15 * 2**ed + 2047*63 * 2**em, a multiple
     of 2**min(ed, em): an integer times that of at most 2**24 (so exact in float32) when
     em - ed = k lies in EXACT_SPREAD: 1934415 + 128961 * 2**k <= 2**24 for 0 <= k <= 6, and
     1934415 * 2**-k + 128961 <= 2**24 for -3 <= k < 0. A zero scale drops its term."""
-    out = []
-    for a, b in zip(d, dmin):
-        ea, eb = (a >> 10) & 0x1F, (b >> 10) & 0x1F
-        if ea == _F16_SPECIAL or eb == _F16_SPECIAL:
-            return None
-        out.append(not a & 0x7FFF or not b & 0x7FFF or (max(eb, 1) - max(ea, 1)) in EXACT_SPREAD)
-    return out
+    if d[1::2].translate(_SPECIAL_HIGH).count(1) or dmin[1::2].translate(_SPECIAL_HIGH).count(1):
+        return None
+    spread = map(sub, map(add, dmin[1::2].translate(_EXPONENT), repeat(_SPREAD_AT)), d[1::2].translate(_EXPONENT))
+    in_range = map(_IN_SPREAD.__getitem__, spread)
+    # a zero d or dmin (either sign): its magnitude bits are 0
+    zero = map(not_, map(mul, map(and_, memoryview(d).cast("H"), repeat(0x7FFF)),
+                         map(and_, memoryview(dmin).cast("H"), repeat(0x7FFF))))
+    return list(map(or_, in_range, zero))
+
+
+# by an f16's high byte: its exponent field (a subnormal's counting as 1), Inf or NaN (field 31)
+_EXPONENT = bytes(max((b >> 2) & 0x1F, 1) for b in range(256))
+_SPECIAL_HIGH = bytes(1 if (b >> 2) & 0x1F == _F16_SPECIAL else 0 for b in range(256))
+_SPREAD_AT = 32     # em - ed + 32: 1 .. 63
+_IN_SPREAD = tuple(k - _SPREAD_AT in EXACT_SPREAD for k in range(64))
 
 
 def _run_sums(codes: bytes) -> list[int]:
@@ -75,18 +85,43 @@ def _run_sums(codes: bytes) -> list[int]:
     return list(map(add, halves[0::2], halves[1::2]))
 
 
-def _extreme(codes: bytes, dsc: list[float], dm: list[float], highest: bool) -> float:
-    """max (or min) of dsc * q - dm over every sub-block's codes: its value at the sub-block's
-    extreme code, looked up only for the sub-blocks whose code range could beat the first."""
-    pick, beats = (max, gt) if highest else (min, lt)
-    ends = list(map(pick, map(sub, map(mul, dsc, repeat(15.0)), dm), map(sub, repeat(0.0), dm)))
+def _square_sums(codes: bytes) -> list[int]:
+    """The sum of q*q over each run of SUB codes: the squares (at most 225) as 16-bit lanes, even
+    and odd bytes added, then adding the int shifted by 1, 2, 4 and 8 lanes leaves in lane j the
+    sum of lanes j .. j + 15 (at most 32 * 225: no carry into the next), a run's at lane 16 * s."""
+    x = int.from_bytes(codes.translate(_SQUARE), "little")
+    mask = _low_bytes_mask(len(codes))
+    x = (x & mask) + ((x >> 8) & mask)
+    for shift in (16, 32, 64, 128):
+        x += x >> shift
+    return memoryview(x.to_bytes(len(codes), "little")).cast("H")[::SUB // 2].tolist()
 
-    def at(s: int) -> float:
-        c, step = codes[s * SUB:(s + 1) * SUB], dsc[s]
-        code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
-        return step * code - dm[s]
-    best = at(ends.index(pick(ends)))
-    return pick([best, *map(at, compress(range(len(ends)), map(beats, ends, repeat(best))))])
+
+@lru_cache(maxsize=8)
+def _low_bytes_mask(size: int) -> int:
+    return int.from_bytes(b"\xff\x00" * (size // 2), "little")
+
+
+def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, float]:
+    """(min, max) of dsc * q - dm over every sub-block's codes: a sub-block's values lie between
+    its code 0 and code 15 values (-dm and 15 * dsc - dm), so the sub-block with the best of
+    those is looked at first, then only the sub-blocks whose ends could beat what it holds."""
+    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
+    out = []
+    for highest in (False, True):
+        pick, beats = (max, gt) if highest else (min, lt)
+
+        def at(s: int) -> float:
+            c, step = codes[s * SUB:(s + 1) * SUB], dsc[s]
+            code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
+            return step * code - dm[s]
+        end15, end0 = pick(x15), -(min(dm) if highest else max(dm))
+        best = at(x15.index(end15) if pick(end15, end0) == end15 else dm.index(-end0))
+        # x0 = -dm beats best exactly when dm is beyond -best the other way
+        others = {*compress(range(len(dsc)), map(beats, x15, repeat(best))),
+                  *compress(range(len(dsc)), map(lt if highest else gt, dm, repeat(-best)))}
+        out.append(pick([best, *map(at, others)]))
+    return out[0], out[1]
 
 
 def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
@@ -94,20 +129,24 @@ def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
     is that near, the integer nearest dm / dsc (within 1/4 of it), and then remainder(dm, dsc),
     dm minus that integer times dsc (exact), is that near too: only the sub-blocks where it is,
     or whose step is tiny, have their codes looked at."""
-    steps = list(map(abs, dsc))
-    gaps = map(abs, map(remainder, dm, map(max, steps, repeat(TINY_STEP))))
+    if min(map(abs, dsc), default=TINY_STEP) >= TINY_STEP:   # no tiny step (remainder's sign is dm's alone)
+        looked = compress(range(len(dsc)), map(lt, map(abs, map(remainder, dm, dsc)), repeat(NEAR_ZERO)))
+    else:
+        steps = list(map(abs, dsc))
+        gaps = map(abs, map(remainder, dm, map(max, steps, repeat(TINY_STEP))))
+        looked = compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)),
+                                                map(lt, steps, repeat(TINY_STEP))))
     zeros = near = 0
-    for s in compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)),
-                                           map(lt, steps, repeat(TINY_STEP)))):
-        c, step, low = codes[s * SUB:(s + 1) * SUB], dsc[s], dm[s]
+    for s in looked:
+        step, low = dsc[s], dm[s]
         if not -TINY_STEP < step < TINY_STEP:
             candidates = (min(15, max(0, round(low / step))),)
         else:
-            candidates = range(16) if step else (0,)
+            candidates = range(16) if step else (0,)   # a zero step (scale 0): every code gives -dm
         for q in candidates:
             x = step * q - low
             if -NEAR_ZERO < x < NEAR_ZERO:
-                k = c.count(q) if step else SUB   # a zero step: every code gives x = -dm
+                k = codes.count(q, s * SUB, (s + 1) * SUB) if step else SUB
                 near += k
                 zeros += k if x == 0.0 else 0
     return zeros, near
@@ -117,8 +156,7 @@ def _split(data: bytes) -> tuple[bytes, list[float]] | None:
     """(the blocks whose x are exact, the decoded values of the others); None if a scale is Inf
     or NaN (the element path then counts the non-finite values)."""
     size = Q4_K.size
-    exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
-                          list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
+    exact = _exact_blocks(Q4_K.col(data, "d"), Q4_K.col(data, "dmin"))
     if exact is None:
         return None
     if all(exact):
@@ -146,19 +184,20 @@ def q4_k_stats(data: bytes) -> Stats | None:
         lows.append(min(rest))
         highs.append(max(rest))
         zeros = rest.count(0.0)
-        near = sum(1 for v in rest if -NEAR_ZERO < v < NEAR_ZERO)
+        near = sum(map(lt, map(abs, rest), repeat(NEAR_ZERO)))
     if data:
         dsc, dm, codes = _sub_blocks(data)
         q1 = _run_sums(codes)
-        q2 = list(map(add, map(mul, _run_sums(codes.translate(_SQUARE_HIGH)), repeat(16)),
-                      _run_sums(codes.translate(_SQUARE_LOW))))
-        sums += map(mul, dsc, q1)
-        sums += map(mul, dm, repeat(-32.0))
+        q2 = _square_sums(codes)
+        # a sub-block's sum(x): 32 multiples of 2**min(ed, em) of at most 2**24 each (_exact_blocks),
+        # so dsc*Q1 - 32*dm is exact as one double
+        sums += map(sub, map(mul, dsc, q1), map(mul, dm, repeat(32.0)))
         squares += map(mul, map(mul, dsc, dsc), q2)
         squares += map(mul, map(mul, dsc, map(mul, dm, repeat(-2.0))), q1)
         squares += map(mul, map(mul, dm, dm), repeat(32.0))
-        lows.append(_extreme(codes, dsc, dm, False))
-        highs.append(_extreme(codes, dsc, dm, True))
+        low, high = _extremes(codes, dsc, dm)
+        lows.append(low)
+        highs.append(high)
         z, m = _near(codes, dsc, dm)
         zeros, near = zeros + z, near + m
     return from_block_sums(n, zeros, near, lows, highs, sums, squares)
@@ -171,11 +210,12 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
     byte of a translate table shared by 16 sub-blocks, and each element's code is tagged with its
     sub-block's place among the 16 (`_tagged`). A value outside [lo, hi] (a code no element has,
     unless the file changed between the passes) is 255."""
-    exact = _exact_blocks(list(memoryview(Q4_K.col(data, "d")).cast("H")),
-                          list(memoryview(Q4_K.col(data, "dmin")).cast("H")))
+    exact = _exact_blocks(Q4_K.col(data, "d"), Q4_K.col(data, "dmin"))
     if exact is None:
         return False   # an Inf or NaN scale: the element path filters the non-finite values
     if binner.half:    # a range wider than the largest float: never |x| < 2**27 here
+        return False
+    if binner.bins > MAX_LANE_BINS:   # a bin index must fit a byte beside 255 (and the lanes)
         return False
     if binner.constant:
         binner.counts[0] += len(data) // Q4_K.size * BLOCK_SUBS * SUB * binner.weight
@@ -184,26 +224,102 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
     lo, hi, width, floor = binner.lo, binner.hi, binner.width, math.floor
     codes16 = range(16)
     # the bin of x for (sub-block s, code q) at 16 * s + q
-    tables = bytearray([floor((x - lo) / width) if lo <= x <= hi else 255
-                        for a, b in zip(dsc, dm) for q in codes16 for x in (a * q - b,)])
+    tables = _lane_tables(dsc, dm, lo, hi, width, binner.bins)
+    if tables is None:
+        tables = bytearray([floor((x - lo) / width) if lo <= x <= hi else 255
+                            for a, b in zip(dsc, dm) for q in codes16 for x in (a * q - b,)])
     per_block = BLOCK_SUBS * 16
     for at in compress(range(0, len(tables), per_block), map(not_, exact)):   # float32 rounds these
         s = at // 16
         rounded = array("f", [a * q - b for a, b in zip(dsc[s:s + BLOCK_SUBS], dm[s:s + BLOCK_SUBS])
                               for q in codes16])
         tables[at:at + per_block] = bytes([floor((x - lo) / width) if lo <= x <= hi else 255 for x in rounded])
+    last = binner.bins - 1
+    # the top edge's index (bins) into the last bin, as Binner folds it; then the last bin's count
+    # is what the others and the outside values (255, none unless the file changed) leave
+    tables = bytearray(tables.translate(_fold(binner.bins)))
+    outside_tables = 255 in tables
     tables += b"\xff" * (-len(tables) % 256)
     tagged = _tagged(codes)
     group = 16 * SUB
     joined = b"".join([tagged[at:at + group].translate(tables[at // 2:at // 2 + 256])
                        for at in range(0, len(tagged), group)])
-    found = [joined.count(k) for k in range(binner.bins + 1)]
-    if sum(found) != len(joined):
+    if outside_tables and joined.count(255):
         return False
-    last = binner.bins - 1
+    found = [joined.count(k) for k in range(last)]
+    found.append(len(joined) - sum(found))
     for index, k in enumerate(found):
-        binner.counts[index if index < last else last] += k * binner.weight
+        binner.counts[index] += k * binner.weight
     return True
+
+
+@lru_cache(maxsize=8)
+def _fold(bins: int) -> bytes:
+    return bytes(bins - 1 if b == bins else b for b in range(256))
+
+
+# Fixed-point bin positions (`_lane_tables`): t = (x - lo) / width in units of 2**-FRACTION, in
+# 32-bit lanes; an entry whose fraction lies within 2**-8 of a whole bin (byte 2 of its lane 0 or
+# 255) is computed again as Binner computes it: the fixed-point value is within 8 units of
+# that double (rounding C and A: 0.5 + 15 * 0.5; the doubles' own errors are far smaller), so
+# every other entry's bin is that of the double.
+FRACTION = 24
+_BIAS = 1 << FRACTION     # one bin up: a lane never goes below 0 (no borrow from the next)
+_MINUS_ONE = bytes((b - 1) & 0xFF for b in range(256))
+_NEAR_EDGE = bytes(1 if b in (0, 255) else 0 for b in range(256))
+# above this many bins a lane's integer part would not fit its top byte
+MAX_LANE_BINS = 200
+# where more entries than 1 in this many lie near a bin edge, the plain per-entry formula is cheaper
+NEAR_EDGE_SHARE = 8
+
+
+def _lane_tables(dsc: list[float], dm: list[float], lo: float, hi: float, width: float,
+                 bins: int) -> bytearray | None:
+    """The bin index of dsc[s] * q - dm[s] for every (sub-block s, code q), at 16 * s + q, as
+    Binner.add computes it (floor((x - lo) / width), 255 outside [lo, hi]), with few floats:
+    t(q) = C + q * A per sub-block in fixed point (C = t(0) and A = dsc / width scaled), all
+    sub-blocks' lanes in one big int, advanced by A sixteen times; only the entries near a bin
+    edge and the sub-blocks whose codes 0 or 15 lie outside [lo, hi] are computed one by one.
+    None where the lanes cannot hold the range (very many bins, or a huge t)."""
+    if bins > MAX_LANE_BINS:
+        return None
+    subs, unit = len(dsc), float(1 << FRACTION) / width
+    # C and A only have to be within a unit of t(0) and of the step (the margin above), so
+    # they are taken the short way: C = (x0 - (lo - width)) * 2**24 / width (the bias folded in)
+    try:
+        start = list(map(round, map(mul, map(add, dm, repeat(lo - width)), repeat(-unit))))
+        step = list(map(round, map(mul, dsc, repeat(unit))))
+    except (OverflowError, ValueError):     # t beyond the largest float: outside [lo, hi] anyway
+        return None
+    # a sub-block whose code 0 or 15 lies outside [lo, hi] (its lanes could leave their 32 bits):
+    # its lanes hold the bias alone, whose fraction byte 0 has every entry computed again
+    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
+    if not (-hi <= min(dm) and max(dm) <= -lo and lo <= min(x15) and max(x15) <= hi):
+        for s in {*compress(range(subs), map(gt, dm, repeat(-lo))), *compress(range(subs), map(lt, dm, repeat(-hi))),
+                  *compress(range(subs), map(lt, x15, repeat(lo))), *compress(range(subs), map(gt, x15, repeat(hi)))}:
+            start[s], step[s] = _BIAS, 0
+    lanes = int.from_bytes(array("I", start).tobytes(), "little")
+    # the steps as signed 32-bit lanes: two's complement lanes, less the borrow each negative one owes
+    advance = (int.from_bytes(array("i", step).tobytes(), "little")
+               - (int.from_bytes(array("I", map(lt, step, repeat(0))).tobytes(), "little") << 32))
+    whole, fraction = bytearray(16 * subs), bytearray(16 * subs)
+    for q in range(16):
+        raw = lanes.to_bytes(4 * subs, "little")
+        whole[q::16], fraction[q::16] = raw[3::4], raw[2::4]
+        lanes += advance
+    tables = bytearray(whole.translate(_MINUS_ONE))
+    # the entries to compute one by one: near an edge, and every entry of an outside sub-block
+    # (its lanes hold t = 0 + the bias, fraction byte 0: near an edge)
+    near = fraction.translate(_NEAR_EDGE)
+    if near.count(1) * NEAR_EDGE_SHARE > len(near):
+        return None
+    floor, at = math.floor, near.find(1)
+    while at >= 0:
+        s, q = divmod(at, 16)
+        x = dsc[s] * q - dm[s]
+        tables[at] = floor((x - lo) / width) if lo <= x <= hi else 255
+        at = near.find(1, at + 1)
+    return tables
 
 
 def _tagged(codes: bytes) -> bytes:
