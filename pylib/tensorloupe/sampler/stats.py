@@ -17,7 +17,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import mul, sub
+from operator import sub
 
 from ..dtypes import to_float
 from ..jsonable import json_number
@@ -109,9 +109,19 @@ CANCELLATION = 256.0
 
 
 def _sum_squares(values) -> float:
-    # fsum of the products, not math.sumprod (3.12+, so Pyodide's): sumprod is faster but not
-    # always correctly rounded, and the page must show the CLI's numbers to the last bit.
-    return math.fsum(map(mul, values, values))
+    """sum(v * v), within 2 ulp: the square of math.hypot, ~8x faster than fsum of the products.
+
+    hypot (CPython's vector_norm) is one algorithm in 3.11 and in Pyodide's 3.14: scale by a
+    power of two, square each value exactly (Dekker's split in one, fma in the other: the same
+    product unless it underflows, which no float32 value's does), add the squares in double
+    length, one correction. So the page shows the CLI's numbers (tests/test_sum_squares.py holds
+    3.11's results as constants). Not math.sumprod: 3.12+ and not always correctly rounded. Where
+    float64 values span more than ~2**1000, some squares underflow after the scaling: the result
+    is still within 1 ulp, but its last bit may then differ between the two."""
+    if not values:
+        return 0.0
+    norm = math.hypot(*values)
+    return norm * norm
 
 
 def from_block_sums(n: int, exact_zeros: int, near: int, lows: list, highs: list, sums: list,
