@@ -1,4 +1,4 @@
-"""stats._sum_squares (the square of math.hypot) gives CPython 3.11's numbers to the last bit: stdlib only,
+"""stats.hypot_sum_squares (the square of math.hypot, the F32 exact pass's sum of squares) gives CPython 3.11's numbers to the last bit: stdlib only,
 so that it also runs inside Pyodide's 3.14 (tests/pyodide PURE_MODULES), where the page computes the same
 statistics. The expected values are constants computed on CPython 3.11.7: this fails there if hypot's
 algorithm (vector_norm) ever rounds differently between the two."""
@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from tensorloupe.sampler.stats import _sum_squares
+from tensorloupe.sampler.stats import hypot_sum_squares as _sum_squares
 
 
 def f32(values: list[float]) -> list[float]:
@@ -28,7 +28,7 @@ def vectors() -> dict[str, list[float]]:
     }
 
 
-# float.hex of _sum_squares on CPython 3.11.7
+# float.hex of hypot_sum_squares on CPython 3.11.7
 EXPECTED = {
     "gauss": "0x1.3e3306ed02c9ap+5",
     "subnormal": "0x1.a2fdf9d78dde3p-242",
