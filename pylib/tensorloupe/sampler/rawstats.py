@@ -8,8 +8,9 @@ caller then decodes the chunk as before). The exact pass (exact.py) is bound by 
 * F32: one float per element still, but the sum decides that no NaN or Inf is there (a finite
   fsum of float32 values proves it), so the pass that counts them is skipped; |v| < 1e-6, the
   zeros, the minimum and the maximum are looked for only among the few values the top bytes
-  single out (within a sign the float32 order is the byte order); the histogram bins the array
-  itself (no list of floats made for it).
+  single out (within a sign the float32 order is the byte order); the histogram is counted from
+  the top two bytes of each value (rawstats_f32_bins.py), no float made but for the ~1% of values
+  that share a bin edge's top 16 bits.
 * Q8_0: x = d * q (an f16 scale per 32 int8 codes) and no float is made per element: the blocks
   are grouped by their scale and each group's codes are summed at C speed (sum of the bytes,
   sum of q*q through two translate tables), so every figure is a few exact products per distinct
@@ -38,6 +39,7 @@ from operator import mul, sub, truediv
 
 from ..dtypes import lookup
 from ..model import Tensor
+from . import rawstats_f32_bins
 from .gather import WindowBytes, decode_window, dtype_of
 from .stats import NEAR_ZERO, Binner, Stats, _m2, compute, from_block_sums
 
@@ -190,6 +192,12 @@ def _f32_stats(data: bytes) -> Stats | None:
 
 
 def _f32_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+    found = rawstats_f32_bins.plan(binner) if every_finite else None
+    counts = rawstats_f32_bins.bin_counts(binner, found, data) if found is not None else None
+    if counts is not None:
+        for k, n in enumerate(counts):
+            binner.counts[k] += n * binner.weight
+        return True
     values = array("f", data)
     binner.add(values if every_finite else list(filter(math.isfinite, values)), within=True)
     return True
