@@ -265,7 +265,9 @@ def test_f32_histograms_hold_what_they_are_named_for():
     assert repr(min(BIN_CASES["zero-min"])) == "-0.0" and max(BIN_CASES["zero-max"]) == 0.0
     from tensorloupe.sampler import rawstats_f32_bins
     found = rawstats_f32_bins.plan(Binner(min(BIN_CASES["gauss"]), max(BIN_CASES["gauss"]), 32))
-    assert len(found.second) >= 4      # top bytes holding thresholds, joined in through the second byte
+    # top bytes holding thresholds, decided by the second byte, several to a group
+    assert sum(group.members for group in found.groups) >= 4 and len(found.groups) < 4
+    assert any(group.final is None for group in rawstats_f32_bins.plan(Binner(-1.0, 1.0, 254)).groups)
 
 
 def test_f32_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
@@ -289,3 +291,29 @@ def test_f32_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
     assert rawstats.add_chunk(fast, w, False)
     slow.add(finite, within=True)
     assert fast.counts == slow.counts
+
+
+@pytest.mark.parametrize("case", sorted(BIN_CASES))
+def test_f32_extremes_from_the_bytes_are_min_and_maxs(case):
+    values = BIN_CASES[case]
+    data = struct.pack(f"<{len(values)}f", *values)
+    got = rawstats._extremes_f32(data, data[3::4], values)
+    assert repr(got) == repr((min(values), max(values)))
+
+
+def test_f32_extremes_take_the_one_pass_where_they_can():
+    # a negative minimum and a positive maximum, few values near them: the bytes single them out
+    values = BIN_CASES["gauss"]
+    data = struct.pack(f"<{len(values)}f", *values)
+    calls = []
+    original = rawstats._extreme_f32
+    try:
+        rawstats._extreme_f32 = lambda *a: calls.append(a) or original(*a)
+        assert rawstats._extremes_f32(data, data[3::4], values) == (min(values), max(values))
+        assert not calls
+        one_sign = BIN_CASES["one-sign"]      # all positive: the minimum is found the other way
+        one_data = struct.pack(f"<{len(one_sign)}f", *one_sign)
+        assert rawstats._extremes_f32(one_data, one_data[3::4], one_sign) == (min(one_sign), max(one_sign))
+        assert len(calls) == 2
+    finally:
+        rawstats._extreme_f32 = original

@@ -163,6 +163,38 @@ def _extreme_f32(data: bytes, top: bytes, values: list[float], highest: bool) ->
     return pick(values[i] for flags in (beyond, level_flags) for i in _where(flags, 1))
 
 
+@lru_cache(maxsize=1024)
+def _extreme_tables(low: bytes, high: bytes) -> tuple[bytes, bytes, bytes]:
+    """Tables that flag, in one pass, the candidates for the maximum (1: positive, top 16 bits at
+    least those of `high`, a positive bound's float32 bytes) and for the minimum (2: negative,
+    magnitude's top 16 bits at least `low`'s): a class of the top byte (1 beyond the bound's top
+    byte, 2 equal to it; 3 and 4 for the minimum's) plus 16 and 32 for a second byte at least the
+    bounds', a lane sum that never carries, then the flag of each sum."""
+    second_low, top_low, second_high, top_high = low[2], low[3], high[2], high[3]
+    top = bytes(1 if b < 0x80 and b > top_high else 2 if b == top_high else
+                3 if b >= 0x80 and b > top_low else 4 if b == top_low else 0 for b in range(256))
+    second = bytes(16 * (b >= second_high) + 32 * (b >= second_low) for b in range(256))
+    flag = bytes(1 if c & 15 == 1 or (c & 15 == 2 and c & 16) else
+                 2 if c & 15 == 3 or (c & 15 == 4 and c & 32) else 0 for c in range(256))
+    return top, second, flag
+
+
+def _extremes_f32(data: bytes, top: bytes, values: list[float]) -> tuple[float, float]:
+    """(min(values), max(values)) as `_extreme_f32` finds them, both in one pass over the bytes
+    where the bounds of every 64th value allow (a negative minimum and a positive maximum)."""
+    sample = values[::64]
+    low, high = struct.pack("<f", min(sample)), struct.pack("<f", max(sample))
+    if not (low[3] > 0x80 and 0 < high[3] < 0x80):   # a bound of the other sign, or near a zero
+        return _extreme_f32(data, top, values, False), _extreme_f32(data, top, values, True)
+    top_table, second_table, flag_table = _extreme_tables(low, high)
+    n = len(top)
+    lanes = int.from_bytes(top.translate(top_table), "little") + int.from_bytes(data[2::4].translate(second_table), "little")
+    flags = lanes.to_bytes(n, "little").translate(flag_table)
+    lowest = min(values) if flags.count(2) > n // FEW else min(values[i] for i in _where(flags, 2))
+    highest = max(values) if flags.count(1) > n // FEW else max(values[i] for i in _where(flags, 1))
+    return lowest, highest
+
+
 def _zeros_f32(top: bytes, values: list[float]) -> int:
     """values.count(0.0): only values whose magnitude's top byte is 0 can be zeros."""
     small = top.translate(_MAGNITUDE_TOP)
@@ -182,7 +214,7 @@ def _f32_stats(data: bytes) -> Stats | None:
         return None
     top = data[3::4]                      # each value's sign and top 7 exponent bits
     stats = Stats(count=n, finite=n)
-    stats.min, stats.max = _extreme_f32(data, top, values, False), _extreme_f32(data, top, values, True)
+    stats.min, stats.max = _extremes_f32(data, top, values)
     stats.mean = mean = total / n
     stats.m2 = _m2(values, mean, hypot_squares=True)
     stats.std = math.sqrt(stats.m2 / n)

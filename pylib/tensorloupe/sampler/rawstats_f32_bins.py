@@ -9,7 +9,8 @@ the number of thresholds at or below its key, and its top 16 bits (byte 3: the s
 exponent's top 7 bits; byte 2: the exponent's last bit and the mantissa's top 7) decide that for
 every value but those whose top 16 bits are a threshold's own. So one translate table of the top
 byte gives the bin of every value whose top byte holds no threshold; for each top byte that holds
-one, a table of the second byte gives those values' bins, joined in through big-int masks; the
+one, a table of the second byte gives those values' bins, several such top bytes at a time
+(a sum of byte lanes in a big int, then one more table: class `Group`); the
 few values sharing a threshold's top 16 bits (~1% of a weight matrix's) are binned one by one,
 with the same expression. Counting is one bytes.count per bin.
 """
@@ -19,7 +20,9 @@ from __future__ import annotations
 import math
 import struct
 from bisect import bisect_right
+from collections import Counter
 from functools import lru_cache
+from itertools import repeat
 from typing import NamedTuple
 
 from .stats import Binner
@@ -44,11 +47,60 @@ def _bits(x: float) -> int:
     return _U32.unpack(_F32.pack(x))[0]
 
 
+class Group(NamedTuple):
+    """Top bytes whose values' bins the second byte decides, several at once: code =
+    final[first[top] + second[next byte]], a sum of byte lanes that never carries (first: 0 for
+    the other values, whose final code is 0; k * classes for the group's k-th top byte; second:
+    the class of the next byte, the runs over which each of the group's tables is constant).
+    A group of one top byte is cheaper as a mask: final None, code = first[top] & second[next]
+    (first: 0xFF for that top byte; second: its table)."""
+    first: bytes
+    second: bytes
+    final: bytes | None
+
+    @property
+    def members(self) -> int:
+        return 1 if self.final is None else 256 - self.first.count(0)
+
+
 class Plan(NamedTuple):
-    top: bytes                                   # top byte -> bin, 0 where the next byte decides, ONE_BY_ONE
-    second: tuple[tuple[bytes, bytes], ...]      # (top byte == a as 0xFF flags, second byte -> bin), per such a
-    lo: float                                    # the range, for the values binned one by one
+    top: bytes                      # top byte -> bin, 0 where the next byte decides, or ONE_BY_ONE
+    groups: tuple[Group, ...]       # the top bytes the next byte decides, as few groups as fit a byte
+    edges: tuple[float, ...]        # the thresholds' values: a value's bin is bisect_right(edges, v)
+    lo: float                       # the range, for the values binned one by one
     hi: float
+
+
+def _groups(tables: list[tuple[int, bytes]]) -> tuple[Group, ...]:
+    """(top byte, next byte -> code) tables joined into groups of as many as a byte's codes allow:
+    (1 + tables) * classes <= 256. Each group costs the same few passes over the bytes."""
+    groups, members = [], []
+
+    def classes(of):
+        cuts = [0] + [b for b in range(1, 256) if any(t[b] != t[b - 1] for _, t in of)]
+        return cuts
+
+    def close():
+        if len(members) == 1:
+            byte, table = members[0]
+            groups.append(Group(bytes(0xFF if b == byte else 0 for b in range(256)), table, None))
+            return
+        cuts = classes(members)
+        second = bytes(bisect_right(cuts, b) - 1 for b in range(256))
+        first, final = bytearray(256), bytearray(256)
+        for k, (byte, table) in enumerate(members, 1):
+            first[byte] = k * len(cuts)
+            final[k * len(cuts):(k + 1) * len(cuts)] = bytes(table[cut] for cut in cuts)
+        groups.append(Group(bytes(first), second, bytes(final)))
+
+    for entry in tables:
+        if members and (len(members) + 2) * len(classes([*members, entry])) > 256:
+            close()
+            members = []
+        members.append(entry)
+    if members:
+        close()
+    return tuple(groups)
 
 
 def plan(binner: Binner) -> Plan | None:
@@ -106,8 +158,10 @@ def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: flo
                           ((high << 8 | (b if byte < 0x80 else 0xFF - b)) << 16 for b in range(256)))
             if table.count(ONE_BY_ONE) < 256:     # else leave the whole top byte to one by one
                 top[byte] = 0
-                second.append((bytes(0xFF if b == byte else 0 for b in range(256)), table))
-    return Plan(bytes(top), tuple(second), lo, hi)
+                second.append((byte, table))
+    # bisect on the values gives the bins the keys do: a threshold is never +0.0 (both zeros
+    # share a bin), and one at -0.0 counts both zeros as at or above it, as they are
+    return Plan(bytes(top), _groups(second), tuple(map(_value, thresholds)), lo, hi)
 
 
 def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
@@ -116,24 +170,26 @@ def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
     n = len(data) // 4
     top = data[3::4]
     codes = top.translate(found.top)
-    if found.second:
+    if found.groups:
         joined = int.from_bytes(codes, "little")
         second = data[2::4]
-        for flags, table in found.second:
-            joined |= int.from_bytes(top.translate(flags), "little") & int.from_bytes(second.translate(table), "little")
+        for group in found.groups:
+            first = int.from_bytes(top.translate(group.first), "little")
+            if group.final is None:
+                joined |= first & int.from_bytes(second.translate(group.second), "little")
+                continue
+            lanes = (first + int.from_bytes(second.translate(group.second), "little")).to_bytes(n, "little")
+            joined |= int.from_bytes(lanes.translate(group.final), "little")
         codes = joined.to_bytes(n, "little")
     counts = [codes.count(k) for k in range(binner.bins)]
-    lo, width, scale = binner._scaled()
-    last = binner.bins - 1
-    floor, unpack = math.floor, _F32.unpack_from
-    at = codes.find(ONE_BY_ONE)
+    at, where = codes.find(ONE_BY_ONE), []
     while at >= 0:
-        v = unpack(data, 4 * at)[0]
-        if not found.lo <= v <= found.hi:
-            return None
-        if scale != 1.0:
-            v = v * scale
-        index = floor((v - lo) / width)
-        counts[index if index < last else last] += 1
+        where.append(at)
         at = codes.find(ONE_BY_ONE, at + 1)
+    if where:
+        values = list(map(memoryview(data).cast("f").__getitem__, where))
+        if min(values) < found.lo or max(values) > found.hi:
+            return None
+        for k, m in Counter(map(bisect_right, repeat(found.edges), values)).items():
+            counts[k] += m
     return counts
