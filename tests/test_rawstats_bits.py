@@ -317,3 +317,14 @@ def test_f32_extremes_take_the_one_pass_where_they_can():
         assert len(calls) == 2
     finally:
         rawstats._extreme_f32 = original
+
+
+def test_f32_bin_counts_of_frequent_codes_by_bit_count_are_bytes_counts():
+    from tensorloupe.sampler import rawstats_f32_bins
+    rng = random.Random(5)
+    # eight of eleven codes hot; four hot and the rest rare; too few hot (bytes.count for all)
+    for weights in ([1] * 12, [50, 1, 1, 30, 1, 20, 9, 9, 9, 1], [1, 1, 0, 0, 1]):
+        codes = bytes(rng.choices(range(len(weights)), weights)[0] for _ in range(30_000))
+        wanted = [k for k in range(len(weights)) if k != 1]
+        expected = [codes.count(k) if k != 1 else 0 for k in range(len(weights))]
+        assert rawstats_f32_bins._counts(codes, wanted, len(weights)) == expected

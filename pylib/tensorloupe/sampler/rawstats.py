@@ -166,11 +166,11 @@ def _extreme_f32(data: bytes, top: bytes, values: list[float], highest: bool) ->
 @lru_cache(maxsize=1024)
 def _extreme_tables(low: bytes, high: bytes) -> tuple[bytes, bytes, bytes]:
     """Tables that flag, in one pass, the candidates for the maximum (1: positive, top 16 bits at
-    least those of `high`, a positive bound's float32 bytes) and for the minimum (2: negative,
-    magnitude's top 16 bits at least `low`'s): a class of the top byte (1 beyond the bound's top
-    byte, 2 equal to it; 3 and 4 for the minimum's) plus 16 and 32 for a second byte at least the
-    bounds', a lane sum that never carries, then the flag of each sum."""
-    second_low, top_low, second_high, top_high = low[2], low[3], high[2], high[3]
+    least `high`, a positive bound's top two bytes, little-endian) and for the minimum (2:
+    negative, magnitude's top 16 bits at least `low`'s): a class of the top byte (1 beyond the
+    bound's top byte, 2 equal to it; 3 and 4 for the minimum's) plus 16 and 32 for a second byte
+    at least the bounds', a lane sum that never carries, then the flag of each sum."""
+    second_low, top_low, second_high, top_high = low[0], low[1], high[0], high[1]
     top = bytes(1 if b < 0x80 and b > top_high else 2 if b == top_high else
                 3 if b >= 0x80 and b > top_low else 4 if b == top_low else 0 for b in range(256))
     second = bytes(16 * (b >= second_high) + 32 * (b >= second_low) for b in range(256))
@@ -186,7 +186,7 @@ def _extremes_f32(data: bytes, top: bytes, values: list[float]) -> tuple[float, 
     low, high = struct.pack("<f", min(sample)), struct.pack("<f", max(sample))
     if not (low[3] > 0x80 and 0 < high[3] < 0x80):   # a bound of the other sign, or near a zero
         return _extreme_f32(data, top, values, False), _extreme_f32(data, top, values, True)
-    top_table, second_table, flag_table = _extreme_tables(low, high)
+    top_table, second_table, flag_table = _extreme_tables(low[2:], high[2:])   # cached: few distinct
     n = len(top)
     lanes = int.from_bytes(top.translate(top_table), "little") + int.from_bytes(data[2::4].translate(second_table), "little")
     flags = lanes.to_bytes(n, "little").translate(flag_table)
