@@ -328,3 +328,21 @@ def test_f32_bin_counts_of_frequent_codes_by_bit_count_are_bytes_counts():
         wanted = [k for k in range(len(weights)) if k != 1]
         expected = [codes.count(k) if k != 1 else 0 for k in range(len(weights))]
         assert rawstats_f32_bins._counts(codes, wanted, len(weights)) == expected
+
+
+def test_f32_histograms_from_the_bytes_are_binner_adds_across_pieces():
+    # pieces of 500 values: the values binned one by one are found in every piece, at their
+    # place in the whole chunk
+    from tensorloupe.sampler import rawstats_f32_bins
+    saved = rawstats_f32_bins.PIECE_ELEMS
+    try:
+        rawstats_f32_bins.PIECE_ELEMS = 500
+        for case in ("gauss", "on-edges", "magnitudes"):
+            values = BIN_CASES[case]
+            data = struct.pack(f"<{len(values)}f", *values)
+            fast, slow = Binner(min(values), max(values), 32), Binner(min(values), max(values), 32)
+            slow.add(values, within=True)
+            assert rawstats_f32_bins.bin_counts(fast, rawstats_f32_bins.plan(fast), data) == slow.counts
+            assert len(values) > 2 * rawstats_f32_bins.PIECE_ELEMS
+    finally:
+        rawstats_f32_bins.PIECE_ELEMS = saved

@@ -23,6 +23,7 @@ from bisect import bisect_right
 from collections import Counter
 from functools import lru_cache
 from itertools import repeat
+from operator import add
 from typing import NamedTuple
 
 from .stats import Binner
@@ -204,32 +205,30 @@ def _middle_bin(found: Plan, bins: int) -> int:
     return bins // 2
 
 
+# Values binned at a time: the codes and the big ints of a piece stay in the CPU's cache (~15%
+# faster than a million at a time: bench/exact_stats.py).
+PIECE_ELEMS = 1 << 16
+
+
 def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
     """Counts per bin of the float32 values `data` holds (little-endian), as binner.add would
     make them; None if one lies outside the range (the file changed between the passes)."""
-    n = len(data) // 4
-    top = data[3::4]
-    codes = top.translate(found.top)
-    if found.groups:
-        joined = int.from_bytes(codes, "little")
-        second = data[2::4]
-        for group in found.groups:
-            first = int.from_bytes(top.translate(group.first), "little")
-            if group.final is None:
-                joined |= first & int.from_bytes(second.translate(group.second), "little")
-                continue
-            lanes = (first + int.from_bytes(second.translate(group.second), "little")).to_bytes(n, "little")
-            joined |= int.from_bytes(lanes.translate(group.final), "little")
-        codes = joined.to_bytes(n, "little")
-    at, where = codes.find(ONE_BY_ONE), []
-    while at >= 0:
-        where.append(at)
-        at = codes.find(ONE_BY_ONE, at + 1)
+    counts, where = [0] * binner.bins, []
     # one bin fewer counted: the one the middle of the range falls in, taken as what remains
     # (frequent bytes are the slowest to count: each match a branch mispredicted)
     middle = _middle_bin(found, binner.bins)
-    counts = _counts(codes, [k for k in range(binner.bins) if k != middle], binner.bins)
-    counts[middle] = n - len(where) - sum(counts)
+    wanted = [k for k in range(binner.bins) if k != middle]
+    step = 4 * PIECE_ELEMS
+    for start in range(0, len(data), step):
+        stop = min(start + step, len(data))
+        codes = _codes(found, data[start + 3:stop:4], data[start + 2:stop:4])
+        piece = _counts(codes, wanted, binner.bins)
+        at, before = codes.find(ONE_BY_ONE), len(where)
+        while at >= 0:
+            where.append(start // 4 + at)
+            at = codes.find(ONE_BY_ONE, at + 1)
+        piece[middle] = len(codes) - (len(where) - before) - sum(piece)
+        counts = list(map(add, counts, piece))
     if where:
         values = list(map(memoryview(data).cast("f").__getitem__, where))
         if min(values) < found.lo or max(values) > found.hi:
@@ -237,3 +236,20 @@ def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
         for k, m in Counter(map(bisect_right, repeat(found.edges), values)).items():
             counts[k] += m
     return counts
+
+
+def _codes(found: Plan, top: bytes, second: bytes) -> bytes:
+    """Each value's bin, or ONE_BY_ONE, from its top byte and the next."""
+    codes = top.translate(found.top)
+    if not found.groups:
+        return codes
+    n = len(top)
+    joined = int.from_bytes(codes, "little")
+    for group in found.groups:
+        first = int.from_bytes(top.translate(group.first), "little")
+        if group.final is None:
+            joined |= first & int.from_bytes(second.translate(group.second), "little")
+            continue
+        lanes = (first + int.from_bytes(second.translate(group.second), "little")).to_bytes(n, "little")
+        joined |= int.from_bytes(lanes.translate(group.final), "little")
+    return joined.to_bytes(n, "little")
