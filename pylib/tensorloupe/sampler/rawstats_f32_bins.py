@@ -177,23 +177,33 @@ def _bit_masks(n: int) -> tuple[int, ...]:
     return tuple(int.from_bytes(bytes([1 << j]) * n, "little") for j in range(8))
 
 
-def _counts(codes: bytes, wanted: list[int], bins: int) -> list[int]:
-    """codes.count(k) for the codes k wanted (0 for the others), in a list of `bins`."""
-    counts = [0] * bins
+class Hot(NamedTuple):
+    codes: list[int]          # the frequent codes, counted by bit_count
+    table: bytes              # code -> its bit (0 for the others)
+
+
+def _hot(codes: bytes, wanted: list[int]) -> Hot:
+    """Up to 8 of the codes wanted that are frequent among every 61st of `codes`."""
     sample = codes[::_SAMPLE_STEP]
     share = {k: sample.count(k) / max(1, len(sample)) for k in wanted}
     hot = sorted((k for k in wanted if share[k] >= HOT_SHARE), key=share.get, reverse=True)[:8]
     if len(hot) < 3:             # the table and the int cost about what three counts save
         hot = []
-    if hot:
-        table = bytearray(256)
-        for j, k in enumerate(hot):
-            table[k] = 1 << j
-        flags = int.from_bytes(codes.translate(table), "little")
-        for k, mask in zip(hot, _bit_masks(len(codes))):
+    table = bytearray(256)
+    for j, k in enumerate(hot):
+        table[k] = 1 << j
+    return Hot(hot, bytes(table))
+
+
+def _counts(codes: bytes, wanted: list[int], bins: int, hot: Hot) -> list[int]:
+    """codes.count(k) for the codes k wanted (0 for the others), in a list of `bins`."""
+    counts = [0] * bins
+    if hot.codes:
+        flags = int.from_bytes(codes.translate(hot.table), "little")
+        for k, mask in zip(hot.codes, _bit_masks(len(codes))):
             counts[k] = (flags & mask).bit_count()
     for k in wanted:
-        if k not in hot:
+        if k not in hot.codes:
             counts[k] = codes.count(k)
     return counts
 
@@ -217,12 +227,13 @@ def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
     # one bin fewer counted: the one the middle of the range falls in, taken as what remains
     # (frequent bytes are the slowest to count: each match a branch mispredicted)
     middle = _middle_bin(found, binner.bins)
-    wanted = [k for k in range(binner.bins) if k != middle]
+    wanted, hot = [k for k in range(binner.bins) if k != middle], None
     step = 4 * PIECE_ELEMS
     for start in range(0, len(data), step):
         stop = min(start + step, len(data))
         codes = _codes(found, data[start + 3:stop:4], data[start + 2:stop:4])
-        piece = _counts(codes, wanted, binner.bins)
+        hot = hot or _hot(codes, wanted)            # the first piece's frequent codes serve all
+        piece = _counts(codes, wanted, binner.bins, hot)
         at, before = codes.find(ONE_BY_ONE), len(where)
         while at >= 0:
             where.append(start // 4 + at)
