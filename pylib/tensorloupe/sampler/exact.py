@@ -7,7 +7,8 @@ block quantisations) and that is small enough, keeps the first pass's values for
 each block is then decoded once. An 8- or 16-bit float tensor takes one pass that counts its
 element codes instead (codes.py): the same figures, no element decoded. F32, Q8_0 and Q4_K chunks
 are summarised from their bytes (rawstats.py: the numbers the element path gives, with less Python
-per element; the quantised ones keep their bytes between the passes). Every pass is a generator, so that callers can stop between
+per element; the quantised ones keep their bytes between the passes); an F32 chunk's statistics
+are those of its 64K-element pieces merged, on either path (rawstats.pieces). Every pass is a generator, so that callers can stop between
 chunks: the CLI through a progress callback, the browser worker between messages.
 """
 

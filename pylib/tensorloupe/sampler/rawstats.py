@@ -5,12 +5,13 @@
 number, for the types in FAST; they return None / False where they cannot promise that (the
 caller then decodes the chunk as before). The exact pass (exact.py) is bound by these:
 
-* F32: one float per element still, but the sum decides that no NaN or Inf is there (a finite
-  fsum of float32 values proves it), so the pass that counts them is skipped; |v| < 1e-6, the
-  zeros, the minimum and the maximum are looked for only among the few values the top bytes
-  single out (within a sign the float32 order is the byte order); the histogram is counted from
-  the top two bytes of each value (rawstats_f32_bins.py), no float made but for the ~1% of values
-  that share a bin edge's top 16 bits.
+* F32: one float per element still, 64K at a time (`pieces`: they stay in cache), summed by fsum
+  and squared by hypot (stats.hypot_sum_squares, for the element path too); the sum decides that
+  no NaN or Inf is there (a finite fsum of float32 values proves it), so the pass that counts
+  them is skipped; |v| < 1e-6, the zeros, the minimum and the maximum are looked for only among
+  the few values the top bytes single out (within a sign the float32 order is the byte order);
+  the histogram is counted from the top two bytes of each value (rawstats_f32_bins.py), no float
+  made but for the ~2% of values that share a bin edge's top 16 bits.
 * Q8_0: x = d * q (an f16 scale per 32 int8 codes) and no float is made per element: the blocks
   are grouped by their scale and each group's codes are summed at C speed (sum of the bytes,
   sum of q*q through two translate tables), so every figure is a few exact products per distinct

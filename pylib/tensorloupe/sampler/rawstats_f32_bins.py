@@ -77,9 +77,8 @@ def _groups(tables: list[tuple[int, bytes]]) -> tuple[Group, ...]:
     (1 + tables) * classes <= 256. Each group costs the same few passes over the bytes."""
     groups, members = [], []
 
-    def classes(of):
-        cuts = [0] + [b for b in range(1, 256) if any(t[b] != t[b - 1] for _, t in of)]
-        return cuts
+    def classes(of):   # the second bytes where any of the tables changes: each class's first
+        return [0] + [b for b in range(1, 256) if any(t[b] != t[b - 1] for _, t in of)]
 
     def close():
         if len(members) == 1:
