@@ -269,6 +269,13 @@ def test_f32_histograms_hold_what_they_are_named_for():
     assert sum(group.members for group in found.groups) >= 4 and len(found.groups) < 4
     assert any(group.final is None for group in rawstats_f32_bins.plan(Binner(-1.0, 1.0, 254)).groups)
 
+    def plan_of(case, bins=32):
+        values = BIN_CASES[case]
+        return rawstats_f32_bins.plan(Binner(min(values), max(values), bins))
+    assert found.top is None                     # the top byte's own codes folded into a group
+    assert plan_of("on-edges").top is not None   # no room for them there: one pass more
+    assert plan_of("one-sign").groups == ()      # every top byte decides alone
+
 
 def test_f32_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
     from tensorloupe.sampler import rawstats_f32_bins

@@ -58,14 +58,12 @@ class Group(NamedTuple):
     first: bytes
     second: bytes
     final: bytes | None
-
-    @property
-    def members(self) -> int:
-        return 1 if self.final is None else 256 - self.first.count(0)
+    members: int                    # the top bytes the second byte decides here
 
 
 class Plan(NamedTuple):
-    top: bytes                      # top byte -> bin, 0 where the next byte decides, or ONE_BY_ONE
+    top: bytes | None               # top byte -> bin, 0 where the next byte decides, or ONE_BY_ONE;
+                                    # None where a group gives those codes too (`_fold`)
     groups: tuple[Group, ...]       # the top bytes the next byte decides, as few groups as fit a byte
     edges: tuple[float, ...]        # the thresholds' values: a value's bin is bisect_right(edges, v)
     lo: float                       # the range, for the values binned one by one
@@ -83,7 +81,7 @@ def _groups(tables: list[tuple[int, bytes]]) -> tuple[Group, ...]:
     def close():
         if len(members) == 1:
             byte, table = members[0]
-            groups.append(Group(bytes(0xFF if b == byte else 0 for b in range(256)), table, None))
+            groups.append(Group(bytes(0xFF if b == byte else 0 for b in range(256)), table, None, 1))
             return
         cuts = classes(members)
         second = bytes(bisect_right(cuts, b) - 1 for b in range(256))
@@ -91,7 +89,7 @@ def _groups(tables: list[tuple[int, bytes]]) -> tuple[Group, ...]:
         for k, (byte, table) in enumerate(members, 1):
             first[byte] = k * len(cuts)
             final[k * len(cuts):(k + 1) * len(cuts)] = bytes(table[cut] for cut in cuts)
-        groups.append(Group(bytes(first), second, bytes(final)))
+        groups.append(Group(bytes(first), second, bytes(final), len(members)))
 
     for entry in tables:
         if members and (len(members) + 2) * len(classes([*members, entry])) > 256:
@@ -101,6 +99,30 @@ def _groups(tables: list[tuple[int, bytes]]) -> tuple[Group, ...]:
     if members:
         close()
     return tuple(groups)
+
+
+def _fold(top: bytes, groups: tuple[Group, ...]) -> tuple[Group, ...] | None:
+    """`groups` with the top table's codes folded into one of them where its byte has room for a
+    block per code (a pass over the bytes less), else None. The codes of the top bytes that no
+    group holds are constant per top byte: a block of `final` each, code 0 the zero block."""
+    alone = [b for b in range(256) if not any(g.first[b] for g in groups)]   # in no group
+    codes = sorted({top[b] for b in alone} - {0})
+    for at, group in enumerate(groups):
+        if group.final is None:
+            continue
+        size = len(set(group.second))                     # the classes of the second byte
+        blocks = 1 + group.members
+        if (blocks + len(codes)) * size > 256:
+            continue
+        first, final = bytearray(group.first), bytearray(group.final)
+        block = {code: blocks + k for k, code in enumerate(codes)}
+        for b in alone:
+            if top[b]:
+                first[b] = block[top[b]] * size
+        for code, k in block.items():
+            final[k * size:(k + 1) * size] = bytes([code]) * size
+        return (*groups[:at], group._replace(first=bytes(first), final=bytes(final)), *groups[at + 1:])
+    return None
 
 
 def plan(binner: Binner) -> Plan | None:
@@ -161,7 +183,9 @@ def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: flo
                 second.append((byte, table))
     # bisect on the values gives the bins the keys do: a threshold is never +0.0 (both zeros
     # share a bin), and one at -0.0 counts both zeros as at or above it, as they are
-    return Plan(bytes(top), _groups(second), tuple(map(_value, thresholds)), lo, hi)
+    groups = _groups(second)
+    folded = _fold(bytes(top), groups)
+    return Plan(None if folded else bytes(top), folded or groups, tuple(map(_value, thresholds)), lo, hi)
 
 
 # bytes.count is slowest for the frequent codes (a mispredicted branch per match); up to 8 of those
@@ -250,11 +274,10 @@ def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
 
 def _codes(found: Plan, top: bytes, second: bytes) -> bytes:
     """Each value's bin, or ONE_BY_ONE, from its top byte and the next."""
-    codes = top.translate(found.top)
     if not found.groups:
-        return codes
+        return top.translate(found.top)
     n = len(top)
-    joined = int.from_bytes(codes, "little")
+    joined = int.from_bytes(top.translate(found.top), "little") if found.top is not None else 0
     for group in found.groups:
         first = int.from_bytes(top.translate(group.first), "little")
         if group.final is None:
