@@ -138,7 +138,9 @@ def window(dtype: str, data: bytes) -> WindowBytes:
 def test_chunk_stats_are_the_element_paths(case):
     w = window(*CASES[case])
     fast = rawstats.chunk_stats(w)
-    slow = compute(decode_window(*w), percentiles=False)
+    # the element path: F32 sums its squares by hypot (as its fast path), the others by fsum
+    slow = compute(decode_window(*w), percentiles=False, hypot_squares=w.dtype == "F32")
+    assert repr(rawstats.element_stats(w)) == repr(slow)
     if fast is not None:
         assert repr(fast) == repr(slow)
     else:   # left to the element path: non-finite values or scales, zero extremes, few Q8_0 blocks, a mean
@@ -294,3 +296,160 @@ def test_more_bins_than_a_byte_holds_are_left_to_the_element_path(case):
         if rawstats.add_chunk(fast, w, True):
             slow.add(values, within=True)
             assert fast.counts == slow.counts and bins < 256
+
+# --- F32 histograms from the bytes (rawstats_f32_bins) ------------------------------------------
+
+def f32_values(values) -> list[float]:
+    return list(struct.unpack(f"<{len(values)}f", struct.pack(f"<{len(values)}f", *values)))
+
+
+def f32_next(x: float, up: bool) -> float:
+    """The float32 next to x (x a float32, not a zero)."""
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    bits += 1 if (x > 0) == up else -1
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def bin_cases() -> dict[str, list[float]]:
+    rng = random.Random(77)
+    gauss = f32_values([rng.gauss(0, 0.02) for _ in range(20_001)])
+    edges = [k / 16 - 1 for k in range(33)]     # -1 .. 1 in 32 bins: every edge a float32
+    on_edges = edges + [f32_next(e, up) for e in edges if e for up in (False, True) if -1 < f32_next(e, up) < 1]
+    return {
+        "gauss": gauss,
+        "odd-length": gauss[:7],
+        "on-edges": f32_values(on_edges * 3 + [rng.uniform(-1, 1) for _ in range(999)]),
+        "subnormal": f32_values([rng.choice((-1, 1)) * rng.randrange(1 << 23) * 2.0 ** -149 for _ in range(3001)]),
+        # 260 octaves: most top bytes hold no threshold, the ones near zero all of them
+        "magnitudes": f32_values([rng.gauss(0, 1) * 2.0 ** rng.randrange(-140, 120) for _ in range(5001)]),
+        # near float32's limit (hi - lo never overflows a double: Binner's half scale is for float64s)
+        "huge": f32_values([rng.uniform(-3.4e38, 3.4e38) for _ in range(3001)] + [3.4028234663852886e38]),
+        "zero-min": f32_values([-0.0, 0.0] + [abs(v) for v in gauss[:3000]]),      # the minimum a zero
+        "zero-max": f32_values([0.0, -0.0] + [-abs(v) for v in gauss[:3000]]),     # the maximum a zero
+        "one-sign": f32_values([abs(v) + 1.0 for v in gauss[:3000]]),
+        "two-values": f32_values([0.5, -0.25] * 500),
+    }
+
+
+BIN_CASES = bin_cases()
+
+
+@pytest.mark.parametrize("bins", [1, 2, 7, 32, 64, 254])
+@pytest.mark.parametrize("case", sorted(BIN_CASES))
+def test_f32_histograms_from_the_bytes_are_binner_adds(case, bins):
+    from tensorloupe.sampler import rawstats_f32_bins
+    values = BIN_CASES[case]
+    data = struct.pack(f"<{len(values)}f", *values)
+    lo, hi = min(values), max(values)
+    fast, slow = Binner(lo, hi, bins), Binner(lo, hi, bins)
+    found = rawstats_f32_bins.plan(fast)
+    assert found is not None                         # the bytes path is taken, not the fallback
+    counts = rawstats_f32_bins.bin_counts(fast, found, data)
+    slow.add(values, within=True)
+    assert counts == slow.counts
+    assert rawstats.add_chunk(fast, window("F32", data), True)
+    assert fast.counts == slow.counts
+
+
+def test_f32_histograms_hold_what_they_are_named_for():
+    lo, hi = -1.0, 1.0
+    binner = Binner(lo, hi, 32)
+    on = BIN_CASES["on-edges"]
+    assert sum(1 for v in on if (v - lo) / binner.width == math.floor((v - lo) / binner.width)) >= 90
+    assert max(BIN_CASES["huge"]) == 3.4028234663852886e38                   # float32's largest
+    assert max(BIN_CASES["subnormal"]) < 2.0 ** -126
+    assert repr(min(BIN_CASES["zero-min"])) == "-0.0" and max(BIN_CASES["zero-max"]) == 0.0
+    from tensorloupe.sampler import rawstats_f32_bins
+    found = rawstats_f32_bins.plan(Binner(min(BIN_CASES["gauss"]), max(BIN_CASES["gauss"]), 32))
+    # top bytes holding thresholds, decided by the second byte, several to a group
+    assert sum(group.members for group in found.groups) >= 4 and len(found.groups) < 4
+    assert any(group.final is None for group in rawstats_f32_bins.plan(Binner(-1.0, 1.0, 254)).groups)
+
+    def plan_of(case, bins=32):
+        values = BIN_CASES[case]
+        return rawstats_f32_bins.plan(Binner(min(values), max(values), bins))
+    assert found.top is None                     # the top byte's own codes folded into a group
+    assert plan_of("on-edges").top is not None   # no room for them there: one pass more
+    assert plan_of("one-sign").groups == ()      # every top byte decides alone
+
+
+def test_f32_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
+    from tensorloupe.sampler import rawstats_f32_bins
+    values = BIN_CASES["gauss"]
+    data = struct.pack(f"<{len(values)}f", *values)
+    assert rawstats_f32_bins.plan(Binner(0.125, 0.125, 32)) is None     # a constant: one bin
+    assert rawstats_f32_bins.plan(Binner(0.1, 0.7, 32)) is None         # 0.1 is no float32
+    assert rawstats_f32_bins.plan(Binner(-1.0, 1.0, 255)) is None       # more bins than the codes hold
+    assert rawstats_f32_bins.plan(Binner(-1e300, 1.0, 32)) is None      # beyond float32's range
+    # a value outside the range (the file changed between the passes): refused, binned as before
+    narrow = Binner(f32_values([-0.01])[0], f32_values([0.01])[0], 32)
+    assert rawstats_f32_bins.bin_counts(narrow, rawstats_f32_bins.plan(narrow), data) is None
+    slow = Binner(narrow.lo, narrow.hi, 32)
+    slow.add(values, within=True)
+    assert rawstats.add_chunk(narrow, window("F32", data), True) and narrow.counts == slow.counts
+    # NaN or Inf among the values: the finite ones binned element by element, as before
+    w = window(*CASES["f32-nan"])
+    finite = [v for v in decode_window(*w) if math.isfinite(v)]
+    fast, slow = Binner(min(finite), max(finite), 32), Binner(min(finite), max(finite), 32)
+    assert rawstats.add_chunk(fast, w, False)
+    slow.add(finite, within=True)
+    assert fast.counts == slow.counts
+
+
+@pytest.mark.parametrize("case", sorted(BIN_CASES))
+def test_f32_extremes_from_the_bytes_are_min_and_maxs(case):
+    values = BIN_CASES[case]
+    data = struct.pack(f"<{len(values)}f", *values)
+    got = rawstats._extremes_f32(data, data[3::4], values)
+    assert repr(got) == repr((min(values), max(values)))
+
+
+def test_f32_extremes_take_the_one_pass_where_they_can():
+    # a negative minimum and a positive maximum, few values near them: the bytes single them out
+    values = BIN_CASES["gauss"]
+    data = struct.pack(f"<{len(values)}f", *values)
+    calls = []
+    original = rawstats._extreme_f32
+    try:
+        rawstats._extreme_f32 = lambda *a: calls.append(a) or original(*a)
+        assert rawstats._extremes_f32(data, data[3::4], values) == (min(values), max(values))
+        assert not calls
+        one_sign = BIN_CASES["one-sign"]      # all positive: the minimum is found the other way
+        one_data = struct.pack(f"<{len(one_sign)}f", *one_sign)
+        assert rawstats._extremes_f32(one_data, one_data[3::4], one_sign) == (min(one_sign), max(one_sign))
+        assert len(calls) == 2
+    finally:
+        rawstats._extreme_f32 = original
+
+
+def test_f32_bin_counts_of_frequent_codes_by_bit_count_are_bytes_counts():
+    from tensorloupe.sampler import rawstats_f32_bins
+    rng = random.Random(5)
+    # eight of eleven codes hot; six hot and the rest rare; too few hot (bytes.count for all)
+    seen = []
+    for weights in ([1] * 12, [50, 1, 1, 30, 1, 20, 9, 9, 9, 1], [1, 1, 0, 0, 1]):
+        codes = bytes(rng.choices(range(len(weights)), weights)[0] for _ in range(30_000))
+        wanted = [k for k in range(len(weights)) if k != 1]
+        expected = [codes.count(k) if k != 1 else 0 for k in range(len(weights))]
+        hot = rawstats_f32_bins._hot(codes, wanted)
+        assert len(hot.codes) == (8, 6, 0)[len(seen)]
+        seen.append(weights)
+        assert rawstats_f32_bins._counts(codes, wanted, len(weights), hot) == expected
+
+
+def test_f32_histograms_from_the_bytes_are_binner_adds_across_pieces():
+    # pieces of 500 values: the values binned one by one are found in every piece, at their
+    # place in the whole chunk
+    from tensorloupe.sampler import rawstats_f32_bins
+    saved = rawstats_f32_bins.PIECE_ELEMS
+    try:
+        rawstats_f32_bins.PIECE_ELEMS = 500
+        for case in ("gauss", "on-edges", "magnitudes"):
+            values = BIN_CASES[case]
+            data = struct.pack(f"<{len(values)}f", *values)
+            fast, slow = Binner(min(values), max(values), 32), Binner(min(values), max(values), 32)
+            slow.add(values, within=True)
+            assert rawstats_f32_bins.bin_counts(fast, rawstats_f32_bins.plan(fast), data) == slow.counts
+            assert len(values) > 2 * rawstats_f32_bins.PIECE_ELEMS
+    finally:
+        rawstats_f32_bins.PIECE_ELEMS = saved

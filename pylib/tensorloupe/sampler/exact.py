@@ -7,7 +7,8 @@ block quantisations) and that is small enough, keeps the first pass's values for
 each block is then decoded once. An 8- or 16-bit float tensor takes one pass that counts its
 element codes instead (codes.py): the same figures, no element decoded. F32, Q8_0 and Q4_K chunks
 are summarised from their bytes (rawstats.py: the numbers the element path gives, with less Python
-per element; the quantised ones keep their bytes between the passes). Every pass is a generator, so that callers can stop between
+per element; the quantised ones keep their bytes between the passes); an F32 chunk's statistics
+are those of its 64K-element pieces merged, on either path (rawstats.pieces). Every pass is a generator, so that callers can stop between
 chunks: the CLI through a progress callback, the browser worker between messages.
 """
 
@@ -48,16 +49,27 @@ def _chunk_stats(tensor: Tensor, chunk_elems: int, keep: list | None) -> Iterato
     """Each chunk's statistics: (done, total, stats of the chunk). From the chunk's bytes where
     rawstats can (the same numbers, faster), else from its values; `keep` as exact_stats_steps."""
     if not rawstats.supported(tensor):
+        # in the pieces, and with the sum of squares, rawstats takes for this dtype
+        step, hypot_squares = rawstats.PIECE_ELEMS.get(tensor.dtype), tensor.dtype in rawstats.HYPOT_SQUARES
         for done, total, values in _chunks(tensor, chunk_elems):
             if keep is not None:
                 keep.append(array("d", values))
-            yield done, total, compute(values, percentiles=False)
+            size = step or max(1, len(values))
+            yield done, total, _merged(compute(values[at:at + size], percentiles=False, hypot_squares=hypot_squares)
+                                       for at in range(0, len(values), size))
         return
     for done, total, window in _chunks(tensor, chunk_elems, raw=True):
-        part = rawstats.chunk_stats(window)
         if keep is not None:
             keep.append(window)
-        yield done, total, part or compute(decode_window(*window), percentiles=False)
+        yield done, total, _merged(rawstats.chunk_stats(piece) or rawstats.element_stats(piece)
+                                   for piece in rawstats.pieces(window))
+
+
+def _merged(parts) -> Stats:
+    result = None
+    for part in parts:
+        result = part if result is None else merge(result, part)
+    return result if result is not None else compute([], percentiles=False)
 
 
 def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS,

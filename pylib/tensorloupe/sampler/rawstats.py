@@ -1,15 +1,17 @@
 """Exact statistics and histogram counts of a chunk from its raw bytes, faster than element by element.
 
-`chunk_stats(window)` is `compute(decode_window(*window), percentiles=False)` and
+`chunk_stats(window)` is `element_stats(window)` (the decoded values' `compute`) and
 `add_chunk(binner, window, every_finite)` is `binner.add(<the window's finite values>, within=True)`, number for
 number, for the types in FAST; they return None / False where they cannot promise that (the
 caller then decodes the chunk as before). The exact pass (exact.py) is bound by these:
 
-* F32: one float per element still, but the sum decides that no NaN or Inf is there (a finite
-  fsum of float32 values proves it), so the pass that counts them is skipped; |v| < 1e-6, the
-  zeros, the minimum and the maximum are looked for only among the few values the top bytes
-  single out (within a sign the float32 order is the byte order); the histogram bins the array
-  itself (no list of floats made for it).
+* F32: one float per element still, 64K at a time (`pieces`: they stay in cache), summed by fsum
+  and squared by hypot (stats.hypot_sum_squares, for the element path too); the sum decides that
+  no NaN or Inf is there (a finite fsum of float32 values proves it), so the pass that counts
+  them is skipped; |v| < 1e-6, the zeros, the minimum and the maximum are looked for only among
+  the few values the top bytes single out (within a sign the float32 order is the byte order);
+  the histogram is counted from the top two bytes of each value (rawstats_f32_bins.py), no float
+  made but for the ~2% of values that share a bin edge's top 16 bits.
 * Q8_0 (rawstats_q8_0.py, imported where a Q8_0 block is read): x = d * q (an f16 scale per 32
   int8 codes) and no float is made per element: sum(x) and sum(x*x) are fsums of exact products
   of each block's code sums (from big-int lanes), the extremes come from the few blocks whose
@@ -33,8 +35,9 @@ from functools import lru_cache
 
 from ..dtypes import lookup
 from ..model import Tensor
-from .gather import WindowBytes, dtype_of
-from .stats import NEAR_ZERO, Binner, Stats, _m2
+from . import rawstats_f32_bins
+from .gather import WindowBytes, decode_window, dtype_of
+from .stats import NEAR_ZERO, Binner, Stats, _m2, compute
 
 # Chunks above this many elements are left to the element path (the exact-product bounds below).
 MAX_CHUNK_ELEMS = 1 << 24
@@ -44,6 +47,16 @@ def supported(tensor: Tensor) -> bool:
     """Whether `tensor`'s chunks can be summarised from their bytes here."""
     return (tensor.dtype in FAST and tensor.contiguous and not tensor.parts and not tensor.big_endian
             and sys.byteorder == "little" and dtype_of(tensor).name == tensor.dtype)
+
+
+# Dtypes whose element path sums the squares by math.hypot (stats.hypot_sum_squares): F32, whose
+# fast path does so too. The quantised ones keep the exact fsum their block sums give.
+HYPOT_SQUARES = frozenset({"F32"})
+
+
+def element_stats(window: WindowBytes) -> Stats:
+    """The element path: the statistics of the window's decoded values (what chunk_stats gives)."""
+    return compute(decode_window(*window), percentiles=False, hypot_squares=window.dtype in HYPOT_SQUARES)
 
 
 def chunk_stats(window: WindowBytes) -> Stats | None:
@@ -56,6 +69,23 @@ def add_chunk(binner: Binner, window: WindowBytes, every_finite: bool) -> bool:
     if not _whole(window):
         return False
     return FAST[window.dtype][1](binner, window.data, every_finite)
+
+
+# An F32 chunk's statistics are taken over pieces of this many elements, merged (stats.merge), by
+# the fast path and the element path alike: a piece's list of floats stays in the CPU's cache,
+# which makes it ~3x cheaper to make and to sum than a million-element one (bench/exact_stats.py).
+PIECE_ELEMS = {"F32": 1 << 16}
+
+
+def pieces(window: WindowBytes) -> list[WindowBytes]:
+    """The windows whose statistics, merged, are the exact pass's for `window`: an F32 window cut
+    into PIECE_ELEMS pieces (the element path cuts its values alike: exact.py), any other whole."""
+    step = PIECE_ELEMS.get(window.dtype)
+    if step is None or window.skip or window.count <= step or len(window.data) != window.count * 4:
+        return [window]
+    data = window.data
+    return [WindowBytes(window.dtype, window.big_endian, 0, min(step, window.count - at), data[4 * at:4 * (at + step)])
+            for at in range(0, window.count, step)]
 
 
 def _whole(window: WindowBytes) -> bool:
@@ -129,6 +159,38 @@ def _extreme_f32(data: bytes, top: bytes, values: list[float], highest: bool) ->
     return pick(values[i] for flags in (beyond, level_flags) for i in _where(flags, 1))
 
 
+@lru_cache(maxsize=1024)
+def _extreme_tables(low: bytes, high: bytes) -> tuple[bytes, bytes, bytes]:
+    """Tables that flag, in one pass, the candidates for the maximum (1: positive, top 16 bits at
+    least `high`, a positive bound's top two bytes, little-endian) and for the minimum (2:
+    negative, magnitude's top 16 bits at least `low`'s): a class of the top byte (1 beyond the
+    bound's top byte, 2 equal to it; 3 and 4 for the minimum's) plus 16 and 32 for a second byte
+    at least the bounds', a lane sum that never carries, then the flag of each sum."""
+    second_low, top_low, second_high, top_high = low[0], low[1], high[0], high[1]
+    top = bytes(1 if b < 0x80 and b > top_high else 2 if b == top_high else
+                3 if b >= 0x80 and b > top_low else 4 if b == top_low else 0 for b in range(256))
+    second = bytes(16 * (b >= second_high) + 32 * (b >= second_low) for b in range(256))
+    flag = bytes(1 if c & 15 == 1 or (c & 15 == 2 and c & 16) else
+                 2 if c & 15 == 3 or (c & 15 == 4 and c & 32) else 0 for c in range(256))
+    return top, second, flag
+
+
+def _extremes_f32(data: bytes, top: bytes, values: list[float]) -> tuple[float, float]:
+    """(min(values), max(values)) as `_extreme_f32` finds them, both in one pass over the bytes
+    where the bounds of every 64th value allow (a negative minimum and a positive maximum)."""
+    sample = values[::64]
+    low, high = struct.pack("<f", min(sample)), struct.pack("<f", max(sample))
+    if not (low[3] > 0x80 and 0 < high[3] < 0x80):   # a bound of the other sign, or near a zero
+        return _extreme_f32(data, top, values, False), _extreme_f32(data, top, values, True)
+    top_table, second_table, flag_table = _extreme_tables(low[2:], high[2:])   # cached: few distinct
+    n = len(top)
+    lanes = int.from_bytes(top.translate(top_table), "little") + int.from_bytes(data[2::4].translate(second_table), "little")
+    flags = lanes.to_bytes(n, "little").translate(flag_table)
+    lowest = min(values) if flags.count(2) > n // FEW else min(values[i] for i in _where(flags, 2))
+    highest = max(values) if flags.count(1) > n // FEW else max(values[i] for i in _where(flags, 1))
+    return lowest, highest
+
+
 def _zeros_f32(top: bytes, values: list[float]) -> int:
     """values.count(0.0): only values whose magnitude's top byte is 0 can be zeros."""
     small = top.translate(_MAGNITUDE_TOP)
@@ -137,8 +199,15 @@ def _zeros_f32(top: bytes, values: list[float]) -> int:
     return sum(1 for i in _where(small, 0) if values[i] == 0.0)
 
 
+@lru_cache(maxsize=4)
+def _f32_values(n: int) -> struct.Struct:
+    return struct.Struct(f"<{n}f")
+
+
 def _f32_stats(data: bytes) -> Stats | None:
-    values = array("f", data).tolist()
+    # a tuple, not a list: math.hypot(*values) then takes it as it is (a list is first copied
+    # into one, touching every float: that doubled hypot's cost)
+    values = _f32_values(len(data) // 4).unpack(data)
     n = len(values)
     try:
         total = math.fsum(values)
@@ -148,9 +217,9 @@ def _f32_stats(data: bytes) -> Stats | None:
         return None
     top = data[3::4]                      # each value's sign and top 7 exponent bits
     stats = Stats(count=n, finite=n)
-    stats.min, stats.max = _extreme_f32(data, top, values, False), _extreme_f32(data, top, values, True)
+    stats.min, stats.max = _extremes_f32(data, top, values)
     stats.mean = mean = total / n
-    stats.m2 = _m2(values, mean)
+    stats.m2 = _m2(values, mean, hypot_squares=True)
     stats.std = math.sqrt(stats.m2 / n)
     stats.exact_zeros = _zeros_f32(top, values)
     stats.zeros = _near_zero_f32(top, values) / n
@@ -158,6 +227,12 @@ def _f32_stats(data: bytes) -> Stats | None:
 
 
 def _f32_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+    found = rawstats_f32_bins.plan(binner) if every_finite else None
+    counts = rawstats_f32_bins.bin_counts(binner, found, data) if found is not None else None
+    if counts is not None:
+        for k, n in enumerate(counts):
+            binner.counts[k] += n * binner.weight
+        return True
     values = array("f", data)
     binner.add(values if every_finite else list(filter(math.isfinite, values)), within=True)
     return True

@@ -1,0 +1,288 @@
+"""The exact pass's histogram of a float32 chunk from its bytes: `Binner.add`'s counts, number for
+number, with no float made per element (rawstats._f32_add).
+
+Binner's bin of v, min(floor((v * scale - lo) / width), last), never decreases as v grows, so bin k
+starts at a threshold: the smallest float32 whose bin is k or more, found once per range by
+bisection on the bit patterns with that very expression. A float32's order key (its bits with the
+sign flipped, or all of them inverted for a negative) sorts as its value does, so a value's bin is
+the number of thresholds at or below its key, and its top 16 bits (byte 3: the sign and the
+exponent's top 7 bits; byte 2: the exponent's last bit and the mantissa's top 7) decide that for
+every value but those whose top 16 bits are a threshold's own. So one translate table of the top
+byte gives the bin of every value whose top byte holds no threshold; for each top byte that holds
+one, a table of the second byte gives those values' bins, several such top bytes at a time
+(a sum of byte lanes in a big int, then one more table: class `Group`); the
+few values sharing a threshold's top 16 bits (~1% of a weight matrix's) are binned one by one,
+with the same expression. Counting is one bytes.count per bin.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from bisect import bisect_right
+from collections import Counter
+from functools import lru_cache
+from itertools import repeat
+from operator import add
+from typing import NamedTuple
+
+from .stats import Binner
+
+# The code of a value binned one by one (so at most 255 bins take this path).
+ONE_BY_ONE = 255
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+
+
+def _key(bits: int) -> int:
+    """The order key of float32 bits: keys sort as the values do (-0.0 just below +0.0)."""
+    return bits ^ 0x80000000 if bits < 0x80000000 else 0xFFFFFFFF - bits
+
+
+def _value(key: int) -> float:
+    bits = key ^ 0x80000000 if key >= 0x80000000 else 0xFFFFFFFF - key
+    return _F32.unpack(_U32.pack(bits))[0]
+
+
+def _bits(x: float) -> int:
+    return _U32.unpack(_F32.pack(x))[0]
+
+
+class Group(NamedTuple):
+    """Top bytes whose values' bins the second byte decides, several at once: code =
+    final[first[top] + second[next byte]], a sum of byte lanes that never carries (first: 0 for
+    the other values, whose final code is 0; k * classes for the group's k-th top byte; second:
+    the class of the next byte, the runs over which each of the group's tables is constant).
+    A group of one top byte is cheaper as a mask: final None, code = first[top] & second[next]
+    (first: 0xFF for that top byte; second: its table)."""
+    first: bytes
+    second: bytes
+    final: bytes | None
+    members: int                    # the top bytes the second byte decides here
+
+
+class Plan(NamedTuple):
+    top: bytes | None               # top byte -> bin, 0 where the next byte decides, or ONE_BY_ONE;
+                                    # None where a group gives those codes too (`_fold`)
+    groups: tuple[Group, ...]       # the top bytes the next byte decides, as few groups as fit a byte
+    edges: tuple[float, ...]        # the thresholds' values: a value's bin is bisect_right(edges, v)
+    lo: float                       # the range, for the values binned one by one
+    hi: float
+
+
+def _groups(tables: list[tuple[int, bytes]]) -> tuple[Group, ...]:
+    """(top byte, next byte -> code) tables joined into groups of as many as a byte's codes allow:
+    (1 + tables) * classes <= 256. Each group costs the same few passes over the bytes."""
+    groups, members = [], []
+
+    def classes(of):   # the second bytes where any of the tables changes: each class's first
+        return [0] + [b for b in range(1, 256) if any(t[b] != t[b - 1] for _, t in of)]
+
+    def close():
+        if len(members) == 1:
+            byte, table = members[0]
+            groups.append(Group(bytes(0xFF if b == byte else 0 for b in range(256)), table, None, 1))
+            return
+        cuts = classes(members)
+        second = bytes(bisect_right(cuts, b) - 1 for b in range(256))
+        first, final = bytearray(256), bytearray(256)
+        for k, (byte, table) in enumerate(members, 1):
+            first[byte] = k * len(cuts)
+            final[k * len(cuts):(k + 1) * len(cuts)] = bytes(table[cut] for cut in cuts)
+        groups.append(Group(bytes(first), second, bytes(final), len(members)))
+
+    for entry in tables:
+        if members and (len(members) + 2) * len(classes([*members, entry])) > 256:
+            close()
+            members = []
+        members.append(entry)
+    if members:
+        close()
+    return tuple(groups)
+
+
+def _fold(top: bytes, groups: tuple[Group, ...]) -> tuple[Group, ...] | None:
+    """`groups` with the top table's codes folded into one of them where its byte has room for a
+    block per code (a pass over the bytes less), else None. The codes of the top bytes that no
+    group holds are constant per top byte: a block of `final` each, code 0 the zero block."""
+    alone = [b for b in range(256) if not any(g.first[b] for g in groups)]   # in no group
+    codes = sorted({top[b] for b in alone} - {0})
+    for at, group in enumerate(groups):
+        if group.final is None:
+            continue
+        size = len(set(group.second))                     # the classes of the second byte
+        blocks = 1 + group.members
+        if (blocks + len(codes)) * size > 256:
+            continue
+        first, final = bytearray(group.first), bytearray(group.final)
+        block = {code: blocks + k for k, code in enumerate(codes)}
+        for b in alone:
+            if top[b]:
+                first[b] = block[top[b]] * size
+        for code, k in block.items():
+            final[k * size:(k + 1) * size] = bytes([code]) * size
+        return (*groups[:at], group._replace(first=bytes(first), final=bytes(final)), *groups[at + 1:])
+    return None
+
+
+def plan(binner: Binner) -> Plan | None:
+    """The tables for `binner`'s range; None where they cannot be made (a range that is not two
+    float32 values, a constant, more bins than the codes hold)."""
+    if binner.constant or binner.bins >= ONE_BY_ONE or not (math.isfinite(binner.lo) and math.isfinite(binner.hi)):
+        return None
+    lo_s, width, scale = binner._scaled()
+    return _plan(binner.lo, binner.hi, binner.bins, lo_s, width, scale)
+
+
+@lru_cache(maxsize=64)
+def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: float) -> Plan | None:
+    try:
+        if _F32.unpack(_F32.pack(lo))[0] != lo or _F32.unpack(_F32.pack(hi))[0] != hi:
+            return None
+    except OverflowError:    # beyond float32's range
+        return None
+    last = bins - 1
+
+    def bin_of(key: int) -> int:   # Binner.add's expression (`within`: never below 0)
+        v = _value(key)
+        if scale != 1.0:
+            v = v * scale
+        index = math.floor((v - lo_s) / width)
+        return index if index < last else last
+
+    # the keys a value in [lo, hi] can have: a zero bound takes both zeros
+    first = _key(_bits(-0.0)) if lo == 0.0 else _key(_bits(lo))
+    end = _key(_bits(0.0)) if hi == 0.0 else _key(_bits(hi))
+    thresholds = []
+    for k in range(1, bins):
+        low, high = thresholds[-1] if thresholds else first, end + 1
+        while low < high:
+            mid = (low + high) // 2
+            if bin_of(mid) >= k:
+                high = mid
+            else:
+                low = mid + 1
+        thresholds.append(low)
+
+    def code(start: int, stop: int) -> int:
+        """The bin of every key in [start, stop], or ONE_BY_ONE if they differ or fall outside."""
+        if start < first or stop > end:     # partly or wholly outside: never seen, unless the file changed
+            return ONE_BY_ONE
+        k = bisect_right(thresholds, start)
+        return k if bisect_right(thresholds, stop) == k else ONE_BY_ONE
+
+    top, second = bytearray(256), []
+    for byte in range(256):
+        high = (byte | 0x80) if byte < 0x80 else 0xFF - byte        # the key's top byte
+        top[byte] = code(high << 24, high << 24 | 0xFFFFFF)
+        if top[byte] == ONE_BY_ONE and first <= high << 24 | 0xFFFFFF and high << 24 <= end:
+            table = bytes(code(key, key | 0xFFFF) for key in
+                          ((high << 8 | (b if byte < 0x80 else 0xFF - b)) << 16 for b in range(256)))
+            if table.count(ONE_BY_ONE) < 256:     # else leave the whole top byte to one by one
+                top[byte] = 0
+                second.append((byte, table))
+    # bisect on the values gives the bins the keys do: a threshold is never +0.0 (both zeros
+    # share a bin), and one at -0.0 counts both zeros as at or above it, as they are
+    groups = _groups(second)
+    folded = _fold(bytes(top), groups)
+    return Plan(None if folded else bytes(top), folded or groups, tuple(map(_value, thresholds)), lo, hi)
+
+
+# bytes.count is slowest for the frequent codes (a mispredicted branch per match); up to 8 of those
+# are counted at once instead: a table sets bit j of a byte for the j-th, and int.bit_count of
+# the bytes (as an int) masked to bit j counts it, at the same speed however many match.
+HOT_SHARE = 1 / 50
+_SAMPLE_STEP = 61
+
+
+@lru_cache(maxsize=2)        # a tensor's chunks: the whole ones and the last
+def _bit_masks(n: int) -> tuple[int, ...]:
+    return tuple(int.from_bytes(bytes([1 << j]) * n, "little") for j in range(8))
+
+
+class Hot(NamedTuple):
+    codes: list[int]          # the frequent codes, counted by bit_count
+    table: bytes              # code -> its bit (0 for the others)
+
+
+def _hot(codes: bytes, wanted: list[int]) -> Hot:
+    """Up to 8 of the codes wanted that are frequent among every 61st of `codes`."""
+    sample = codes[::_SAMPLE_STEP]
+    share = {k: sample.count(k) / max(1, len(sample)) for k in wanted}
+    hot = sorted((k for k in wanted if share[k] >= HOT_SHARE), key=share.get, reverse=True)[:8]
+    if len(hot) < 3:             # the table and the int cost about what three counts save
+        hot = []
+    table = bytearray(256)
+    for j, k in enumerate(hot):
+        table[k] = 1 << j
+    return Hot(hot, bytes(table))
+
+
+def _counts(codes: bytes, wanted: list[int], bins: int, hot: Hot) -> list[int]:
+    """codes.count(k) for the codes k wanted (0 for the others), in a list of `bins`."""
+    counts = [0] * bins
+    if hot.codes:
+        flags = int.from_bytes(codes.translate(hot.table), "little")
+        for k, mask in zip(hot.codes, _bit_masks(len(codes))):
+            counts[k] = (flags & mask).bit_count()
+    for k in wanted:
+        if k not in hot.codes:
+            counts[k] = codes.count(k)
+    return counts
+
+
+def _middle_bin(found: Plan, bins: int) -> int:
+    """The bin of 0.0 if the range holds it (weights: the fullest bin), else the middle one."""
+    if found.lo <= 0.0 <= found.hi:
+        return bisect_right(found.edges, 0.0)
+    return bins // 2
+
+
+# Values binned at a time: the codes and the big ints of a piece stay in the CPU's cache (~15%
+# faster than a million at a time: bench/exact_stats.py).
+PIECE_ELEMS = 1 << 16
+
+
+def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
+    """Counts per bin of the float32 values `data` holds (little-endian), as binner.add would
+    make them; None if one lies outside the range (the file changed between the passes)."""
+    counts, where = [0] * binner.bins, []
+    # one bin fewer counted: the one the middle of the range falls in, taken as what remains
+    # (frequent bytes are the slowest to count: each match a branch mispredicted)
+    middle = _middle_bin(found, binner.bins)
+    wanted, hot = [k for k in range(binner.bins) if k != middle], None
+    step = 4 * PIECE_ELEMS
+    for start in range(0, len(data), step):
+        stop = min(start + step, len(data))
+        codes = _codes(found, data[start + 3:stop:4], data[start + 2:stop:4])
+        hot = hot or _hot(codes, wanted)            # the first piece's frequent codes serve all
+        piece = _counts(codes, wanted, binner.bins, hot)
+        at, before = codes.find(ONE_BY_ONE), len(where)
+        while at >= 0:
+            where.append(start // 4 + at)
+            at = codes.find(ONE_BY_ONE, at + 1)
+        piece[middle] = len(codes) - (len(where) - before) - sum(piece)
+        counts = list(map(add, counts, piece))
+    if where:
+        values = list(map(memoryview(data).cast("f").__getitem__, where))
+        if min(values) < found.lo or max(values) > found.hi:
+            return None
+        for k, m in Counter(map(bisect_right, repeat(found.edges), values)).items():
+            counts[k] += m
+    return counts
+
+
+def _codes(found: Plan, top: bytes, second: bytes) -> bytes:
+    """Each value's bin, or ONE_BY_ONE, from its top byte and the next."""
+    if not found.groups:
+        return top.translate(found.top)
+    n = len(top)
+    joined = int.from_bytes(top.translate(found.top), "little") if found.top is not None else 0
+    for group in found.groups:
+        first = int.from_bytes(top.translate(group.first), "little")
+        if group.final is None:
+            joined |= first & int.from_bytes(second.translate(group.second), "little")
+            continue
+        lanes = (first + int.from_bytes(second.translate(group.second), "little")).to_bytes(n, "little")
+        joined |= int.from_bytes(lanes.translate(group.final), "little")
+    return joined.to_bytes(n, "little")
