@@ -1,4 +1,4 @@
-"""The exact pass's fast path (sampler/rawstats.py: F32 and Q8_0 chunks summarised from their
+"""The exact pass's fast path (sampler/rawstats.py: F32, BF16, Q8_0 and Q4_K chunks summarised from their
 bytes) gives numpy's numbers (float64 of the decoded values) and, bit for bit, the numbers the
 element-by-element path gives, on tensors with NaN, +-Inf, subnormals, -0.0, values either side
 of the 1e-6 near-zero line, zero / negative / subnormal / Inf scales, all-equal values and odd
@@ -15,7 +15,7 @@ from gguf.quants import dequantize, quantize
 
 import tensorloupe
 from tensorloupe.cli import main
-from tensorloupe.sampler import rawstats
+from tensorloupe.sampler import codes, rawstats
 from tensorloupe.sampler.sampling import exact_summary
 
 BINS = 32
@@ -100,6 +100,12 @@ def files(tmp_path_factory):
     for name, x in f32_cases().items():
         made[f"F32-{name}"] = (out / f"f32-{name}.safetensors", x.astype(np.float64))
         write_f32(made[f"F32-{name}"][0], x)
+    for name, x in f32_cases().items():   # BF16, written by torch and safetensors
+        import torch
+        from safetensors.torch import save_file
+        w = torch.from_numpy(x).to(torch.bfloat16)
+        made[f"BF16-{name}"] = (out / f"bf16-{name}.safetensors", w.to(torch.float64).numpy())
+        save_file({"w": w}, str(made[f"BF16-{name}"][0]))
     for name, blocks in q8_0_cases().items():
         made[f"Q8_0-{name}"] = (out / f"q8_0-{name}.gguf",
                                 dequantize(blocks.reshape(-1), Q.Q8_0).astype(np.float64).reshape(-1))
@@ -116,7 +122,7 @@ def summary(path, monkeypatch=None):
         return exact_summary(ckpt.tensor("w"), BINS, chunk_elems=CHUNK)
 
 
-CASES = ([f"F32-{n}" for n in f32_cases()] + [f"Q8_0-{n}" for n in q8_0_cases()]
+CASES = ([f"F32-{n}" for n in f32_cases()] + [f"BF16-{n}" for n in f32_cases()] + [f"Q8_0-{n}" for n in q8_0_cases()]
          + [f"Q4_K-{n}" for n in q4_k_cases()])
 
 
@@ -143,6 +149,7 @@ def test_the_fast_path_gives_the_element_paths_bits(files, case, monkeypatch):
     path, _ = files[case]
     fast = summary(path)
     monkeypatch.setattr(rawstats, "FAST", {})      # every chunk decoded element by element
+    monkeypatch.setattr(codes, "countable", lambda tensor: False)   # BF16 too, not its codes counted
     slow = summary(path)
     assert repr(fast[0]) == repr(slow[0])
     assert fast[1].counts == slow[1].counts and list(map(repr, fast[1].edges)) == list(map(repr, slow[1].edges))
@@ -156,6 +163,8 @@ def test_chunks_the_fast_path_leaves_alone_are_the_ones_it_cannot_promise(files)
             return [rawstats.chunk_stats(w) for _, _, w in _chunks(ckpt.tensor("w"), CHUNK, raw=True)]
     assert [s is None for s in windows("F32-nonfinite")] == [True, True, False, True]
     assert all(s is not None for s in windows("F32-normal"))
+    assert [s is None for s in windows("BF16-nonfinite")] == [True, True, False, True]
+    assert all(s is not None for s in windows("BF16-normal"))
     assert [s is None for s in windows("Q8_0-special")] == [False, True, True, False]
     assert all(s is None for s in windows("Q8_0-positive"))
     assert all(s is not None for s in windows("Q4_K-random") + windows("Q4_K-close"))

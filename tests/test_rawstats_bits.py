@@ -25,6 +25,13 @@ def f32_bytes(seed: int, n: int, specials=()) -> bytes:
     return struct.pack(f"<{n}f", *values)
 
 
+def bf16_bytes(f32: bytes) -> bytes:
+    """The bfloat16 codes of float32 values cut to their top halves."""
+    out = bytearray(len(f32) // 2)
+    out[0::2], out[1::2] = f32[2::4], f32[3::4]
+    return bytes(out)
+
+
 def rand_bytes(seed: int, n: int, choices=range(256)) -> bytes:
     rng = random.Random(seed)
     return bytes(rng.choice(choices) for _ in range(n))
@@ -64,6 +71,11 @@ CASES = {
     "f32-nan": ("F32", f32_bytes(3, 1001, [(10, math.nan)])),
     "f32-equal": ("F32", struct.pack("<777f", *([0.125] * 777))),
     "f32-zeros": ("F32", struct.pack("<5f", -0.0, 0.0, 0.0, -0.0, 0.0)),
+    # BF16 through the F32 path: its values widened exactly (a bf16 subnormal, -0.0, the near line)
+    "bf16": ("BF16", bf16_bytes(f32_bytes(21, 4099, [(0, -0.0), (1, 0.0), (2, 1e-40), (3, 9.999e-7), (4, -1e-6)]))),
+    "bf16-inf": ("BF16", bf16_bytes(f32_bytes(22, 1001, [(10, -math.inf)]))),
+    "bf16-nan": ("BF16", bf16_bytes(f32_bytes(23, 1001, [(10, math.nan)]))),
+    "bf16-zeros": ("BF16", bf16_bytes(struct.pack("<5f", 0.0, -0.0, 0.0, -0.0, 0.0))),
     "q8_0": ("Q8_0", q8_0_bytes(4, Q8_0_BLOCKS + 1)),
     "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
     "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, Q8_0_BLOCKS, [(7, math.inf)])),
@@ -124,7 +136,7 @@ CASES = {
                                        + bytes(range(128)) for _ in range(9))),
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
-FAST_CASES = ("f32", "f32-equal", "q8_0", "q8_0-zero-scale", "q8_0-small", "q8_0-negative", "q8_0-outlier",
+FAST_CASES = ("f32", "f32-equal", "bf16", "q8_0", "q8_0-zero-scale", "q8_0-small", "q8_0-negative", "q8_0-outlier",
               "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny", "q4_k-near", "q4_k-huge", "q4_k-spread",
               "q4_k-outlier", "q4_k-near-wide")
 
@@ -138,14 +150,14 @@ def window(dtype: str, data: bytes) -> WindowBytes:
 def test_chunk_stats_are_the_element_paths(case):
     w = window(*CASES[case])
     fast = rawstats.chunk_stats(w)
-    # the element path: F32 sums its squares by hypot (as its fast path), the others by fsum
-    slow = compute(decode_window(*w), percentiles=False, hypot_squares=w.dtype == "F32")
+    # the element path: F32 and BF16 sum their squares by hypot (as their fast path), the others by fsum
+    slow = compute(decode_window(*w), percentiles=False, hypot_squares=w.dtype in ("F32", "BF16"))
     assert repr(rawstats.element_stats(w)) == repr(slow)
     if fast is not None:
         assert repr(fast) == repr(slow)
     else:   # left to the element path: non-finite values or scales, zero extremes, few Q8_0 blocks, a mean
         # far from 0 (Q8_0 then needs the squared deviations: all-equal values are that case)
-        assert case in ("f32-inf", "f32-nan", "f32-zeros", "q8_0-inf-scale", "q8_0-equal", "q8_0-few-blocks",
+        assert case in ("f32-inf", "f32-nan", "f32-zeros", "bf16-inf", "bf16-nan", "bf16-zeros", "q8_0-inf-scale", "q8_0-equal", "q8_0-few-blocks",
                         "q4_k-inf-scale", "q4_k-nan-scale", "q4_k-equal") or 0.0 in (slow.min, slow.max)
 
 

@@ -147,7 +147,8 @@ def measure_steps(tensor: Tensor, budget: int | None, max_elements: int | None =
     for piece_start, n in _pieces(tensor, budget):
         values, window = _read(tensor, info, piece_start, n, digest, m, next(given) if given else None)
         # the statistics from the bytes where rawstats can (the same numbers, less Python per value)
-        part = (window and rawstats.chunk_stats(window)) or compute(values, percentiles=False)
+        part = (window and rawstats.chunk_stats(window)) or compute(
+            values, percentiles=False, hypot_squares=tensor.dtype in rawstats.HYPOT_SQUARES)
         finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
         abs_sum += _abs_sum_scaled(finite, info)
         stats = merge(stats, part) if stats.count else part
