@@ -105,7 +105,8 @@ def _low_bytes_mask(size: int) -> int:
 def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, float]:
     """(min, max) of dsc * q - dm over every sub-block's codes: a sub-block's values lie between
     its code 0 and code 15 values (-dm and 15 * dsc - dm), so the sub-block with the best of
-    those is looked at first, then only the sub-blocks whose ends could beat what it holds."""
+    those is looked at first, then (unless it holds that end) only the sub-blocks whose ends
+    could beat what it holds."""
     x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
     out = []
     for highest in (False, True):
@@ -116,7 +117,11 @@ def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, f
             code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
             return step * code - dm[s]
         end15, end0 = pick(x15), -(min(dm) if highest else max(dm))
-        best = at(x15.index(end15) if pick(end15, end0) == end15 else dm.index(-end0))
+        end = pick(end15, end0)
+        best = at(x15.index(end15) if end == end15 else dm.index(-end0))
+        if best == end:     # the best end of any sub-block is held: nothing can beat it
+            out.append(best)
+            continue
         # x0 = -dm beats best exactly when dm is beyond -best the other way
         others = {*compress(range(len(dsc)), map(beats, x15, repeat(best))),
                   *compress(range(len(dsc)), map(lt if highest else gt, dm, repeat(-best)))}
@@ -125,17 +130,19 @@ def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, f
 
 
 def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
-    """(elements == 0, elements with |x| < NEAR_ZERO). Where |dsc| >= TINY_STEP at most one code
-    is that near, the integer nearest dm / dsc (within 1/4 of it), and then remainder(dm, dsc),
-    dm minus that integer times dsc (exact), is that near too: only the sub-blocks where it is,
-    or whose step is tiny, have their codes looked at."""
-    if min(map(abs, dsc), default=TINY_STEP) >= TINY_STEP:   # no tiny step (remainder's sign is dm's alone)
-        looked = compress(range(len(dsc)), map(lt, map(abs, map(remainder, dm, dsc)), repeat(NEAR_ZERO)))
-    else:
-        steps = list(map(abs, dsc))
-        gaps = map(abs, map(remainder, dm, map(max, steps, repeat(TINY_STEP))))
-        looked = compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)),
-                                                map(lt, steps, repeat(TINY_STEP))))
+    """(elements == 0, elements with |x| < NEAR_ZERO). remainder(dm, dsc) is dm less the
+    nearest multiple of dsc, exactly (IEEE remainder), so no code's x = dsc * q - dm is that
+    near unless it is: only those sub-blocks have their codes looked at. Where |dsc| >= TINY_STEP
+    at most one code is that near, the integer nearest dm / dsc (within 1/4 of it); below, every
+    code is tried. A zero step (scale 0) divides as Inf: remainder(dm, inf) is dm, every code's -x."""
+    steps, at = dsc, -1
+    for _ in range(dsc.count(0.0)):     # -0.0 too
+        if steps is dsc:
+            steps = list(dsc)
+        at = steps.index(0.0, at + 1)
+        steps[at] = math.inf
+    subs = range(len(dsc))
+    looked = compress(subs, map(lt, map(abs, map(remainder, dm, steps)), repeat(NEAR_ZERO)))
     zeros = near = 0
     for s in looked:
         step, low = dsc[s], dm[s]
