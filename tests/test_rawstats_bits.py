@@ -125,6 +125,11 @@ CASES = {
                                         + rand_bytes(40 + b, 128)
                                         for b, (d, dmin) in enumerate([(2 ** -12, 5 * 2 ** -12), (2 ** -12, 5 * 2 ** -12 + 2 ** -20),
                                                                        (-2 ** -12, 5 * 2 ** -12)] * 4))),
+    # scale 0 with min 5 (sub-block 0 of each block) and a tiny dmin: all 32 values of those sub-blocks
+    # are -5 * dmin, within 1e-6 of 0 but not 0 (every code the same x: _near's zero steps)
+    "q4_k-zero-step": ("Q4_K", b"".join(struct.pack("<ee", 0.003 * (1 + b % 3), 1e-7 * (1 + b % 2))
+                                        + bytes([0, 7, 9, 11, 5, 6, 7, 8, 5, 6, 7, 8]) + rand_bytes(60 + b, 128)
+                                        for b in range(9))),
     "q4_k-huge": ("Q4_K", q4_k_bytes(13, 20, [(b, 60000.0 * (-1) ** b, 30000.0) for b in range(20)])),
     "q4_k-inf-scale": ("Q4_K", q4_k_bytes(14, 20, [(5, math.inf, 0.01)])),
     "q4_k-nan-scale": ("Q4_K", q4_k_bytes(15, 20, [(5, 0.01, math.nan)])),
@@ -138,7 +143,7 @@ CASES = {
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
 FAST_CASES = ("f32", "f32-equal", "bf16", "q8_0", "q8_0-zero-scale", "q8_0-small", "q8_0-negative", "q8_0-outlier",
               "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny", "q4_k-near", "q4_k-huge", "q4_k-spread",
-              "q4_k-outlier", "q4_k-near-wide")
+              "q4_k-outlier", "q4_k-near-wide", "q4_k-zero-step")
 
 
 def window(dtype: str, data: bytes) -> WindowBytes:
@@ -174,6 +179,8 @@ def test_q4_k_cases_hold_what_they_are_named_for():
     assert stats["q4_k-tiny"].zeros * stats["q4_k-tiny"].count > 50
     assert 0 < stats["q4_k-near"].zeros * stats["q4_k-near"].count
     assert stats["q4_k-huge"].max > 1e7
+    step = stats["q4_k-zero-step"]
+    assert step.zeros * step.count - step.exact_zeros >= 9 * 32
     wide = stats["q4_k-near-wide"]
     assert wide.exact_zeros > 0 and wide.zeros * wide.count > wide.exact_zeros
     f16 = [struct.unpack("<e", struct.pack("<e", v))[0] for v in (0.02, 0.01, 0.05)]

@@ -105,7 +105,8 @@ def _low_bytes_mask(size: int) -> int:
 def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, float]:
     """(min, max) of dsc * q - dm over every sub-block's codes: a sub-block's values lie between
     its code 0 and code 15 values (-dm and 15 * dsc - dm), so the sub-block with the best of
-    those is looked at first, then only the sub-blocks whose ends could beat what it holds."""
+    those is looked at first, then (unless it holds that end) only the sub-blocks whose ends
+    could beat what it holds."""
     x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
     out = []
     for highest in (False, True):
@@ -116,7 +117,11 @@ def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, f
             code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
             return step * code - dm[s]
         end15, end0 = pick(x15), -(min(dm) if highest else max(dm))
-        best = at(x15.index(end15) if pick(end15, end0) == end15 else dm.index(-end0))
+        end = pick(end15, end0)
+        best = at(x15.index(end15) if end == end15 else dm.index(-end0))
+        if best == end:     # the best end of any sub-block is held: nothing can beat it
+            out.append(best)
+            continue
         # x0 = -dm beats best exactly when dm is beyond -best the other way
         others = {*compress(range(len(dsc)), map(beats, x15, repeat(best))),
                   *compress(range(len(dsc)), map(lt if highest else gt, dm, repeat(-best)))}
@@ -125,17 +130,19 @@ def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, f
 
 
 def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
-    """(elements == 0, elements with |x| < NEAR_ZERO). Where |dsc| >= TINY_STEP at most one code
-    is that near, the integer nearest dm / dsc (within 1/4 of it), and then remainder(dm, dsc),
-    dm minus that integer times dsc (exact), is that near too: only the sub-blocks where it is,
-    or whose step is tiny, have their codes looked at."""
-    if min(map(abs, dsc), default=TINY_STEP) >= TINY_STEP:   # no tiny step (remainder's sign is dm's alone)
-        looked = compress(range(len(dsc)), map(lt, map(abs, map(remainder, dm, dsc)), repeat(NEAR_ZERO)))
-    else:
-        steps = list(map(abs, dsc))
-        gaps = map(abs, map(remainder, dm, map(max, steps, repeat(TINY_STEP))))
-        looked = compress(range(len(dsc)), map(max, map(lt, gaps, repeat(NEAR_ZERO)),
-                                                map(lt, steps, repeat(TINY_STEP))))
+    """(elements == 0, elements with |x| < NEAR_ZERO). remainder(dm, dsc) is dm less the
+    nearest multiple of dsc, exactly (IEEE remainder), so no code's x = dsc * q - dm is that
+    near unless it is: only those sub-blocks have their codes looked at. Where |dsc| >= TINY_STEP
+    at most one code is that near, the integer nearest dm / dsc (within 1/4 of it); below, every
+    code is tried. A zero step (scale 0) divides as Inf: remainder(dm, inf) is dm, every code's -x."""
+    steps, at = dsc, -1
+    for _ in range(dsc.count(0.0)):     # -0.0 too
+        if steps is dsc:
+            steps = list(dsc)
+        at = steps.index(0.0, at + 1)
+        steps[at] = math.inf
+    subs = range(len(dsc))
+    looked = compress(subs, map(lt, map(abs, map(remainder, dm, steps)), repeat(NEAR_ZERO)))
     zeros = near = 0
     for s in looked:
         step, low = dsc[s], dm[s]
@@ -260,8 +267,8 @@ def _fold(bins: int) -> bytes:
 
 # Fixed-point bin positions (`_lane_tables`): t = (x - lo) / width in units of 2**-FRACTION, in
 # 32-bit lanes; an entry whose fraction lies within 2**-8 of a whole bin (byte 2 of its lane 0 or
-# 255) is computed again as Binner computes it: the fixed-point value is within 8 units of
-# that double (rounding C and A: 0.5 + 15 * 0.5; the doubles' own errors are far smaller), so
+# 255) is computed again as Binner computes it: the fixed-point value is within 16 units of
+# that double (truncating C and A: 1 + 15 * 1; the doubles' own errors are far smaller), so
 # every other entry's bin is that of the double.
 FRACTION = 24
 _BIAS = 1 << FRACTION     # one bin up: a lane never goes below 0 (no borrow from the next)
@@ -285,10 +292,10 @@ def _lane_tables(dsc: list[float], dm: list[float], lo: float, hi: float, width:
         return None
     subs, unit = len(dsc), float(1 << FRACTION) / width
     # C and A only have to be within a unit of t(0) and of the step (the margin above), so
-    # they are taken the short way: C = (x0 - (lo - width)) * 2**24 / width (the bias folded in)
+    # they are taken the short way (int: truncated, cheaper than round): C = (x0 - (lo - width)) * 2**24 / width (the bias folded in)
     try:
-        start = list(map(round, map(mul, map(add, dm, repeat(lo - width)), repeat(-unit))))
-        step = list(map(round, map(mul, dsc, repeat(unit))))
+        start = list(map(int, map(mul, map(add, dm, repeat(lo - width)), repeat(-unit))))
+        step = list(map(int, map(mul, dsc, repeat(unit))))
     except (OverflowError, ValueError):     # t beyond the largest float: outside [lo, hi] anyway
         return None
     # a sub-block whose code 0 or 15 lies outside [lo, hi] (its lanes could leave their 32 bits):
