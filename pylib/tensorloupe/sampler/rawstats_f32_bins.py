@@ -12,7 +12,8 @@ byte gives the bin of every value whose top byte holds no threshold; for each to
 one, a table of the second byte gives those values' bins, several such top bytes at a time
 (a sum of byte lanes in a big int, then one more table: class `Group`); the
 few values sharing a threshold's top 16 bits (~1% of a weight matrix's) are binned one by one,
-with the same expression. Counting is one bytes.count per bin.
+with the same expression. Counting: int.bit_count for up to 8 frequent bins, the bin of 0 as what
+remains, and bytes.count for the rest over the piece with every other byte deleted (`_counts`).
 """
 
 from __future__ import annotations
@@ -225,10 +226,25 @@ def _counts(codes: bytes, wanted: list[int], bins: int, hot: Hot) -> list[int]:
         flags = int.from_bytes(codes.translate(hot.table), "little")
         for k, mask in zip(hot.codes, _bit_masks(len(codes))):
             counts[k] = (flags & mask).bit_count()
-    for k in wanted:
-        if k not in hot.codes:
-            counts[k] = codes.count(k)
+    rare = [k for k in wanted if k not in hot.codes]
+    if len(rare) > SQUEEZE_FROM:
+        # the rare codes (a weight matrix's tails) kept alone, then counted over what is left:
+        # one pass over the piece instead of one per rare code
+        codes = codes.translate(None, _others(tuple(rare)))
+    for k in rare:
+        counts[k] = codes.count(k)
     return counts
+
+
+# From this many rare codes on, deleting every other byte first (~1.3 ns a byte) costs less than
+# counting each code over the whole piece (~0.4 ns a byte per code).
+SQUEEZE_FROM = 4
+
+
+@lru_cache(maxsize=8)
+def _others(kept: tuple[int, ...]) -> bytes:
+    """Every byte but `kept`: translate's delete argument that keeps only those."""
+    return bytes(b for b in range(256) if b not in kept)
 
 
 def _middle_bin(found: Plan, bins: int) -> int:
