@@ -441,19 +441,21 @@ def test_f32_extremes_take_the_one_pass_where_they_can():
         rawstats._extreme_f32 = original
 
 
-def test_f32_bin_counts_of_frequent_codes_by_bit_count_are_bytes_counts():
-    from tensorloupe.sampler import rawstats_f32_bins
+def test_bin_counts_of_frequent_codes_by_bit_count_and_rare_ones_squeezed_are_bytes_counts():
+    from tensorloupe.sampler import bytecounts
     rng = random.Random(5)
     # eight of eleven codes hot; six hot and the rest rare; too few hot (bytes.count for all)
     seen = []
-    for weights in ([1] * 12, [50, 1, 1, 30, 1, 20, 9, 9, 9, 1], [1, 1, 0, 0, 1]):
-        codes = bytes(rng.choices(range(len(weights)), weights)[0] for _ in range(30_000))
+    for weights in ([1] * 12, [50, 1, 1, 30, 1, 20, 9, 9, 9, 1], [1, 1, 0, 0, 1], [900] + [1] * 30):
+        # the last case's string spans three pieces of counts_in_pieces
+        codes = bytes(rng.choices(range(len(weights)), weights)[0] for _ in range(30_000 if len(seen) < 3 else 150_000))
         wanted = [k for k in range(len(weights)) if k != 1]
         expected = [codes.count(k) if k != 1 else 0 for k in range(len(weights))]
-        hot = rawstats_f32_bins._hot(codes, wanted)
-        assert len(hot.codes) == (8, 6, 0)[len(seen)]
+        hot = bytecounts.hot_codes(codes, wanted)
+        assert len(hot.codes) == (8, 6, 0, 0)[len(seen)]
         seen.append(weights)
-        assert rawstats_f32_bins._counts(codes, wanted, len(weights), hot) == expected
+        assert bytecounts.code_counts(codes, wanted, len(weights), hot) == expected
+        assert bytecounts.counts_in_pieces(codes, wanted, len(weights)) == expected
 
 
 def test_f32_histograms_from_the_bytes_are_binner_adds_across_pieces():

@@ -13,7 +13,7 @@ one, a table of the second byte gives those values' bins, several such top bytes
 (a sum of byte lanes in a big int, then one more table: class `Group`); the
 few values sharing a threshold's top 16 bits (~1% of a weight matrix's) are binned one by one,
 with the same expression. Counting: int.bit_count for up to 8 frequent bins, the bin of 0 as what
-remains, and bytes.count for the rest over the piece with every other byte deleted (`_counts`).
+remains, and bytes.count for the rest over the piece with every other byte deleted (bytecounts.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from itertools import repeat
 from operator import add
 from typing import NamedTuple
 
+from .bytecounts import code_counts, hot_codes
 from .stats import Binner
 
 # The code of a value binned one by one (so at most 255 bins take this path).
@@ -189,62 +190,6 @@ def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: flo
     return Plan(None if folded else bytes(top), folded or groups, tuple(map(_value, thresholds)), lo, hi)
 
 
-# bytes.count is slowest for the frequent codes (a mispredicted branch per match); up to 8 of those
-# are counted at once instead: a table sets bit j of a byte for the j-th, and int.bit_count of
-# the bytes (as an int) masked to bit j counts it, at the same speed however many match.
-HOT_SHARE = 1 / 50
-_SAMPLE_STEP = 61
-
-
-@lru_cache(maxsize=2)        # a tensor's chunks: the whole ones and the last
-def _bit_masks(n: int) -> tuple[int, ...]:
-    return tuple(int.from_bytes(bytes([1 << j]) * n, "little") for j in range(8))
-
-
-class Hot(NamedTuple):
-    codes: list[int]          # the frequent codes, counted by bit_count
-    table: bytes              # code -> its bit (0 for the others)
-
-
-def _hot(codes: bytes, wanted: list[int]) -> Hot:
-    """Up to 8 of the codes wanted that are frequent among every 61st of `codes`."""
-    sample = codes[::_SAMPLE_STEP]
-    share = {k: sample.count(k) / max(1, len(sample)) for k in wanted}
-    hot = sorted((k for k in wanted if share[k] >= HOT_SHARE), key=share.get, reverse=True)[:8]
-    if len(hot) < 3:             # the table and the int cost about what three counts save
-        hot = []
-    table = bytearray(256)
-    for j, k in enumerate(hot):
-        table[k] = 1 << j
-    return Hot(hot, bytes(table))
-
-
-def _counts(codes: bytes, wanted: list[int], bins: int, hot: Hot) -> list[int]:
-    """codes.count(k) for the codes k wanted (0 for the others), in a list of `bins`."""
-    counts = [0] * bins
-    if hot.codes:
-        flags = int.from_bytes(codes.translate(hot.table), "little")
-        for k, mask in zip(hot.codes, _bit_masks(len(codes))):
-            counts[k] = (flags & mask).bit_count()
-    rare = [k for k in wanted if k not in hot.codes]
-    if len(rare) > SQUEEZE_FROM:
-        # the rare codes (a weight matrix's tails) kept alone, then counted over what is left:
-        # one pass over the piece instead of one per rare code
-        codes = codes.translate(None, _others(tuple(rare)))
-    for k in rare:
-        counts[k] = codes.count(k)
-    return counts
-
-
-# From this many rare codes on, deleting every other byte first (~1.3 ns a byte) costs less than
-# counting each code over the whole piece (~0.4 ns a byte per code).
-SQUEEZE_FROM = 4
-
-
-@lru_cache(maxsize=8)
-def _others(kept: tuple[int, ...]) -> bytes:
-    """Every byte but `kept`: translate's delete argument that keeps only those."""
-    return bytes(b for b in range(256) if b not in kept)
 
 
 def _middle_bin(found: Plan, bins: int) -> int:
@@ -271,8 +216,8 @@ def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
     for start in range(0, len(data), step):
         stop = min(start + step, len(data))
         codes = _codes(found, data[start + 3:stop:4], data[start + 2:stop:4])
-        hot = hot or _hot(codes, wanted)            # the first piece's frequent codes serve all
-        piece = _counts(codes, wanted, binner.bins, hot)
+        hot = hot or hot_codes(codes, wanted)            # the first piece's frequent codes serve all
+        piece = code_counts(codes, wanted, binner.bins, hot)
         at, before = codes.find(ONE_BY_ONE), len(where)
         while at >= 0:
             where.append(start // 4 + at)

@@ -35,6 +35,7 @@ from operator import add, and_, gt, lt, mul, not_, or_, sub
 # ggml codecs (tests/test_lazy_imports.py)
 from ..dtypes.ggml.columns import nibbles
 from ..dtypes.ggml.kquants import Q4_K, _k4_scales, decode_q4_k
+from .bytecounts import counts_in_pieces
 from .stats import NEAR_ZERO, Binner, Stats, _counted, from_block_sums
 
 SUB = 32            # elements per sub-block
@@ -253,7 +254,7 @@ def q4_k_add(binner: Binner, data: bytes) -> bool:
                        for at in range(0, len(tagged), group)])
     if outside_tables and joined.count(255):
         return False
-    found = [joined.count(k) for k in range(last)]
+    found = counts_in_pieces(joined, list(range(last)), last)
     found.append(len(joined) - sum(found))
     for index, k in enumerate(found):
         binner.counts[index] += k * binner.weight

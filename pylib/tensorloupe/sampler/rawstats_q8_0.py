@@ -28,6 +28,7 @@ from operator import add, gt, mul, sub, truediv
 # ggml codecs (tests/test_lazy_imports.py)
 from ..dtypes.ggml.columns import f16s
 from ..dtypes.ggml.legacy import Q8_0, QK8_0
+from .bytecounts import counts_in_pieces
 from .stats import NEAR_ZERO, Binner, Stats, from_block_sums
 
 SIZE = Q8_0.size            # 34 bytes: the f16 scale, then 32 codes
@@ -196,7 +197,7 @@ def q8_0_add(binner: Binner, data: bytes) -> bool:
     joined = b"".join(map(bytes.translate, map(data.__getitem__, _code_slices(blocks)),
                           map(tables.__getitem__, codes)))
     last = binner.bins - 1
-    found = [joined.count(k) for k in range(last)]
+    found = counts_in_pieces(joined, list(range(last)), last)
     if any(255 in table for table in tables.values()):
         outside = joined.count(255)
         if outside:
