@@ -91,3 +91,33 @@ def cli_stats(path: Path, tensor: str) -> dict:
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "pylib")})
     [entry] = json.loads(done.stdout)
     return entry
+
+
+_AT_THE_FIRST_PROGRESS = """([watched, key, start, cancel, filter]) => new Promise((resolve) => {
+    const node = document.getElementById(watched);
+    const observer = new MutationObserver(() => {
+      if (Number((key ? node.dataset[key] : node.value) || 0) > 0) {
+        observer.disconnect();
+        const button = document.getElementById(cancel);
+        const shown = !button.hidden && button.offsetParent !== null;
+        if (filter !== null) {
+          const box = document.getElementById('filter');
+          box.value = filter;
+          box.dispatchEvent(new Event('input'));
+        }
+        button.click();
+        resolve(shown);
+      }
+    });
+    observer.observe(node, {attributes: true});
+    document.getElementById(start).click();
+})"""
+
+
+def cancel_at_the_first_progress(page, watched: str, key: str | None, start: str, cancel: str,
+                                 filter: str | None = None) -> bool:
+    """Click `start`, then, from inside the page as soon as `watched` shows progress (its data-`key`,
+    or its value, above 0), type `filter` into the tree's filter if given and click `cancel`:
+    a click sent by the test could come after the last step of a fast job. Whether `cancel` was
+    shown at that moment."""
+    return page.evaluate(_AT_THE_FIRST_PROGRESS, [watched, key, start, cancel, filter])

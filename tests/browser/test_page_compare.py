@@ -20,6 +20,7 @@ from safetensors.numpy import save_file
 import build
 import tensorloupe
 from tensorloupe import colormap
+from page_checks import cancel_at_the_first_progress
 from tensorloupe.comparison import views
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -306,20 +307,6 @@ def test_b_read_by_url(page_factory, served, cli_q8):
     assert not errors, f"uncaught errors in the page: {errors}"
 
 
-CANCEL_AT_THE_FIRST_PROGRESS = """() => new Promise((resolve) => {
-    const card = document.getElementById('compare');
-    const observer = new MutationObserver(() => {
-      if (Number(card.dataset.done || 0) >= 1) {
-        observer.disconnect();
-        document.getElementById('compare-cancel').click();
-        resolve(true);
-      }
-    });
-    observer.observe(card, {attributes: true});
-    document.getElementById('compare-run').click();
-})"""
-
-
 def test_cancel_mid_way(app, many):
     a, b = many
     app.open_file(a)
@@ -330,7 +317,7 @@ def test_cancel_mid_way(app, many):
     page.check("#compare-exact")
     # cancelled at the first progress, from inside the page: a click from the test could come
     # after the last pair (the comparison got faster than Playwright's round trip)
-    assert page.evaluate(CANCEL_AT_THE_FIRST_PROGRESS)
+    cancel_at_the_first_progress(page, "compare", "done", "compare-run", "compare-cancel")
     page.wait_for_selector("#compare[data-state=cancelled]", state="attached", timeout=STEP_TIMEOUT_MS)
     card = page.eval_on_selector("#compare", "c => ({...c.dataset})")
     done, total = int(card["done"]), int(card["total"])

@@ -11,7 +11,7 @@ import pytest
 
 import tensorloupe
 
-from page_checks import assert_heatmap_matches, assert_stats_equal, cli_stats
+from page_checks import assert_heatmap_matches, assert_stats_equal, cancel_at_the_first_progress, cli_stats
 
 
 @pytest.fixture(scope="module")
@@ -121,25 +121,6 @@ def test_axis_picker_for_stacked_experts(app, files, opened):
     assert_heatmap_matches(app, opened("safetensors"))
 
 
-FILTER_THEN_CANCEL_AT_THE_FIRST_PROGRESS = """() => new Promise((resolve) => {
-    const bar = document.getElementById('exact-progress');
-    const observer = new MutationObserver(() => {
-      if (bar.value > 0) {
-        observer.disconnect();
-        const cancel = document.getElementById('exact-cancel');
-        const shown = !cancel.hidden && cancel.offsetParent !== null;
-        const filter = document.getElementById('filter');
-        filter.value = 'special';
-        filter.dispatchEvent(new Event('input'));
-        cancel.click();
-        resolve(shown);
-      }
-    });
-    observer.observe(bar, {attributes: true});
-    document.getElementById('exact-button').click();
-})"""
-
-
 def test_exact_stats_progress_and_cancel(app, files, opened):
     app.ensure_open(files["safetensors"])
     page = app.page
@@ -147,7 +128,8 @@ def test_exact_stats_progress_and_cancel(app, files, opened):
     # At the first progress, from inside the page (a click from the test could come after the
     # last chunk: the exact pass got faster than Playwright's round trips): the page stays
     # responsive while Python streams the tensor (the filter still filters), and Cancel stops it.
-    assert page.evaluate(FILTER_THEN_CANCEL_AT_THE_FIRST_PROGRESS)
+    assert cancel_at_the_first_progress(page, "exact-progress", None, "exact-button", "exact-cancel",
+                                        filter="special")
     page.wait_for_function("() => document.getElementById('exact-note').textContent === 'cancelled'")
     assert page.inner_text("#tree-count") == "1 of 4 tensors match"
     assert page.is_hidden("#exact-stats")

@@ -16,6 +16,7 @@ from safetensors.numpy import save_file
 
 import health_files
 import tensorloupe
+from page_checks import cancel_at_the_first_progress
 from tensorloupe.healthscan import health_cost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,28 +125,12 @@ def test_a_flag_and_a_flagged_point_open_their_tensor(app, faults):
         page.set_viewport_size(size)
 
 
-CANCEL_AT_THE_FIRST_PROGRESS = """() => new Promise((resolve) => {
-    const card = document.getElementById('health');
-    const observer = new MutationObserver(() => {
-      if (Number(card.dataset.done || 0) >= 1) {
-        observer.disconnect();
-        const cancel = document.getElementById('health-cancel');
-        const shown = !cancel.hidden && cancel.offsetParent !== null;
-        cancel.click();
-        resolve(shown);
-      }
-    });
-    observer.observe(card, {attributes: true});
-    document.getElementById('health-run').click();
-})"""
-
-
 def test_cancel_mid_way_then_run_to_the_end(app, many):
     open_health(app, many)
     page = app.page
     # cancelled at the first progress, from inside the page: a click from the test could come
     # after the last tensor (the scan got faster than Playwright's round trip)
-    assert page.evaluate(CANCEL_AT_THE_FIRST_PROGRESS)
+    assert cancel_at_the_first_progress(page, "health", "done", "health-run", "health-cancel")
     page.wait_for_selector("#health[data-state=cancelled]", state="attached", timeout=STEP_TIMEOUT_MS)
     card = page.eval_on_selector("#health", "c => ({...c.dataset})")
     done, total = int(card["done"]), int(card["total"])

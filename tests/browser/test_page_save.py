@@ -22,6 +22,7 @@ from safetensors.torch import load
 
 import tensorloupe
 from conftest import STEP_TIMEOUT_MS, new_page
+from page_checks import cancel_at_the_first_progress
 from tensorloupe.cli import main
 
 # Before the app's scripts: showSaveFilePicker / showDirectoryPicker are stand-ins while
@@ -243,26 +244,12 @@ def test_a_gguf_without_experts_cannot_be_pruned(saving, files):
     assert not app.page.is_disabled("#save-hf-names")
 
 
-CANCEL_AT_THE_FIRST_PROGRESS = """() => new Promise((resolve) => {
-    const note = document.getElementById('save-note');
-    const observer = new MutationObserver(() => {
-      if (Number(note.dataset.progress || 0) > 0) {
-        observer.disconnect();
-        document.getElementById('save-cancel').click();
-        resolve(true);
-      }
-    });
-    observer.observe(note, {attributes: true});
-    document.getElementById('save-safetensors').click();
-})"""
-
-
 def test_cancel_during_a_streamed_download_fails_it_and_writes_nothing(saving, files, flags):
     app = saving
     app.open_file(files["safetensors"])      # 32 MiB of float32: several chunks
     app.tab("summary")
     with app.page.expect_download(timeout=STEP_TIMEOUT_MS) as info:
-        assert app.page.evaluate(CANCEL_AT_THE_FIRST_PROGRESS)
+        cancel_at_the_first_progress(app.page, "save-note", "progress", "save-safetensors", "save-cancel")
     assert info.value.failure() is not None   # the browser marks the download failed
     app.page.wait_for_selector("#save-note[data-state=cancelled]", timeout=STEP_TIMEOUT_MS)
     assert app.page.inner_text("#save-note") == "cancelled, nothing written"
@@ -280,7 +267,7 @@ def test_cancel_during_a_folder_save_removes_the_files_it_wrote(saving, files, f
     app.open_file(files["safetensors"])
     app.tab("summary")
     app.page.fill("#save-shard-size", "9MB")   # several shards, the first closed early
-    assert app.page.evaluate(CANCEL_AT_THE_FIRST_PROGRESS)
+    cancel_at_the_first_progress(app.page, "save-note", "progress", "save-safetensors", "save-cancel")
     app.page.wait_for_selector("#save-note[data-state=cancelled]", timeout=STEP_TIMEOUT_MS)
     left = app.page.evaluate("() => ({files: Object.keys(window.__folder.files), aborted: window.__folder.aborted})")
     assert left == {"files": [], "aborted": 1}
