@@ -20,7 +20,7 @@ from ..jsonable import json_number
 from ..roles import role_of
 from ..sampler.repeats import checked_view, repeated
 from ..sampler.sampling import plan_windows
-from ..sampler.stats import SCALE_DOWN, Stats, compute, merge
+from ..sampler.stats import SCALE_DOWN, Stats, merge
 
 DEFAULT_BUDGET = 32 << 10      # bytes read per tensor: a 7B model's 291 tensors cost ~9 MB
 # Few windows: every read costs ~1.5 ms in the browser and a model has hundreds of tensors.
@@ -147,8 +147,7 @@ def measure_steps(tensor: Tensor, budget: int | None, max_elements: int | None =
     for piece_start, n in _pieces(tensor, budget):
         values, window = _read(tensor, info, piece_start, n, digest, m, next(given) if given else None)
         # the statistics from the bytes where rawstats can (the same numbers, less Python per value)
-        part = (window and rawstats.chunk_stats(window)) or compute(
-            values, percentiles=False, hypot_squares=tensor.dtype in rawstats.HYPOT_SQUARES)
+        part = (window and rawstats.chunk_stats(window)) or rawstats.values_stats(values, tensor.dtype)
         finite = values if part.finite == part.count else [v for v in values if math.isfinite(v)]
         abs_sum += _abs_sum_scaled(finite, info)
         stats = merge(stats, part) if stats.count else part

@@ -51,12 +51,12 @@ def _chunk_stats(tensor: Tensor, chunk_elems: int, keep: list | None) -> Iterato
     rawstats can (the same numbers, faster), else from its values; `keep` as exact_stats_steps."""
     if not rawstats.supported(tensor):
         # in the pieces, and with the sum of squares, rawstats takes for this dtype
-        step, hypot_squares = rawstats.PIECE_ELEMS.get(tensor.dtype), tensor.dtype in rawstats.HYPOT_SQUARES
+        step = rawstats.PIECE_ELEMS.get(tensor.dtype)
         for done, total, values in _chunks(tensor, chunk_elems):
             if keep is not None:
                 keep.append(array("d", values))
             size = step or max(1, len(values))
-            yield done, total, _merged(compute(values[at:at + size], percentiles=False, hypot_squares=hypot_squares)
+            yield done, total, _merged(rawstats.values_stats(values[at:at + size], tensor.dtype)
                                        for at in range(0, len(values), size))
         return
     for done, total, window in _chunks(tensor, chunk_elems, raw=True):

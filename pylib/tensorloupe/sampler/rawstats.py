@@ -56,9 +56,15 @@ def supported(tensor: Tensor) -> bool:
 HYPOT_SQUARES = frozenset({"F32", "BF16"})
 
 
+def values_stats(values: list, dtype: str) -> Stats:
+    """The element path: the statistics of a chunk's decoded values of `dtype`, with the sum of
+    squares its fast path takes (what chunk_stats gives)."""
+    return compute(values, percentiles=False, hypot_squares=dtype in HYPOT_SQUARES)
+
+
 def element_stats(window: WindowBytes) -> Stats:
-    """The element path: the statistics of the window's decoded values (what chunk_stats gives)."""
-    return compute(decode_window(*window), percentiles=False, hypot_squares=window.dtype in HYPOT_SQUARES)
+    """`values_stats` of the window's decoded values."""
+    return values_stats(decode_window(*window), window.dtype)
 
 
 def chunk_stats(window: WindowBytes) -> Stats | None:
