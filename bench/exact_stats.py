@@ -5,8 +5,10 @@ ggml types, the bf16 bit shift for BF16), then min, max, mean, population std, t
 counts, |v| < 1e-6 and == 0 counts over the finite values, and a 32-bin histogram over the exact
 [min, max]: what `tensorloupe stats --exact` prints. Both sides are timed in this run, on files
 written here (safetensors for F32/F16/BF16, GGUF for Q8_0 and Q4_K), best CPU time of `--repeat`.
+Every tensor holds the same normal values (Q8_0 quantised by gguf-py, Q4_K as llama.cpp lays its
+blocks out: `quantize_q4_k`), or with `--random-q4k` random Q4_K blocks.
 
-    python bench/exact_stats.py [--elements 16777216] [--repeat 2] [--profile F32]
+    python bench/exact_stats.py [--elements 16777216] [--repeat 2] [--profile F32] [--only Q4_K] [--random-q4k]
     TENSORLOUPE_PYLIB=/path/to/other/checkout/pylib python bench/exact_stats.py   # a before figure
 """
 
@@ -55,18 +57,52 @@ def write_safetensors(path: Path, dtype: str, x: np.ndarray) -> None:
         f.write(struct.pack("<Q", len(head)) + head + data)
 
 
-def write_gguf(path: Path, qtype: Q, x: np.ndarray) -> None:
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """Q4_K blocks of x as llama.cpp's quantize_row_q4_K_ref lays them out (gguf-py has no Q4_K
+    quantizer): per 32-element sub-block a scale (max - min) / 15 and a min -min(x, 0), both
+    quantised to 6 bits against the block's largest (d, dmin as f16), then each code the nearest
+    of 0..15 to (x + dmin * m) / (d * sc). llama.cpp then searches the scale (make_qkx2_quants);
+    the min/max one kept here gives the same kind of d and dmin, which is what decides the cost."""
+    sub = x.astype(np.float64).reshape(-1, 8, 32)
+    lo = np.minimum(sub.min(axis=2), 0.0)
+    scale, mins = (sub.max(axis=2) - lo) / 15, -lo
+    max_scale, max_min = scale.max(axis=1, keepdims=True), mins.max(axis=1, keepdims=True)
+    ls = np.clip(np.rint(scale * 63 / np.where(max_scale > 0, max_scale, 1)), 0, 63).astype(np.uint8)
+    lm = np.clip(np.rint(mins * 63 / np.where(max_min > 0, max_min, 1)), 0, 63).astype(np.uint8)
+    d, dmin = (max_scale / 63).astype("<f2"), (max_min / 63).astype("<f2")
+    step = d.astype(np.float64) * ls
+    q = np.clip(np.rint((sub + (dmin.astype(np.float64) * lm)[..., None]) / np.where(step > 0, step, 1)[..., None]),
+                0, 15).astype(np.uint8)
+    blocks = np.zeros((len(sub), 144), np.uint8)
+    blocks[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
+    blocks[:, 2:4] = dmin.view(np.uint8).reshape(-1, 2)
+    scales = blocks[:, 4:16]     # get_scale_min_k4's packing
+    scales[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
+    scales[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
+    scales[:, 8:12] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
+    pairs = q.reshape(-1, 4, 2, 32)  # 64 elements per 32 bytes: low nibbles, then high ones
+    blocks[:, 16:] = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(-1, 128)
+    return blocks
+
+
+def random_q4_k(n: int) -> np.ndarray:
+    """Random Q4_K blocks with small finite f16 scales of either sign, d and dmin drawn apart:
+    about 5% of the blocks then have values that float32 rounds (the slow path's share)."""
+    elems, size = GGML_QUANT_SIZES[Q.Q4_K]
+    rng = np.random.default_rng(4)
+    blocks = rng.integers(0, 256, size=(n // elems, size), dtype=np.uint8)
+    for at in (0, 2):   # d and dmin, block_q4_K
+        scale = rng.uniform(-0.05, 0.05, len(blocks)).astype("<f2")
+        blocks[:, at:at + 2] = scale.view(np.uint8).reshape(-1, 2)
+    return blocks
+
+
+def write_gguf(path: Path, qtype: Q, x: np.ndarray, random_blocks: bool = False) -> None:
     rows = len(x) // COLS
     if qtype == Q.Q8_0:
         data = quantize(x.reshape(rows, COLS), qtype)
-    else:   # gguf-py has no Q4_K quantizer: random blocks with small finite f16 scales
-        elems, size = GGML_QUANT_SIZES[qtype]
-        rng = np.random.default_rng(4)
-        blocks = rng.integers(0, 256, size=(len(x) // elems, size), dtype=np.uint8)
-        for at in (0, 2):   # d and dmin, block_q4_K
-            scale = rng.uniform(-0.05, 0.05, len(blocks)).astype("<f2")
-            blocks[:, at:at + 2] = scale.view(np.uint8).reshape(-1, 2)
-        data = blocks.reshape(rows, -1)
+    else:
+        data = (random_q4_k(len(x)) if random_blocks else quantize_q4_k(x)).reshape(rows, -1)
     w = GGUFWriter(str(path), "llama")
     w.add_tensor("w", data, raw_dtype=qtype)
     w.write_header_to_file()
@@ -116,6 +152,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--profile", choices=DTYPES, help="print cProfile's top functions for this dtype")
     ap.add_argument("--only", choices=DTYPES, action="append")
+    ap.add_argument("--random-q4k", action="store_true",
+                    help="Q4_K as random blocks with random scales (the figures before stop 37) rather than quantised")
     args = ap.parse_args()
     n = args.elements // COLS * COLS
     x = values(n)
@@ -124,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in args.only or DTYPES:
             path = Path(tmp) / (f"{dtype}.gguf" if dtype.startswith("Q") else f"{dtype}.safetensors")
-            (write_gguf(path, Q[dtype], x) if dtype.startswith("Q") else write_safetensors(path, dtype, x))
+            (write_gguf(path, Q[dtype], x, args.random_q4k) if dtype.startswith("Q") else write_safetensors(path, dtype, x))
             with tensorloupe.open(str(path)) as ckpt:
                 t = ckpt.tensors[0]
                 offset, nbytes = t.known_file_offset, t.nbytes

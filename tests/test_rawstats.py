@@ -155,6 +155,18 @@ def test_the_fast_path_gives_the_element_paths_bits(files, case, monkeypatch):
     assert fast[1].counts == slow[1].counts and list(map(repr, fast[1].edges)) == list(map(repr, slow[1].edges))
 
 
+@pytest.mark.parametrize("case", ["Q4_K-random", "Q4_K-close"])
+def test_a_q4_k_chunk_is_decoded_once_for_both_passes(files, case, monkeypatch):
+    # the histogram's pass takes the scales and codes the statistics' pass decoded (exact.KeptWindow)
+    from tensorloupe.sampler import rawstats_q4_k
+    decoded, real = [], rawstats_q4_k._sub_blocks
+    monkeypatch.setattr(rawstats_q4_k, "_sub_blocks", lambda data: decoded.append(len(data)) or real(data))
+    path, v = files[case]
+    stats, hist = summary(path)
+    assert len(decoded) == -(-len(v) // CHUNK)          # one per chunk, not one per chunk and pass
+    assert hist.counts == np.histogram(v, BINS, (v.min(), v.max()))[0].tolist()
+
+
 def test_chunks_the_fast_path_leaves_alone_are_the_ones_it_cannot_promise(files):
     # Inf/NaN values (F32) and scales (Q8_0), a +0.0 minimum (its sign comes from the order)
     def windows(case):

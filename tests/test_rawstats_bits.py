@@ -271,6 +271,26 @@ def test_q8_0_cases_hold_what_they_are_named_for():
     assert (min(values), max(values)) == (-1.0, 1.0) and values.count(0.5) > 0   # 0.5: an edge of 32 bins
 
 
+def test_q4_k_histogram_takes_what_the_stats_pass_decoded_of_the_same_bytes_only(monkeypatch):
+    from tensorloupe.sampler import rawstats_q4_k
+    first, other = window(*CASES["q4_k-mixed"]), window(*CASES["q4_k"])
+    kept = {}
+    assert repr(rawstats.chunk_stats(first, kept)) == repr(compute(decode_window(*first), percentiles=False))
+    assert kept[rawstats_q4_k.KEPT_KEY].data is first.data
+
+    def binned(w, kept):
+        values = decode_window(*w)
+        fast, slow = Binner(min(values), max(values), 32), Binner(min(values), max(values), 32)
+        slow.add(values, within=True)
+        assert rawstats.add_chunk(fast, w, True, kept)
+        return fast.counts == slow.counts
+    # other bytes: what is kept is not theirs (and is let go); they are decoded
+    assert binned(other, dict(kept)) and binned(other, {})
+    # the same bytes: nothing decoded again, and what was kept is let go once binned
+    monkeypatch.setattr(rawstats_q4_k, "_sub_blocks", lambda data: pytest.fail("decoded again"))
+    assert binned(first, kept) and kept == {}
+
+
 @pytest.mark.parametrize("case", ["q8_0", "q4_k", "q4_k-mixed"])
 def test_a_value_outside_the_range_leaves_the_histogram_to_the_element_path(case):
     # the range of the second pass narrower than the values (the file changed between passes):

@@ -16,7 +16,7 @@ chunks: the CLI through a progress callback, the browser worker between messages
 from __future__ import annotations
 
 from array import array
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from ..errors import Cancelled
 from ..model import Tensor
@@ -60,10 +60,19 @@ def _chunk_stats(tensor: Tensor, chunk_elems: int, keep: list | None) -> Iterato
                                        for at in range(0, len(values), size))
         return
     for done, total, window in _chunks(tensor, chunk_elems, raw=True):
-        if keep is not None:
-            keep.append(window)
-        yield done, total, _merged(rawstats.chunk_stats(piece) or rawstats.element_stats(piece)
+        decoded = None
+        if keep is not None:   # one piece (a quantised window): what it decodes, kept for the histogram
+            decoded = {}
+            keep.append(KeptWindow(window, decoded))
+        yield done, total, _merged(rawstats.chunk_stats(piece, decoded) or rawstats.element_stats(piece)
                                    for piece in rawstats.pieces(window))
+
+
+class KeptWindow(NamedTuple):
+    """A chunk's bytes kept between the passes, with what its statistics' pass decoded of them
+    (rawstats.chunk_stats' `kept`) for the histogram's."""
+    window: WindowBytes
+    decoded: dict
 
 
 def _merged(parts) -> Stats:
@@ -81,7 +90,8 @@ def exact_stats_steps(tensor: Tensor, chunk_elems: int = EXACT_CHUNK_ELEMS,
     A stride-0 view is read once, its counts multiplied by its repeats; a pass over more
     elements than its bytes hold (or than `max_elements`) is refused before anything is read
     (repeats.py). `keep`, a list, receives each chunk's values (as an array of doubles), or its
-    bytes where they are summarised from those (rawstats.py)."""
+    bytes where they are summarised from those (rawstats.py), with what that decoded of them
+    (a KeptWindow)."""
     view, repeats, _ = checked_view(tensor, max_elements)   # now, not at the first step
 
     def steps():
@@ -110,13 +120,16 @@ def exact_histogram_steps(tensor: Tensor, stats: Stats, bins: int = 64,
         done = 0
         while kept:
             part = kept.pop(0)   # each kept chunk is let go once binned
-            done += part.count if isinstance(part, WindowBytes) else len(part)
+            done += part.window.count if isinstance(part, KeptWindow) else len(part)
             yield done, view.numel, part
 
     def steps():
         for done, total, chunk in chunks():
+            decoded = None
+            if isinstance(chunk, KeptWindow):
+                chunk, decoded = chunk
             if isinstance(chunk, WindowBytes):
-                if rawstats.add_chunk(binner, chunk, every_finite):
+                if rawstats.add_chunk(binner, chunk, every_finite, decoded):
                     yield done * repeats, total * repeats, binner
                     continue
                 chunk = decode_window(*chunk)

@@ -67,16 +67,18 @@ def element_stats(window: WindowBytes) -> Stats:
     return values_stats(decode_window(*window), window.dtype)
 
 
-def chunk_stats(window: WindowBytes) -> Stats | None:
+def chunk_stats(window: WindowBytes, kept: dict | None = None) -> Stats | None:
+    """`kept`, a dict, receives what the pass decoded of the window that add_chunk can take for
+    the same window instead of decoding it again (Q4_K's scales and codes; exact.py)."""
     if not _whole(window):
         return None
-    return FAST[window.dtype][0](window.data)
+    return FAST[window.dtype][0](window.data, kept)
 
 
-def add_chunk(binner: Binner, window: WindowBytes, every_finite: bool) -> bool:
+def add_chunk(binner: Binner, window: WindowBytes, every_finite: bool, kept: dict | None = None) -> bool:
     if not _whole(window):
         return False
-    return FAST[window.dtype][1](binner, window.data, every_finite)
+    return FAST[window.dtype][1](binner, window.data, every_finite, kept)
 
 
 # An F32 chunk's statistics are taken over pieces of this many elements, merged (stats.merge), by
@@ -215,7 +217,8 @@ def _f32_values(n: int) -> struct.Struct:
     return struct.Struct(f"<{n}f")
 
 
-def _f32_stats(data: bytes) -> Stats | None:
+def _f32_stats(data: bytes, kept: dict | None = None) -> Stats | None:
+    # kept: nothing decoded here is worth keeping (the bytes are the values)
     # a tuple, not a list: math.hypot(*values) then takes it as it is (a list is first copied
     # into one, touching every float: that doubled hypot's cost)
     values = _f32_values(len(data) // 4).unpack(data)
@@ -237,7 +240,7 @@ def _f32_stats(data: bytes) -> Stats | None:
     return stats
 
 
-def _f32_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+def _f32_add(binner: Binner, data: bytes, every_finite: bool, kept: dict | None = None) -> bool:
     found = rawstats_f32_bins.plan(binner) if every_finite else None
     counts = rawstats_f32_bins.bin_counts(binner, found, data) if found is not None else None
     if counts is not None:
@@ -259,35 +262,35 @@ def _widen_bf16(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _bf16_stats(data: bytes) -> Stats | None:
+def _bf16_stats(data: bytes, kept: dict | None = None) -> Stats | None:
     return _f32_stats(_widen_bf16(data))
 
 
-def _bf16_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+def _bf16_add(binner: Binner, data: bytes, every_finite: bool, kept: dict | None = None) -> bool:
     return _f32_add(binner, _widen_bf16(data), every_finite)
 
 
 # --- Q8_0 and Q4_K: their own modules, imported where a block is read (a safetensors file never
 # loads the ggml codecs: tests/test_lazy_imports.py) -----------------------------------------
 
-def _q8_0_stats(data: bytes) -> Stats | None:
+def _q8_0_stats(data: bytes, kept: dict | None = None) -> Stats | None:
     from .rawstats_q8_0 import q8_0_stats
     return q8_0_stats(data)
 
 
-def _q8_0_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+def _q8_0_add(binner: Binner, data: bytes, every_finite: bool, kept: dict | None = None) -> bool:
     from .rawstats_q8_0 import q8_0_add
     return q8_0_add(binner, data)
 
 
-def _q4_k_stats(data: bytes) -> Stats | None:
+def _q4_k_stats(data: bytes, kept: dict | None = None) -> Stats | None:
     from .rawstats_q4_k import q4_k_stats
-    return q4_k_stats(data)
+    return q4_k_stats(data, kept)
 
 
-def _q4_k_add(binner: Binner, data: bytes, every_finite: bool) -> bool:
+def _q4_k_add(binner: Binner, data: bytes, every_finite: bool, kept: dict | None = None) -> bool:
     from .rawstats_q4_k import q4_k_add
-    return q4_k_add(binner, data)
+    return q4_k_add(binner, data, kept)
 
 
 FAST = {"F32": (_f32_stats, _f32_add), "BF16": (_bf16_stats, _bf16_add),

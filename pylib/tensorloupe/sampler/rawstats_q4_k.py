@@ -19,7 +19,9 @@ The histogram (`q4_k_add`) leaves no block out: the bins of a sub-block's 16 pos
 (rounded to float32 where the decoder's rounding is not exact) go into a translate table, and
 the elements' codes are translated to those bins. The bins come from fixed-point lanes of one big
 int (`_lane_tables`): a float is made only for the entries within 2**-8 of a bin edge, the
-sub-blocks that reach outside [lo, hi] and the blocks float32 rounds.
+sub-blocks that reach outside [lo, hi] and the blocks float32 rounds. The scales and codes are
+those the statistics' pass decoded, where the exact pass kept them for it (`Decoded`: ~8% of
+the whole pass on llama.cpp-style blocks, bench/exact_stats.py).
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from math import remainder
 from functools import lru_cache
 from itertools import compress, repeat
 from operator import add, and_, gt, lt, mul, not_, or_, sub
+from typing import NamedTuple
 
 # imported by rawstats only where a Q4_K block is read: a safetensors file never loads the
 # ggml codecs (tests/test_lazy_imports.py)
-from ..dtypes.ggml.columns import nibbles
+from ..dtypes.ggml.columns import nibbles, repeat_each
 from ..dtypes.ggml.kquants import Q4_K, _k4_scales, decode_q4_k
 from .bytecounts import counts_in_pieces
 from .stats import NEAR_ZERO, Binner, Stats, _counted, from_block_sums
@@ -160,32 +163,59 @@ def _near(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[int, int]:
     return zeros, near
 
 
-def _split(data: bytes) -> tuple[bytes, list[float]] | None:
-    """(the blocks whose x are exact, the decoded values of the others); None if a scale is Inf
-    or NaN (the element path then counts the non-finite values)."""
-    size = Q4_K.size
-    exact = _exact_blocks(Q4_K.col(data, "d"), Q4_K.col(data, "dmin"))
-    if exact is None:
-        return None
-    if all(exact):
-        return data, []
-    blocks = [data[o:o + size] for o in range(0, len(data), size)]
-    return (b"".join(compress(blocks, exact)),
-            decode_q4_k(b"".join(compress(blocks, map(not_, exact)))))
-
-
 def _sub_blocks(data: bytes) -> tuple[list[float], list[float], bytes]:
     """(dsc, dm) per sub-block, as the decoder computes them, and the codes in element order."""
     dsc, dm = _k4_scales(Q4_K, data)
     return dsc, dm, nibbles(Q4_K.col(data, "qs"), SUB)
 
 
-def q4_k_stats(data: bytes) -> Stats | None:
-    n = len(data) // Q4_K.size * BLOCK_SUBS * SUB
-    split = _split(data)
-    if split is None:
+class Decoded(NamedTuple):
+    """A chunk's blocks as the statistics' pass decoded them, kept for its histogram's pass
+    (`kept`: exact.py keeps a quantised chunk's bytes between the passes): which blocks float32
+    rounds nothing in, and the sub-blocks' scales and codes (~3 bytes per element: as arrays of
+    doubles half that, but converting them back costs what keeping them saves)."""
+    data: bytes
+    exact: list[bool]
+    dsc: list[float]
+    dm: list[float]
+    codes: bytes
+
+
+# The key of a chunk's Decoded in the dict exact.py hands both passes of that chunk.
+KEPT_KEY = "q4_k"
+
+
+def _decoded(data: bytes) -> Decoded | None:
+    """None if a scale is Inf or NaN (the element path then counts the non-finite values)."""
+    exact = _exact_blocks(Q4_K.col(data, "d"), Q4_K.col(data, "dmin"))
+    if exact is None:
         return None
-    data, rest = split              # rest: the values of the blocks that float32 rounds
+    dsc, dm, codes = _sub_blocks(data)
+    return Decoded(data, exact, dsc, dm, codes)
+
+
+def _exact_part(decoded: Decoded) -> tuple[list[float], list[float], bytes, bytes]:
+    """(dsc, dm, codes) of the sub-blocks of the exact blocks, and the bytes of the others."""
+    dsc, dm, codes = decoded.dsc, decoded.dm, decoded.codes
+    if all(decoded.exact):
+        return dsc, dm, codes, b""
+    per_sub = list(repeat_each(decoded.exact, BLOCK_SUBS))
+    elems, size, data = BLOCK_SUBS * SUB, Q4_K.size, decoded.data
+    return (list(compress(dsc, per_sub)), list(compress(dm, per_sub)),
+            b"".join(compress([codes[at:at + elems] for at in range(0, len(codes), elems)], decoded.exact)),
+            b"".join(compress([data[at:at + size] for at in range(0, len(data), size)], map(not_, decoded.exact))))
+
+
+def q4_k_stats(data: bytes, kept: dict | None = None) -> Stats | None:
+    """`kept`, a dict, receives the chunk's Decoded for q4_k_add (the same bytes, next pass)."""
+    n = len(data) // Q4_K.size * BLOCK_SUBS * SUB
+    decoded = _decoded(data)
+    if decoded is None:
+        return None
+    if kept is not None:
+        kept[KEPT_KEY] = decoded
+    dsc, dm, codes, rounded = _exact_part(decoded)
+    rest = decode_q4_k(rounded) if rounded else []   # the values of the blocks float32 rounds
     sums, squares, lows, highs = list(rest), list(map(mul, rest, rest)), [], []
     zeros = near = 0
     if rest:
@@ -193,8 +223,7 @@ def q4_k_stats(data: bytes) -> Stats | None:
         highs.append(max(rest))
         zeros = rest.count(0.0)
         near = sum(map(lt, map(abs, rest), repeat(NEAR_ZERO)))
-    if data:
-        dsc, dm, codes = _sub_blocks(data)
+    if codes:
         q1 = _run_sums(codes)
         q2 = _square_sums(codes)
         # a sub-block's sum(x): 32 multiples of 2**min(ed, em) of at most 2**24 each (_exact_blocks),
@@ -211,24 +240,26 @@ def q4_k_stats(data: bytes) -> Stats | None:
     return from_block_sums(n, zeros, near, lows, highs, sums, squares)
 
 
-def q4_k_add(binner: Binner, data: bytes) -> bool:
+def q4_k_add(binner: Binner, data: bytes, kept: dict | None = None) -> bool:
     """binner.add(<the chunk's values>, within=True) with a float made per (sub-block, code)
     rather than per element: each of a sub-block's 16 possible values (rounded to float32 as the
     decoder rounds it, in the blocks where that is not exact) is binned by Binner's formula into a
     byte of a translate table shared by 16 sub-blocks, and each element's code is tagged with its
     sub-block's place among the 16 (`_tagged`). A value outside [lo, hi] (a code no element has,
-    unless the file changed between the passes) is 255."""
-    exact = _exact_blocks(Q4_K.col(data, "d"), Q4_K.col(data, "dmin"))
-    if exact is None:
-        return False   # an Inf or NaN scale: the element path filters the non-finite values
+    unless the file changed between the passes) is 255. The blocks are those q4_k_stats decoded
+    where `kept` holds them for these bytes (taken out: binned once), else decoded here."""
     if binner.half:    # a range wider than the largest float: never |x| < 2**27 here
         return False
     if binner.bins > MAX_LANE_BINS:   # a bin index must fit a byte beside 255 (and the lanes)
         return False
+    found = kept.pop(KEPT_KEY, None) if kept else None
+    decoded = found if found is not None and found.data is data else _decoded(data)
+    if decoded is None:
+        return False   # an Inf or NaN scale: the element path filters the non-finite values
     if binner.constant:
         binner.counts[0] += len(data) // Q4_K.size * BLOCK_SUBS * SUB * binner.weight
         return True
-    dsc, dm, codes = _sub_blocks(data)
+    _, exact, dsc, dm, codes = decoded
     lo, hi, width, floor = binner.lo, binner.hi, binner.width, math.floor
     codes16 = range(16)
     # the bin of x for (sub-block s, code q) at 16 * s + q
