@@ -1,5 +1,5 @@
-"""The exact pass's fast path (sampler/rawstats.py: F32, BF16, Q8_0 and Q4_K chunks summarised from their
-bytes) gives numpy's numbers (float64 of the decoded values) and, bit for bit, the numbers the
+"""The exact pass's fast path (sampler/rawstats.py: F32, BF16, F16, Q8_0 and Q4_K chunks summarised from
+their bytes) gives numpy's numbers (float64 of the decoded values) and, bit for bit, the numbers the
 element-by-element path gives, on tensors with NaN, +-Inf, subnormals, -0.0, values either side
 of the 1e-6 near-zero line, zero / negative / subnormal / Inf scales, all-equal values and odd
 lengths, read through the API and `tensorloupe stats --exact` as a user would."""
@@ -37,6 +37,17 @@ def f32_cases() -> dict[str, np.ndarray]:
     zeros[0], zeros[CHUNK + 3] = -0.0, -0.0
     return {"normal": base, "nonfinite": nonfinite, "near": near,
             "equal": np.full(CHUNK + 3, 0.375, np.float32), "zeros": zeros}
+
+
+def f16_cases() -> dict[str, np.ndarray]:
+    """Float32 values that become float16 zeros and subnormals (f32_cases' "near" are all subnormal):
+    a pruned tensor, most of it zeros, with a few subnormals among them."""
+    rng = np.random.default_rng(6)
+    pruned = (rng.standard_normal(2 * CHUNK + 5) * 0.02).astype(np.float32)
+    pruned[rng.random(len(pruned)) < 0.7] = 0.0
+    pruned[3::1001] = -0.0
+    pruned[5::997] = rng.uniform(-6e-5, 6e-5, len(pruned[5::997]))   # float16 subnormals
+    return {"pruned": pruned}
 
 
 def q8_0_cases() -> dict[str, np.ndarray]:
@@ -100,12 +111,13 @@ def files(tmp_path_factory):
     for name, x in f32_cases().items():
         made[f"F32-{name}"] = (out / f"f32-{name}.safetensors", x.astype(np.float64))
         write_f32(made[f"F32-{name}"][0], x)
-    for name, x in f32_cases().items():   # BF16, written by torch and safetensors
-        import torch
-        from safetensors.torch import save_file
-        w = torch.from_numpy(x).to(torch.bfloat16)
-        made[f"BF16-{name}"] = (out / f"bf16-{name}.safetensors", w.to(torch.float64).numpy())
-        save_file({"w": w}, str(made[f"BF16-{name}"][0]))
+    import torch
+    from safetensors.torch import save_file
+    for dtype, name, x in [*(("BF16", n, x) for n, x in f32_cases().items()),   # written by torch and safetensors
+                           *(("F16", n, x) for n, x in {**f32_cases(), **f16_cases()}.items())]:
+        w = torch.from_numpy(x).to(getattr(torch, {"BF16": "bfloat16", "F16": "float16"}[dtype]))
+        made[f"{dtype}-{name}"] = (out / f"{dtype.lower()}-{name}.safetensors", w.to(torch.float64).numpy())
+        save_file({"w": w}, str(made[f"{dtype}-{name}"][0]))
     for name, blocks in q8_0_cases().items():
         made[f"Q8_0-{name}"] = (out / f"q8_0-{name}.gguf",
                                 dequantize(blocks.reshape(-1), Q.Q8_0).astype(np.float64).reshape(-1))
@@ -122,7 +134,8 @@ def summary(path, monkeypatch=None):
         return exact_summary(ckpt.tensor("w"), BINS, chunk_elems=CHUNK)
 
 
-CASES = ([f"F32-{n}" for n in f32_cases()] + [f"BF16-{n}" for n in f32_cases()] + [f"Q8_0-{n}" for n in q8_0_cases()]
+CASES = ([f"F32-{n}" for n in f32_cases()] + [f"BF16-{n}" for n in f32_cases()]
+         + [f"F16-{n}" for n in [*f32_cases(), *f16_cases()]] + [f"Q8_0-{n}" for n in q8_0_cases()]
          + [f"Q4_K-{n}" for n in q4_k_cases()])
 
 
@@ -149,7 +162,7 @@ def test_the_fast_path_gives_the_element_paths_bits(files, case, monkeypatch):
     path, _ = files[case]
     fast = summary(path)
     monkeypatch.setattr(rawstats, "FAST", {})      # every chunk decoded element by element
-    monkeypatch.setattr(codes, "countable", lambda tensor: False)   # BF16 too, not its codes counted
+    monkeypatch.setattr(codes, "countable", lambda tensor: False)   # BF16, F16 too, not their codes counted
     slow = summary(path)
     assert repr(fast[0]) == repr(slow[0])
     assert fast[1].counts == slow[1].counts and list(map(repr, fast[1].edges)) == list(map(repr, slow[1].edges))
@@ -177,6 +190,8 @@ def test_chunks_the_fast_path_leaves_alone_are_the_ones_it_cannot_promise(files)
     assert all(s is not None for s in windows("F32-normal"))
     assert [s is None for s in windows("BF16-nonfinite")] == [True, True, False, True]
     assert all(s is not None for s in windows("BF16-normal"))
+    assert [s is None for s in windows("F16-nonfinite")] == [True, True, False, True]
+    assert all(s is not None for s in windows("F16-normal") + windows("F16-near") + windows("F16-pruned"))
     assert [s is None for s in windows("Q8_0-special")] == [False, True, True, False]
     assert all(s is None for s in windows("Q8_0-positive"))
     assert all(s is not None for s in windows("Q4_K-random") + windows("Q4_K-close"))

@@ -1,5 +1,5 @@
-"""rawstats (the exact pass's F32, Q8_0 and Q4_K chunks summarised from their bytes) gives the element
-path's numbers to the last bit: stdlib only, so that it also runs inside Pyodide (tests/pyodide),
+"""rawstats (the exact pass's F32, BF16, F16, Q8_0 and Q4_K chunks summarised from their bytes) gives the
+element path's numbers to the last bit: stdlib only, so that it also runs inside Pyodide (tests/pyodide),
 where the page computes them. numpy's numbers on real files: test_rawstats.py."""
 
 import math
@@ -30,6 +30,20 @@ def bf16_bytes(f32: bytes) -> bytes:
     out = bytearray(len(f32) // 2)
     out[0::2], out[1::2] = f32[2::4], f32[3::4]
     return bytes(out)
+
+
+def f16_bytes(seed: int, n: int, specials=(), zeros: float = 0.0) -> bytes:
+    """Normal float16 values, a share `zeros` of them zeros, with (position, value) specials."""
+    rng = random.Random(seed)
+    values = [0.0 if rng.random() < zeros else rng.gauss(0, 0.02) for _ in range(n)]
+    for at, v in specials:
+        values[at] = v
+    return struct.pack(f"<{n}e", *values)
+
+
+# Every float16 but the infinities and NaNs, in code order: all 2,046 subnormals, both zeros.
+F16_EVERY_FINITE = b"".join(struct.pack("<H", c) for c in range(1 << 16) if c >> 10 & 0x1F != 0x1F)
+SUBNORMAL = 2.0 ** -24            # the smallest float16; below 2**-14 they are subnormal
 
 
 def rand_bytes(seed: int, n: int, choices=range(256)) -> bytes:
@@ -76,6 +90,19 @@ CASES = {
     "bf16-inf": ("BF16", bf16_bytes(f32_bytes(22, 1001, [(10, -math.inf)]))),
     "bf16-nan": ("BF16", bf16_bytes(f32_bytes(23, 1001, [(10, math.nan)]))),
     "bf16-zeros": ("BF16", bf16_bytes(struct.pack("<5f", 0.0, -0.0, 0.0, -0.0, 0.0))),
+    # F16 through the F32 path: widened exactly by tables, its subnormals by struct (|v| < 6.1e-5;
+    # 16 and 17 * 2**-24 either side of the 1e-6 line), then its own bytes binned
+    "f16": ("F16", f16_bytes(31, 4099, [(0, -0.0), (1, 0.0), (2, SUBNORMAL), (3, -3 * SUBNORMAL),
+                                        (4, 16 * SUBNORMAL), (5, -17 * SUBNORMAL), (6, 1023 * SUBNORMAL)])),
+    "f16-inf": ("F16", f16_bytes(32, 1001, [(10, math.inf)])),
+    "f16-nan": ("F16", f16_bytes(33, 1001, [(10, math.nan)])),
+    "f16-zeros": ("F16", struct.pack("<5e", 0.0, -0.0, 0.0, -0.0, 0.0)),
+    # most of it zeros (a pruned matrix): the subnormals are told from them by a byte-lane sum
+    "f16-pruned": ("F16", f16_bytes(34, 4099, [(at, (-1) ** at * at * SUBNORMAL) for at in range(7, 4099, 97)], zeros=0.8)),
+    # too many subnormals to patch one by one: all converted by struct
+    "f16-subnormal": ("F16", struct.pack("<3001e", *(random.Random(35).randrange(-1023, 1024) * SUBNORMAL
+                                                     for _ in range(3001)))),
+    "f16-every-code": ("F16", F16_EVERY_FINITE),
     "q8_0": ("Q8_0", q8_0_bytes(4, Q8_0_BLOCKS + 1)),
     "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
     "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, Q8_0_BLOCKS, [(7, math.inf)])),
@@ -141,8 +168,8 @@ CASES = {
                                        + bytes(range(128)) for _ in range(9))),
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
-FAST_CASES = ("f32", "f32-equal", "bf16", "q8_0", "q8_0-zero-scale", "q8_0-small", "q8_0-negative", "q8_0-outlier",
-              "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny", "q4_k-near", "q4_k-huge", "q4_k-spread",
+FAST_CASES = ("f32", "f32-equal", "bf16", "f16", "f16-pruned", "f16-subnormal", "f16-every-code", "q8_0",
+              "q8_0-zero-scale", "q8_0-small", "q8_0-negative", "q8_0-outlier", "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny", "q4_k-near", "q4_k-huge", "q4_k-spread",
               "q4_k-outlier", "q4_k-near-wide", "q4_k-zero-step")
 
 
@@ -155,14 +182,15 @@ def window(dtype: str, data: bytes) -> WindowBytes:
 def test_chunk_stats_are_the_element_paths(case):
     w = window(*CASES[case])
     fast = rawstats.chunk_stats(w)
-    # the element path: F32 and BF16 sum their squares by hypot (as their fast path), the others by fsum
-    slow = compute(decode_window(*w), percentiles=False, hypot_squares=w.dtype in ("F32", "BF16"))
+    # the element path: F32, BF16 and F16 sum their squares by hypot (as their fast path), the others by fsum
+    slow = compute(decode_window(*w), percentiles=False, hypot_squares=w.dtype in ("F32", "BF16", "F16"))
     assert repr(rawstats.element_stats(w)) == repr(slow)
     if fast is not None:
         assert repr(fast) == repr(slow)
     else:   # left to the element path: non-finite values or scales, zero extremes, few Q8_0 blocks, a mean
         # far from 0 (Q8_0 then needs the squared deviations: all-equal values are that case)
-        assert case in ("f32-inf", "f32-nan", "f32-zeros", "bf16-inf", "bf16-nan", "bf16-zeros", "q8_0-inf-scale", "q8_0-equal", "q8_0-few-blocks",
+        assert case in ("f32-inf", "f32-nan", "f32-zeros", "bf16-inf", "bf16-nan", "bf16-zeros", "f16-inf", "f16-nan",
+                        "f16-zeros", "q8_0-inf-scale", "q8_0-equal", "q8_0-few-blocks",
                         "q4_k-inf-scale", "q4_k-nan-scale", "q4_k-equal") or 0.0 in (slow.min, slow.max)
 
 
@@ -336,7 +364,7 @@ def test_more_bins_than_a_byte_holds_are_left_to_the_element_path(case):
             slow.add(values, within=True)
             assert fast.counts == slow.counts and bins < 256
 
-# --- F32 histograms from the bytes (rawstats_f32_bins) ------------------------------------------
+# --- F32 histograms from the bytes (rawstats_float_bins) ------------------------------------------
 
 def f32_values(values) -> list[float]:
     return list(struct.unpack(f"<{len(values)}f", struct.pack(f"<{len(values)}f", *values)))
@@ -376,14 +404,14 @@ BIN_CASES = bin_cases()
 @pytest.mark.parametrize("bins", [1, 2, 7, 32, 64, 254])
 @pytest.mark.parametrize("case", sorted(BIN_CASES))
 def test_f32_histograms_from_the_bytes_are_binner_adds(case, bins):
-    from tensorloupe.sampler import rawstats_f32_bins
+    from tensorloupe.sampler import rawstats_float_bins
     values = BIN_CASES[case]
     data = struct.pack(f"<{len(values)}f", *values)
     lo, hi = min(values), max(values)
     fast, slow = Binner(lo, hi, bins), Binner(lo, hi, bins)
-    found = rawstats_f32_bins.plan(fast)
+    found = rawstats_float_bins.plan(fast)
     assert found is not None                         # the bytes path is taken, not the fallback
-    counts = rawstats_f32_bins.bin_counts(fast, found, data)
+    counts = rawstats_float_bins.bin_counts(fast, found, data)
     slow.add(values, within=True)
     assert counts == slow.counts
     assert rawstats.add_chunk(fast, window("F32", data), True)
@@ -398,31 +426,31 @@ def test_f32_histograms_hold_what_they_are_named_for():
     assert max(BIN_CASES["huge"]) == 3.4028234663852886e38                   # float32's largest
     assert max(BIN_CASES["subnormal"]) < 2.0 ** -126
     assert repr(min(BIN_CASES["zero-min"])) == "-0.0" and max(BIN_CASES["zero-max"]) == 0.0
-    from tensorloupe.sampler import rawstats_f32_bins
-    found = rawstats_f32_bins.plan(Binner(min(BIN_CASES["gauss"]), max(BIN_CASES["gauss"]), 32))
+    from tensorloupe.sampler import rawstats_float_bins
+    found = rawstats_float_bins.plan(Binner(min(BIN_CASES["gauss"]), max(BIN_CASES["gauss"]), 32))
     # top bytes holding thresholds, decided by the second byte, several to a group
     assert sum(group.members for group in found.groups) >= 4 and len(found.groups) < 4
-    assert any(group.final is None for group in rawstats_f32_bins.plan(Binner(-1.0, 1.0, 254)).groups)
+    assert any(group.final is None for group in rawstats_float_bins.plan(Binner(-1.0, 1.0, 254)).groups)
 
     def plan_of(case, bins=32):
         values = BIN_CASES[case]
-        return rawstats_f32_bins.plan(Binner(min(values), max(values), bins))
+        return rawstats_float_bins.plan(Binner(min(values), max(values), bins))
     assert found.top is None                     # the top byte's own codes folded into a group
     assert plan_of("on-edges").top is not None   # no room for them there: one pass more
     assert plan_of("one-sign").groups == ()      # every top byte decides alone
 
 
 def test_f32_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
-    from tensorloupe.sampler import rawstats_f32_bins
+    from tensorloupe.sampler import rawstats_float_bins
     values = BIN_CASES["gauss"]
     data = struct.pack(f"<{len(values)}f", *values)
-    assert rawstats_f32_bins.plan(Binner(0.125, 0.125, 32)) is None     # a constant: one bin
-    assert rawstats_f32_bins.plan(Binner(0.1, 0.7, 32)) is None         # 0.1 is no float32
-    assert rawstats_f32_bins.plan(Binner(-1.0, 1.0, 255)) is None       # more bins than the codes hold
-    assert rawstats_f32_bins.plan(Binner(-1e300, 1.0, 32)) is None      # beyond float32's range
+    assert rawstats_float_bins.plan(Binner(0.125, 0.125, 32)) is None     # a constant: one bin
+    assert rawstats_float_bins.plan(Binner(0.1, 0.7, 32)) is None         # 0.1 is no float32
+    assert rawstats_float_bins.plan(Binner(-1.0, 1.0, 255)) is None       # more bins than the codes hold
+    assert rawstats_float_bins.plan(Binner(-1e300, 1.0, 32)) is None      # beyond float32's range
     # a value outside the range (the file changed between the passes): refused, binned as before
     narrow = Binner(f32_values([-0.01])[0], f32_values([0.01])[0], 32)
-    assert rawstats_f32_bins.bin_counts(narrow, rawstats_f32_bins.plan(narrow), data) is None
+    assert rawstats_float_bins.bin_counts(narrow, rawstats_float_bins.plan(narrow), data) is None
     slow = Binner(narrow.lo, narrow.hi, 32)
     slow.add(values, within=True)
     assert rawstats.add_chunk(narrow, window("F32", data), True) and narrow.counts == slow.counts
@@ -481,16 +509,84 @@ def test_bin_counts_of_frequent_codes_by_bit_count_and_rare_ones_squeezed_are_by
 def test_f32_histograms_from_the_bytes_are_binner_adds_across_pieces():
     # pieces of 500 values: the values binned one by one are found in every piece, at their
     # place in the whole chunk
-    from tensorloupe.sampler import rawstats_f32_bins
-    saved = rawstats_f32_bins.PIECE_ELEMS
+    from tensorloupe.sampler import rawstats_float_bins
+    saved = rawstats_float_bins.PIECE_ELEMS
     try:
-        rawstats_f32_bins.PIECE_ELEMS = 500
+        rawstats_float_bins.PIECE_ELEMS = 500
         for case in ("gauss", "on-edges", "magnitudes"):
             values = BIN_CASES[case]
             data = struct.pack(f"<{len(values)}f", *values)
             fast, slow = Binner(min(values), max(values), 32), Binner(min(values), max(values), 32)
             slow.add(values, within=True)
-            assert rawstats_f32_bins.bin_counts(fast, rawstats_f32_bins.plan(fast), data) == slow.counts
-            assert len(values) > 2 * rawstats_f32_bins.PIECE_ELEMS
+            assert rawstats_float_bins.bin_counts(fast, rawstats_float_bins.plan(fast), data) == slow.counts
+            assert len(values) > 2 * rawstats_float_bins.PIECE_ELEMS
     finally:
-        rawstats_f32_bins.PIECE_ELEMS = saved
+        rawstats_float_bins.PIECE_ELEMS = saved
+
+
+# --- F16: widened to the float32s it stands for; binned from its own bytes ------------------------
+
+def test_f16_widening_is_exact_for_every_finite_code():
+    data = F16_EVERY_FINITE
+    n = len(data) // 2
+    assert rawstats._widen_f16(data) == struct.pack(f"<{n}f", *struct.unpack(f"<{n}e", data))
+    assert rawstats._widen_f16(struct.pack("<3e", 1.0, math.inf, 2.0)) is None
+    assert rawstats._widen_f16(struct.pack("<3e", 1.0, math.nan, 2.0)) is None
+
+
+def test_f16_cases_hold_what_they_are_named_for():
+    # the widening's three ways are each taken: few zero exponents (each looked at); many, but few
+    # subnormals among them (flagged by the lane sum); many subnormals (struct converts them all)
+    def shares(case):
+        data = CASES[case][1]
+        values = struct.unpack(f"<{len(data) // 2}e", data)
+        subnormal = sum(1 for v in values if v and abs(v) < 2.0 ** -14)
+        return sum(1 for v in values if abs(v) < 2.0 ** -14) / len(values), subnormal / len(values)
+    assert shares("f16")[0] < 1 / rawstats.FEW and shares("f16")[1] > 0
+    zero_exponent, subnormal = shares("f16-pruned")
+    assert zero_exponent > 1 / rawstats.FEW > subnormal > 0
+    assert shares("f16-subnormal")[1] > 1 / rawstats.FEW
+    near = compute(decode_window(*window(*CASES["f16"])), percentiles=False)
+    assert near.exact_zeros == 2 and near.zeros * near.count >= 4      # 16 * 2**-24 < 1e-6 < 17 * 2**-24
+
+
+F16_BIN_CASES = {
+    "gauss": f16_bytes(41, 20_001),
+    "on-edges": struct.pack("<3003e", *([k / 16 - 1 for k in range(33)] * 91)),   # every edge a float16
+    "pruned": CASES["f16-pruned"][1],
+    "every-code": F16_EVERY_FINITE,
+    "zero-min": struct.pack("<3002e", -0.0, 0.0, *(abs(v) for v in struct.unpack("<3000e", f16_bytes(42, 3000)))),
+}
+
+
+@pytest.mark.parametrize("bins", [1, 2, 7, 32, 64, 254])
+@pytest.mark.parametrize("case", sorted(F16_BIN_CASES))
+def test_f16_histograms_from_the_bytes_are_binner_adds_with_none_binned_one_by_one(case, bins):
+    from tensorloupe.sampler import rawstats_float_bins
+    data = F16_BIN_CASES[case]
+    values = list(struct.unpack(f"<{len(data) // 2}e", data))
+    lo, hi = min(values), max(values)
+    fast, slow = Binner(lo, hi, bins), Binner(lo, hi, bins)
+    found = rawstats_float_bins.plan(fast, rawstats_float_bins.F16)
+    assert found is not None
+    # the tables decide every float16's bin: no code of a value in the range is ONE_BY_ONE
+    codes = rawstats_float_bins._codes(found, data[1::2], data[0::2])
+    assert codes.find(rawstats_float_bins.ONE_BY_ONE) < 0
+    slow.add(values, within=True)
+    assert rawstats_float_bins.bin_counts(fast, found, data) == slow.counts
+    assert rawstats.add_chunk(fast, window("F16", data), True)
+    assert fast.counts == slow.counts
+
+
+def test_f16_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
+    from tensorloupe.sampler import rawstats_float_bins
+    F16 = rawstats_float_bins.F16
+    assert rawstats_float_bins.plan(Binner(0.1, 0.7, 32), F16) is None        # 0.1 is no float16
+    assert rawstats_float_bins.plan(Binner(-1e5, 1.0, 32), F16) is None       # beyond float16's range
+    data = F16_BIN_CASES["gauss"]
+    values = struct.unpack(f"<{len(data) // 2}e", data)
+    narrow = Binner(-2.0 ** -7, 2.0 ** -7, 32)                                # values outside it
+    assert rawstats_float_bins.bin_counts(narrow, rawstats_float_bins.plan(narrow, F16), data) is None
+    slow = Binner(narrow.lo, narrow.hi, 32)
+    slow.add(values, within=True)
+    assert rawstats.add_chunk(narrow, window("F16", data), True) and narrow.counts == slow.counts

@@ -5,11 +5,11 @@ Two passes: the statistics (min, max, mean, std, counts), then the histogram ove
 runs both and, for a tensor whose decoding costs more than keeping its values (ggml and other
 block quantisations) and that is small enough, keeps the first pass's values for the second:
 each block is then decoded once. An 8- or 16-bit float tensor takes one pass that counts its
-element codes instead (codes.py): the same figures, no element decoded (but BF16, whose values
-are float32's top halves: rawstats' F32 path is faster). F32, BF16, Q8_0 and Q4_K chunks
-are summarised from their bytes (rawstats.py: the numbers the element path gives, with less Python
-per element; the quantised ones keep their bytes between the passes); an F32 chunk's statistics
-are those of its 64K-element pieces merged, on either path (rawstats.pieces). Every pass is a generator, so that callers can stop between
+element codes instead (codes.py): the same figures, no element decoded (but BF16 and F16, whose
+values rawstats' F32 path summarises faster as the float32s they are). F32, BF16, F16, Q8_0 and
+Q4_K chunks are summarised from their bytes (rawstats.py: the numbers the element path gives, with
+less Python per element; the quantised ones keep their bytes between the passes); an F32, BF16 or
+F16 chunk's statistics are those of its 64K-element pieces merged, on either path (rawstats.pieces). Every pass is a generator, so that callers can stop between
 chunks: the CLI through a progress callback, the browser worker between messages.
 """
 
@@ -174,7 +174,7 @@ def exact_summary(tensor: Tensor, bins: int = 64, progress: tuple[Progress | Non
     """`exact_stats` then `exact_histogram`, each with its progress callback; a block-quantised
     tensor of at most KEEP_ELEMS stored elements is decoded once, its values kept between."""
     view, repeats, _ = checked_view(tensor, max_elements)
-    if codes.countable(view) and not rawstats.supported(view):   # BF16: rawstats' F32 path is faster
+    if codes.countable(view) and not rawstats.supported(view):   # BF16, F16: rawstats is faster
         return _counted_summary(tensor, view, repeats, bins, progress, chunk_elems, log)
     keep = [] if dtype_of(view).kind == "quant" and view.numel <= KEEP_ELEMS else None
     stats = _run(exact_stats_steps(tensor, chunk_elems, max_elements, keep), progress[0],

@@ -1,5 +1,5 @@
-"""The exact pass's histogram of a float32 chunk from its bytes: `Binner.add`'s counts, number for
-number, with no float made per element (rawstats._f32_add).
+"""The exact pass's histogram of a float32 or float16 chunk from its bytes: `Binner.add`'s counts,
+number for number, with no float made per element (rawstats._float_add).
 
 Binner's bin of v, min(floor((v * scale - lo) / width), last), never decreases as v grows, so bin k
 starts at a threshold: the smallest float32 whose bin is k or more, found once per range by
@@ -12,7 +12,8 @@ byte gives the bin of every value whose top byte holds no threshold; for each to
 one, a table of the second byte gives those values' bins, several such top bytes at a time
 (a sum of byte lanes in a big int, then one more table: class `Group`); the
 few values sharing a threshold's top 16 bits (~1% of a weight matrix's) are binned one by one,
-with the same expression. Counting: int.bit_count for up to 8 frequent bins, the bin of 0 as what
+with the same expression. A float16 is its top 16 bits: the same tables over its two bytes decide
+every value's bin (none is binned one by one). Counting: int.bit_count for up to 8 frequent bins, the bin of 0 as what
 remains, and bytes.count for the rest over the piece with every other byte deleted (bytecounts.py).
 """
 
@@ -32,22 +33,33 @@ from .stats import Binner
 
 # The code of a value binned one by one (so at most 255 bins take this path).
 ONE_BY_ONE = 255
-_F32 = struct.Struct("<f")
-_U32 = struct.Struct("<I")
 
 
-def _key(bits: int) -> int:
-    """The order key of float32 bits: keys sort as the values do (-0.0 just below +0.0)."""
-    return bits ^ 0x80000000 if bits < 0x80000000 else 0xFFFFFFFF - bits
+class Format(NamedTuple):
+    """A float type binned from its bytes (little-endian)."""
+    size: int                       # bytes per value: the top byte is the last
+    value: struct.Struct            # one value
+    bits: struct.Struct             # its bits as an unsigned int
 
 
-def _value(key: int) -> float:
-    bits = key ^ 0x80000000 if key >= 0x80000000 else 0xFFFFFFFF - key
-    return _F32.unpack(_U32.pack(bits))[0]
+F32 = Format(4, struct.Struct("<f"), struct.Struct("<I"))
+F16 = Format(2, struct.Struct("<e"), struct.Struct("<H"))
 
 
-def _bits(x: float) -> int:
-    return _U32.unpack(_F32.pack(x))[0]
+def _key(bits: int, fmt: Format) -> int:
+    """The order key of a float's bits: keys sort as the values do (-0.0 just below +0.0)."""
+    sign = 1 << (8 * fmt.size - 1)
+    return bits ^ sign if bits < sign else 2 * sign - 1 - bits
+
+
+def _value(key: int, fmt: Format) -> float:
+    sign = 1 << (8 * fmt.size - 1)
+    bits = key ^ sign if key >= sign else 2 * sign - 1 - key
+    return fmt.value.unpack(fmt.bits.pack(bits))[0]
+
+
+def _bits(x: float, fmt: Format) -> int:
+    return fmt.bits.unpack(fmt.value.pack(x))[0]
 
 
 class Group(NamedTuple):
@@ -70,6 +82,7 @@ class Plan(NamedTuple):
     edges: tuple[float, ...]        # the thresholds' values: a value's bin is bisect_right(edges, v)
     lo: float                       # the range, for the values binned one by one
     hi: float
+    fmt: Format
 
 
 def _groups(tables: list[tuple[int, bytes]]) -> tuple[Group, ...]:
@@ -127,34 +140,36 @@ def _fold(top: bytes, groups: tuple[Group, ...]) -> tuple[Group, ...] | None:
     return None
 
 
-def plan(binner: Binner) -> Plan | None:
-    """The tables for `binner`'s range; None where they cannot be made (a range that is not two
-    float32 values, a constant, more bins than the codes hold)."""
+def plan(binner: Binner, fmt: Format = F32) -> Plan | None:
+    """The tables for `binner`'s range over values of `fmt`; None where they cannot be made (a
+    range that is not two such values, a constant, more bins than the codes hold)."""
     if binner.constant or binner.bins >= ONE_BY_ONE or not (math.isfinite(binner.lo) and math.isfinite(binner.hi)):
         return None
     lo_s, width, scale = binner._scaled()
-    return _plan(binner.lo, binner.hi, binner.bins, lo_s, width, scale)
+    return _plan(binner.lo, binner.hi, binner.bins, lo_s, width, scale, fmt)
 
 
 @lru_cache(maxsize=64)
-def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: float) -> Plan | None:
+def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: float, fmt: Format) -> Plan | None:
     try:
-        if _F32.unpack(_F32.pack(lo))[0] != lo or _F32.unpack(_F32.pack(hi))[0] != hi:
+        if fmt.value.unpack(fmt.value.pack(lo))[0] != lo or fmt.value.unpack(fmt.value.pack(hi))[0] != hi:
             return None
-    except OverflowError:    # beyond float32's range
+    except OverflowError:    # beyond the type's range
         return None
     last = bins - 1
+    below_top = 8 * fmt.size - 8        # a key's bits below its top byte
+    below_second = below_top - 8        # and below the next byte
 
     def bin_of(key: int) -> int:   # Binner.add's expression (`within`: never below 0)
-        v = _value(key)
+        v = _value(key, fmt)
         if scale != 1.0:
             v = v * scale
         index = math.floor((v - lo_s) / width)
         return index if index < last else last
 
     # the keys a value in [lo, hi] can have: a zero bound takes both zeros
-    first = _key(_bits(-0.0)) if lo == 0.0 else _key(_bits(lo))
-    end = _key(_bits(0.0)) if hi == 0.0 else _key(_bits(hi))
+    first = _key(_bits(-0.0, fmt), fmt) if lo == 0.0 else _key(_bits(lo, fmt), fmt)
+    end = _key(_bits(0.0, fmt), fmt) if hi == 0.0 else _key(_bits(hi, fmt), fmt)
     thresholds = []
     for k in range(1, bins):
         low, high = thresholds[-1] if thresholds else first, end + 1
@@ -176,10 +191,11 @@ def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: flo
     top, second = bytearray(256), []
     for byte in range(256):
         high = (byte | 0x80) if byte < 0x80 else 0xFF - byte        # the key's top byte
-        top[byte] = code(high << 24, high << 24 | 0xFFFFFF)
-        if top[byte] == ONE_BY_ONE and first <= high << 24 | 0xFFFFFF and high << 24 <= end:
-            table = bytes(code(key, key | 0xFFFF) for key in
-                          ((high << 8 | (b if byte < 0x80 else 0xFF - b)) << 16 for b in range(256)))
+        start, stop = high << below_top, (high + 1 << below_top) - 1
+        top[byte] = code(start, stop)
+        if top[byte] == ONE_BY_ONE and first <= stop and start <= end:
+            table = bytes(code(key, key | (1 << below_second) - 1) for key in
+                          ((high << 8 | (b if byte < 0x80 else 0xFF - b)) << below_second for b in range(256)))
             if table.count(ONE_BY_ONE) < 256:     # else leave the whole top byte to one by one
                 top[byte] = 0
                 second.append((byte, table))
@@ -187,7 +203,7 @@ def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: flo
     # share a bin), and one at -0.0 counts both zeros as at or above it, as they are
     groups = _groups(second)
     folded = _fold(bytes(top), groups)
-    return Plan(None if folded else bytes(top), folded or groups, tuple(map(_value, thresholds)), lo, hi)
+    return Plan(None if folded else bytes(top), folded or groups, tuple(_value(t, fmt) for t in thresholds), lo, hi, fmt)
 
 
 
@@ -205,27 +221,29 @@ PIECE_ELEMS = 1 << 16
 
 
 def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
-    """Counts per bin of the float32 values `data` holds (little-endian), as binner.add would
-    make them; None if one lies outside the range (the file changed between the passes)."""
+    """Counts per bin of the values of found.fmt that `data` holds (little-endian), as binner.add
+    would make them; None if one lies outside the range (the file changed between the passes)."""
     counts, where = [0] * binner.bins, []
     # one bin fewer counted: the one the middle of the range falls in, taken as what remains
     # (frequent bytes are the slowest to count: each match a branch mispredicted)
     middle = _middle_bin(found, binner.bins)
     wanted, hot = [k for k in range(binner.bins) if k != middle], None
-    step = 4 * PIECE_ELEMS
+    size = found.fmt.size
+    step = size * PIECE_ELEMS
     for start in range(0, len(data), step):
         stop = min(start + step, len(data))
-        codes = _codes(found, data[start + 3:stop:4], data[start + 2:stop:4])
+        codes = _codes(found, data[start + size - 1:stop:size], data[start + size - 2:stop:size])
         hot = hot or hot_codes(codes, wanted)            # the first piece's frequent codes serve all
         piece = code_counts(codes, wanted, binner.bins, hot)
         at, before = codes.find(ONE_BY_ONE), len(where)
         while at >= 0:
-            where.append(start // 4 + at)
+            where.append(start // size + at)
             at = codes.find(ONE_BY_ONE, at + 1)
         piece[middle] = len(codes) - (len(where) - before) - sum(piece)
         counts = list(map(add, counts, piece))
     if where:
-        values = list(map(memoryview(data).cast("f").__getitem__, where))
+        values = (list(map(memoryview(data).cast("f").__getitem__, where)) if found.fmt is F32 else
+                  [found.fmt.value.unpack_from(data, size * i)[0] for i in where])   # F16: outside the range
         if min(values) < found.lo or max(values) > found.hi:
             return None
         for k, m in Counter(map(bisect_right, repeat(found.edges), values)).items():
