@@ -328,7 +328,6 @@ def _widen_f16(data: bytes) -> bytes | None:
     return bytes(out)
 
 
-
 def _subnormal_flags(high: bytes, low: bytes) -> bytes:
     """1 for each float16 (of these top and low bytes) that is subnormal, else 0."""
     lanes = int.from_bytes(high.translate(_SUBNORMAL_HIGH), "little") + int.from_bytes(low.translate(_NOT_ZERO), "little")

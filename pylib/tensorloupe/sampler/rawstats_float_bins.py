@@ -13,8 +13,9 @@ one, a table of the second byte gives those values' bins, several such top bytes
 (a sum of byte lanes in a big int, then one more table: class `Group`); the
 few values sharing a threshold's top 16 bits (~1% of a weight matrix's) are binned one by one,
 with the same expression. A float16 is its top 16 bits: the same tables over its two bytes decide
-every value's bin (none is binned one by one). Counting: int.bit_count for up to 8 frequent bins, the bin of 0 as what
-remains, and bytes.count for the rest over the piece with every other byte deleted (bytecounts.py).
+every value's bin (none is binned one by one). Counting: int.bit_count for up to 8 frequent bins,
+the bin of 0 as what remains, and bytes.count for the rest over the piece with every other byte
+deleted (bytecounts.py).
 """
 
 from __future__ import annotations
