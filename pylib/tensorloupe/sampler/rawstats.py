@@ -215,16 +215,17 @@ def _zeros_f32(top: bytes, values: list[float]) -> int:
     return sum(1 for i in _where(small, 0) if values[i] == 0.0)
 
 
-@lru_cache(maxsize=4)
-def _f32_values(n: int) -> struct.Struct:
-    return struct.Struct(f"<{n}f")
+@lru_cache(maxsize=8)
+def _values_of(code: str, n: int) -> struct.Struct:
+    """struct's reader of n little-endian values of `code` ("f": float32, "e": float16)."""
+    return struct.Struct(f"<{n}{code}")
 
 
 def _f32_stats(data: bytes, kept: dict | None = None) -> Stats | None:
     # kept: nothing decoded here is worth keeping (the bytes are the values)
     # a tuple, not a list: math.hypot(*values) then takes it as it is (a list is first copied
     # into one, touching every float: that doubled hypot's cost)
-    values = _f32_values(len(data) // 4).unpack(data)
+    values = _values_of("f", len(data) // 4).unpack(data)
     n = len(values)
     try:
         total = math.fsum(values)
@@ -250,7 +251,7 @@ def _float_add(binner: Binner, data: bytes, every_finite: bool, fmt: rawstats_fl
         for k, n in enumerate(counts):
             binner.counts[k] += n * binner.weight
         return True
-    values = array("f", data) if fmt is rawstats_float_bins.F32 else _f16_values(len(data) // 2).unpack(data)
+    values = array("f", data) if fmt is rawstats_float_bins.F32 else _values_of("e", len(data) // 2).unpack(data)
     binner.add(values if every_finite else list(filter(math.isfinite, values)), within=True)
     return True
 
@@ -292,18 +293,12 @@ def _exponent(b: int) -> int:
 _F16_TOP = bytes(b & 0x80 | (_exponent(b) + 112 >> 1 if _exponent(b) else 0) for b in range(256))
 _F16_THIRD = bytes((b & 7) << 5 for b in range(256))
 _F16_CLASS = bytes(2 if _exponent(b) == 31 else 1 if _exponent(b) == 0 else 0 for b in range(256))
-_F32_ONE, _F16_ONE = struct.Struct("<f"), struct.Struct("<e")
 # Which float16s are subnormal, from a sum of byte lanes: of the top byte, 2 where the exponent is 0
 # and the mantissa's top bits are not (a subnormal), 1 where both are 0 (a zero or a subnormal, as
 # the low byte says); of the low byte, 1 if not 0. The sum is at least 2 for a subnormal only.
 _SUBNORMAL_HIGH = bytes(0 if _exponent(b) else 2 if b & 3 else 1 for b in range(256))
 _NOT_ZERO = bytes(1 if b else 0 for b in range(256))
 _AT_LEAST_2 = bytes(1 if c >= 2 else 0 for c in range(256))
-
-
-@lru_cache(maxsize=4)
-def _f16_values(n: int) -> struct.Struct:
-    return struct.Struct(f"<{n}e")
 
 
 def _widen_f16(data: bytes) -> bytes | None:
@@ -313,18 +308,19 @@ def _widen_f16(data: bytes) -> bytes | None:
     if classes.find(2) >= 0:
         return None
     n = len(high)
-    zero_exponent, candidates = classes.count(1), classes
-    if zero_exponent > n // FEW:      # many zeros (a pruned tensor): which of them are subnormals
+    candidates = classes
+    if classes.count(1) > n // FEW:      # many zeros (a pruned tensor): which of them are subnormals
         candidates = _subnormal_flags(high, low)
         if candidates.count(1) > n // FEW:   # too many to patch one by one: convert them all
-            return _f32_values(n).pack(*_f16_values(n).unpack(data))
+            return _values_of("f", n).pack(*_values_of("e", n).unpack(data))
     out = bytearray(2 * len(data))
     out[3::4] = high.translate(_F16_TOP)
     out[2::4] = (int.from_bytes(data, "little") >> 3).to_bytes(len(data), "little")[0::2]
     out[1::4] = low.translate(_F16_THIRD)
-    for i in _where(candidates, 1) if zero_exponent else ():
+    one_f32, one_f16 = rawstats_float_bins.F32.value, rawstats_float_bins.F16.value
+    for i in _where(candidates, 1):
         if low[i] or high[i] & 0x7F:          # a subnormal, not a zero
-            _F32_ONE.pack_into(out, 4 * i, _F16_ONE.unpack_from(data, 2 * i)[0])
+            one_f32.pack_into(out, 4 * i, one_f16.unpack_from(data, 2 * i)[0])
     return bytes(out)
 
 
