@@ -590,3 +590,55 @@ def test_f16_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
     slow = Binner(narrow.lo, narrow.hi, 32)
     slow.add(values, within=True)
     assert rawstats.add_chunk(narrow, window("F16", data), True) and narrow.counts == slow.counts
+
+
+# --- BF16: binned from its own bytes, as F16 -------------------------------------------------------
+
+# Every bfloat16 but the infinities and NaNs (exponent 0xFF), in code order: subnormals, both zeros.
+BF16_EVERY_FINITE = b"".join(struct.pack("<H", c) for c in range(1 << 16) if c >> 7 & 0xFF != 0xFF)
+
+
+def bf16_values(data: bytes) -> list[float]:
+    n = len(data) // 2
+    return list(struct.unpack(f"<{n}f", struct.pack(f"<{n}I", *(c << 16 for c in struct.unpack(f"<{n}H", data)))))
+
+
+BF16_BIN_CASES = {
+    "gauss": bf16_bytes(f32_bytes(43, 20_001)),
+    "on-edges": bf16_bytes(struct.pack("<3003f", *([k / 16 - 1 for k in range(33)] * 91))),
+    "every-code": BF16_EVERY_FINITE,
+    "zero-min": bf16_bytes(struct.pack("<3002f", -0.0, 0.0, *(abs(v) for v in struct.unpack("<3000f", f32_bytes(44, 3000))))),
+}
+
+
+@pytest.mark.parametrize("bins", [1, 2, 7, 32, 64, 254])
+@pytest.mark.parametrize("case", sorted(BF16_BIN_CASES))
+def test_bf16_histograms_from_the_bytes_are_binner_adds_with_none_binned_one_by_one(case, bins):
+    from tensorloupe.sampler import rawstats_float_bins
+    data = BF16_BIN_CASES[case]
+    values = bf16_values(data)
+    lo, hi = min(values), max(values)
+    fast, slow = Binner(lo, hi, bins), Binner(lo, hi, bins)
+    found = rawstats_float_bins.plan(fast, rawstats_float_bins.BF16)
+    assert found is not None
+    # a bfloat16 is its top 16 bits: the tables decide every value's bin
+    codes = rawstats_float_bins._codes(found, data[1::2], data[0::2])
+    assert codes.find(rawstats_float_bins.ONE_BY_ONE) < 0
+    slow.add(values, within=True)
+    assert rawstats_float_bins.bin_counts(fast, found, data) == slow.counts
+    assert rawstats.add_chunk(fast, window("BF16", data), True)
+    assert fast.counts == slow.counts
+
+
+def test_bf16_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
+    from tensorloupe.sampler import rawstats_float_bins
+    BF16 = rawstats_float_bins.BF16
+    assert rawstats_float_bins.plan(Binner(0.1, 0.75, 32), BF16) is None       # 0.1 is no bfloat16
+    assert rawstats_float_bins.plan(Binner(1.0 + 2 ** -10, 2.0, 32), BF16) is None   # a float32, no bfloat16
+    assert rawstats_float_bins.plan(Binner(-1e39, 1.0, 32), BF16) is None     # beyond its range
+    data = BF16_BIN_CASES["gauss"]
+    narrow = Binner(-2.0 ** -7, 2.0 ** -7, 32)                                # values outside it
+    assert rawstats_float_bins.bin_counts(narrow, rawstats_float_bins.plan(narrow, BF16), data) is None
+    slow = Binner(narrow.lo, narrow.hi, 32)
+    slow.add(bf16_values(data), within=True)
+    assert rawstats.add_chunk(narrow, window("BF16", data), True) and narrow.counts == slow.counts

@@ -12,8 +12,9 @@ caller then decodes the chunk as before). The exact pass (exact.py) is bound by 
   the few values the top bytes single out (within a sign the float32 order is the byte order);
   the histogram is counted from the top two bytes of each value (rawstats_float_bins.py), no float
   made but for the ~2% of values that share a bin edge's top 16 bits.
-* BF16: the F32 path over the float32 values it stands for (its two bytes as a float32's top
-  half: exact, ~1 ms per million); faster than counting its element codes (codes.py).
+* BF16: the statistics are the F32 path's over the float32 values it stands for (its two bytes
+  as a float32's top half: exact); faster than counting its element codes (codes.py). The
+  histogram is counted from its own two bytes by the F32 path's tables, as F16's.
 * F16: the statistics are the F32 path's over the float32 values it stands for (widened exactly
   by byte tables and one shift: ~9 ms per million, where struct's '<e' takes ~36); the histogram
   is counted from its own two bytes by the F32 path's tables, which decide every value's bin.
@@ -215,7 +216,7 @@ def _zeros_f32(top: bytes, values: list[float]) -> int:
     return sum(1 for i in _where(small, 0) if values[i] == 0.0)
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=16)
 def _values_of(code: str, n: int) -> struct.Struct:
     """struct's reader of n little-endian values of `code` ("f": float32, "e": float16)."""
     return struct.Struct(f"<{n}{code}")
@@ -251,7 +252,10 @@ def _float_add(binner: Binner, data: bytes, every_finite: bool, fmt: rawstats_fl
         for k, n in enumerate(counts):
             binner.counts[k] += n * binner.weight
         return True
-    values = array("f", data) if fmt is rawstats_float_bins.F32 else _values_of("e", len(data) // 2).unpack(data)
+    if fmt is rawstats_float_bins.F16:
+        values = _values_of("e", len(data) // 2).unpack(data)
+    else:
+        values = array("f", data if fmt is rawstats_float_bins.F32 else _widen_bf16(data))
     binner.add(values if every_finite else list(filter(math.isfinite, values)), within=True)
     return True
 
@@ -275,7 +279,7 @@ def _bf16_stats(data: bytes, kept: dict | None = None) -> Stats | None:
 
 
 def _bf16_add(binner: Binner, data: bytes, every_finite: bool, kept: dict | None = None) -> bool:
-    return _f32_add(binner, _widen_bf16(data), every_finite)
+    return _float_add(binner, data, every_finite, rawstats_float_bins.BF16)
 
 
 # --- F16: the float32 values it stands for, for the statistics ----------------------------------
@@ -317,7 +321,7 @@ def _widen_f16(data: bytes) -> bytes | None:
     out[3::4] = high.translate(_F16_TOP)
     out[2::4] = (int.from_bytes(data, "little") >> 3).to_bytes(len(data), "little")[0::2]
     out[1::4] = low.translate(_F16_THIRD)
-    one_f32, one_f16 = rawstats_float_bins.F32.value, rawstats_float_bins.F16.value
+    one_f32, one_f16 = _values_of("f", 1), _values_of("e", 1)
     for i in _where(candidates, 1):
         if low[i] or high[i] & 0x7F:          # a subnormal, not a zero
             one_f32.pack_into(out, 4 * i, one_f16.unpack_from(data, 2 * i)[0])

@@ -1,5 +1,5 @@
-"""The exact pass's histogram of a float32 or float16 chunk from its bytes: `Binner.add`'s counts,
-number for number, with no float made per element (rawstats._float_add).
+"""The exact pass's histogram of a float32, float16 or bfloat16 chunk from its bytes: `Binner.add`'s
+counts, number for number, with no float made per element (rawstats._float_add).
 
 Binner's bin of v, min(floor((v * scale - lo) / width), last), never decreases as v grows, so bin k
 starts at a threshold: the smallest float32 whose bin is k or more, found once per range by
@@ -9,13 +9,12 @@ the number of thresholds at or below its key, and its top 16 bits (byte 3: the s
 exponent's top 7 bits; byte 2: the exponent's last bit and the mantissa's top 7) decide that for
 every value but those whose top 16 bits are a threshold's own. So one translate table of the top
 byte gives the bin of every value whose top byte holds no threshold; for each top byte that holds
-one, a table of the second byte gives those values' bins, several such top bytes at a time
-(a sum of byte lanes in a big int, then one more table: class `Group`); the
-few values sharing a threshold's top 16 bits (~1% of a weight matrix's) are binned one by one,
-with the same expression. A float16 is its top 16 bits: the same tables over its two bytes decide
-every value's bin (none is binned one by one). Counting: int.bit_count for up to 8 frequent bins,
-the bin of 0 as what remains, and bytes.count for the rest over the piece with every other byte
-deleted (bytecounts.py).
+one, a table of the second byte gives those values' bins, several such top bytes at a time (a sum of
+byte lanes in a big int, then one more table: class `Group`); the few values sharing a threshold's
+top 16 bits (~1% of a weight matrix's) are binned one by one, with the same expression. A float16 or
+a bfloat16 is its top 16 bits: the same tables over its two bytes decide every value's bin (none is
+binned one by one). Counting: int.bit_count for up to 8 frequent bins, the bin of 0 as what remains,
+and bytes.count for the rest over the piece with every other byte deleted (bytecounts.py).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from collections import Counter
 from functools import lru_cache
 from itertools import repeat
 from operator import add
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from .bytecounts import code_counts, hot_codes
 from .stats import Binner
@@ -38,13 +37,35 @@ ONE_BY_ONE = 255
 
 class Format(NamedTuple):
     """A float type binned from its bytes (little-endian)."""
-    size: int                       # bytes per value: the top byte is the last
-    value: struct.Struct            # one value
-    bits: struct.Struct             # its bits as an unsigned int
+    size: int                                  # bytes per value: the top byte is the last
+    float_of: Callable[[int], float]           # a value from its bits
+    bits_of: Callable[[float], "int | None"]   # the bits of x, None if x is no value of the type
 
 
-F32 = Format(4, struct.Struct("<f"), struct.Struct("<I"))
-F16 = Format(2, struct.Struct("<e"), struct.Struct("<H"))
+def _struct_format(code: str, bits: str) -> Format:
+    value, unsigned = struct.Struct("<" + code), struct.Struct("<" + bits)
+
+    def float_of(b: int) -> float:
+        return value.unpack(unsigned.pack(b))[0]
+
+    def bits_of(x: float) -> int | None:
+        try:
+            packed = value.pack(x)
+        except OverflowError:    # beyond the type's range
+            return None
+        return unsigned.unpack(packed)[0] if value.unpack(packed)[0] == x else None
+
+    return Format(value.size, float_of, bits_of)
+
+
+def _bf16_bits(x: float) -> int | None:
+    bits = F32.bits_of(x)
+    return bits >> 16 if bits is not None and not bits & 0xFFFF else None
+
+
+F32 = _struct_format("f", "I")
+F16 = _struct_format("e", "H")
+BF16 = Format(2, lambda b: F32.float_of(b << 16), _bf16_bits)   # a float32's top half
 
 
 def _key(bits: int, fmt: Format) -> int:
@@ -55,12 +76,7 @@ def _key(bits: int, fmt: Format) -> int:
 
 def _value(key: int, fmt: Format) -> float:
     sign = 1 << (8 * fmt.size - 1)
-    bits = key ^ sign if key >= sign else 2 * sign - 1 - key
-    return fmt.value.unpack(fmt.bits.pack(bits))[0]
-
-
-def _bits(x: float, fmt: Format) -> int:
-    return fmt.bits.unpack(fmt.value.pack(x))[0]
+    return fmt.float_of(key ^ sign if key >= sign else 2 * sign - 1 - key)
 
 
 class Group(NamedTuple):
@@ -152,10 +168,8 @@ def plan(binner: Binner, fmt: Format = F32) -> Plan | None:
 
 @lru_cache(maxsize=64)
 def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: float, fmt: Format) -> Plan | None:
-    try:
-        if fmt.value.unpack(fmt.value.pack(lo))[0] != lo or fmt.value.unpack(fmt.value.pack(hi))[0] != hi:
-            return None
-    except OverflowError:    # beyond the type's range
+    low_bits, high_bits = fmt.bits_of(lo), fmt.bits_of(hi)
+    if low_bits is None or high_bits is None:
         return None
     last = bins - 1
     below_top = 8 * fmt.size - 8        # a key's bits below its top byte
@@ -169,8 +183,8 @@ def _plan(lo: float, hi: float, bins: int, lo_s: float, width: float, scale: flo
         return index if index < last else last
 
     # the keys a value in [lo, hi] can have: a zero bound takes both zeros
-    first = _key(_bits(-0.0, fmt), fmt) if lo == 0.0 else _key(_bits(lo, fmt), fmt)
-    end = _key(_bits(0.0, fmt), fmt) if hi == 0.0 else _key(_bits(hi, fmt), fmt)
+    first = _key(fmt.bits_of(-0.0) if lo == 0.0 else low_bits, fmt)
+    end = _key(fmt.bits_of(0.0) if hi == 0.0 else high_bits, fmt)
     thresholds = []
     for k in range(1, bins):
         low, high = thresholds[-1] if thresholds else first, end + 1
@@ -244,7 +258,8 @@ def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
         counts = list(map(add, counts, piece))
     if where:
         values = (list(map(memoryview(data).cast("f").__getitem__, where)) if found.fmt is F32 else
-                  [found.fmt.value.unpack_from(data, size * i)[0] for i in where])   # F16: outside the range
+                  [found.fmt.float_of(int.from_bytes(data[size * i:size * (i + 1)], "little"))
+                   for i in where])   # F16, BF16: values outside the range
         if min(values) < found.lo or max(values) > found.hi:
             return None
         for k, m in Counter(map(bisect_right, repeat(found.edges), values)).items():
