@@ -467,7 +467,7 @@ def test_f32_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
 def test_f32_extremes_from_the_bytes_are_min_and_maxs(case):
     values = BIN_CASES[case]
     data = struct.pack(f"<{len(values)}f", *values)
-    got = rawstats._extremes_f32(data, data[3::4], values)
+    got = rawstats._extremes_f32(data[3::4], data[2::4], values)
     assert repr(got) == repr((min(values), max(values)))
 
 
@@ -479,11 +479,11 @@ def test_f32_extremes_take_the_one_pass_where_they_can():
     original = rawstats._extreme_f32
     try:
         rawstats._extreme_f32 = lambda *a: calls.append(a) or original(*a)
-        assert rawstats._extremes_f32(data, data[3::4], values) == (min(values), max(values))
+        assert rawstats._extremes_f32(data[3::4], data[2::4], values) == (min(values), max(values))
         assert not calls
         one_sign = BIN_CASES["one-sign"]      # all positive: the minimum is found the other way
         one_data = struct.pack(f"<{len(one_sign)}f", *one_sign)
-        assert rawstats._extremes_f32(one_data, one_data[3::4], one_sign) == (min(one_sign), max(one_sign))
+        assert rawstats._extremes_f32(one_data[3::4], one_data[2::4], one_sign) == (min(one_sign), max(one_sign))
         assert len(calls) == 2
     finally:
         rawstats._extreme_f32 = original
@@ -530,6 +530,10 @@ def test_f16_widening_is_exact_for_every_finite_code():
     data = F16_EVERY_FINITE
     n = len(data) // 2
     assert rawstats._widen_f16(data) == struct.pack(f"<{n}f", *struct.unpack(f"<{n}e", data))
+    # the top bytes and the next ones it makes on the way are the widened values' own
+    for case in ("f16", "f16-pruned", "f16-subnormal", "f16-every-code"):
+        wide, top, second = rawstats._widened_f16(CASES[case][1])
+        assert (top, second) == (wide[3::4], wide[2::4])
     assert rawstats._widen_f16(struct.pack("<3e", 1.0, math.inf, 2.0)) is None
     assert rawstats._widen_f16(struct.pack("<3e", 1.0, math.nan, 2.0)) is None
 

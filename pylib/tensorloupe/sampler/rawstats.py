@@ -158,7 +158,7 @@ def _table(kind: str, byte: int) -> bytes:
     return bytes(1 if test(b) else 0 for b in range(256))
 
 
-def _extreme_f32(data: bytes, top: bytes, values: list[float], highest: bool) -> float:
+def _extreme_f32(top: bytes, second: bytes, values: list[float], highest: bool) -> float:
     """max(values) (or min), looking only at the values at least as far from zero as the top 16
     bits of the extreme of every 64th value; the builtin over all of them where those are many,
     or where the extreme may be a zero (the sign of an equal extreme zero is the first one's)."""
@@ -166,10 +166,10 @@ def _extreme_f32(data: bytes, top: bytes, values: list[float], highest: bool) ->
     bound = pick(values[::64])
     if (bound > 0) != highest or not struct.pack("<f", bound)[3] & 0x7F:
         return pick(values)
-    second, first = struct.pack("<f", bound)[2:]
+    next_byte, first = struct.pack("<f", bound)[2:]
     beyond = top.translate(_table("beyond", first))
     level = (int.from_bytes(top.translate(_table("equal", first)), "little")
-             & int.from_bytes(data[2::4].translate(_table("from", second)), "little"))
+             & int.from_bytes(second.translate(_table("from", next_byte)), "little"))
     level_flags = level.to_bytes(len(top), "little")
     if beyond.count(1) + level_flags.count(1) > len(values) // FEW:
         return pick(values)
@@ -192,16 +192,16 @@ def _extreme_tables(low: bytes, high: bytes) -> tuple[bytes, bytes, bytes]:
     return top, second, flag
 
 
-def _extremes_f32(data: bytes, top: bytes, values: list[float]) -> tuple[float, float]:
+def _extremes_f32(top: bytes, second: bytes, values: list[float]) -> tuple[float, float]:
     """(min(values), max(values)) as `_extreme_f32` finds them, both in one pass over the bytes
     where the bounds of every 64th value allow (a negative minimum and a positive maximum)."""
     sample = values[::64]
     low, high = struct.pack("<f", min(sample)), struct.pack("<f", max(sample))
     if not (low[3] > 0x80 and 0 < high[3] < 0x80):   # a bound of the other sign, or near a zero
-        return _extreme_f32(data, top, values, False), _extreme_f32(data, top, values, True)
+        return _extreme_f32(top, second, values, False), _extreme_f32(top, second, values, True)
     top_table, second_table, flag_table = _extreme_tables(low[2:], high[2:])   # cached: few distinct
     n = len(top)
-    lanes = int.from_bytes(top.translate(top_table), "little") + int.from_bytes(data[2::4].translate(second_table), "little")
+    lanes = int.from_bytes(top.translate(top_table), "little") + int.from_bytes(second.translate(second_table), "little")
     flags = lanes.to_bytes(n, "little").translate(flag_table)
     lowest = min(values) if flags.count(2) > n // FEW else min(values[i] for i in _where(flags, 2))
     highest = max(values) if flags.count(1) > n // FEW else max(values[i] for i in _where(flags, 1))
@@ -224,6 +224,12 @@ def _values_of(code: str, n: int) -> struct.Struct:
 
 def _f32_stats(data: bytes, kept: dict | None = None) -> Stats | None:
     # kept: nothing decoded here is worth keeping (the bytes are the values)
+    return _float32_stats(data, data[3::4], data[2::4])
+
+
+def _float32_stats(data: bytes, top: bytes, second: bytes) -> Stats | None:
+    """The statistics of the float32 values `data` holds, given each one's top byte (its sign and
+    top 7 exponent bits) and the next (widening F16 makes them on the way)."""
     # a tuple, not a list: math.hypot(*values) then takes it as it is (a list is first copied
     # into one, touching every float: that doubled hypot's cost)
     values = _values_of("f", len(data) // 4).unpack(data)
@@ -234,9 +240,8 @@ def _f32_stats(data: bytes, kept: dict | None = None) -> Stats | None:
         return None
     if not math.isfinite(total):          # a NaN or an infinity among them: counted elsewhere
         return None
-    top = data[3::4]                      # each value's sign and top 7 exponent bits
     stats = Stats(count=n, finite=n)
-    stats.min, stats.max = _extremes_f32(data, top, values)
+    stats.min, stats.max = _extremes_f32(top, second, values)
     stats.mean = mean = total / n
     stats.m2 = _m2(values, mean, hypot_squares=True)
     stats.std = math.sqrt(stats.m2 / n)
@@ -307,6 +312,13 @@ _AT_LEAST_2 = bytes(1 if c >= 2 else 0 for c in range(256))
 
 def _widen_f16(data: bytes) -> bytes | None:
     """The float32 bytes of each float16 in `data`, exactly; None if one is an infinity or a NaN."""
+    parts = _widened_f16(data)
+    return parts[0] if parts is not None else None
+
+
+def _widened_f16(data: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """`_widen_f16`'s bytes with each float32's top byte and the next (made on the way, so the
+    F32 path need not cut them out again)."""
     high, low = data[1::2], data[0::2]
     classes = high.translate(_F16_CLASS)
     if classes.find(2) >= 0:
@@ -316,16 +328,18 @@ def _widen_f16(data: bytes) -> bytes | None:
     if classes.count(1) > n // FEW:      # many zeros (a pruned tensor): which of them are subnormals
         candidates = _subnormal_flags(high, low)
         if candidates.count(1) > n // FEW:   # too many to patch one by one: convert them all
-            return _values_of("f", n).pack(*_values_of("e", n).unpack(data))
+            wide = _values_of("f", n).pack(*_values_of("e", n).unpack(data))
+            return wide, wide[3::4], wide[2::4]
     out = bytearray(2 * len(data))
-    out[3::4] = high.translate(_F16_TOP)
-    out[2::4] = (int.from_bytes(data, "little") >> 3).to_bytes(len(data), "little")[0::2]
+    out[3::4] = top = bytearray(high.translate(_F16_TOP))
+    out[2::4] = second = bytearray((int.from_bytes(data, "little") >> 3).to_bytes(len(data), "little")[0::2])
     out[1::4] = low.translate(_F16_THIRD)
     one_f32, one_f16 = _values_of("f", 1), _values_of("e", 1)
     for i in _where(candidates, 1):
         if low[i] or high[i] & 0x7F:          # a subnormal, not a zero
             one_f32.pack_into(out, 4 * i, one_f16.unpack_from(data, 2 * i)[0])
-    return bytes(out)
+            second[i], top[i] = out[4 * i + 2:4 * i + 4]
+    return bytes(out), bytes(top), bytes(second)
 
 
 def _subnormal_flags(high: bytes, low: bytes) -> bytes:
@@ -335,8 +349,8 @@ def _subnormal_flags(high: bytes, low: bytes) -> bytes:
 
 
 def _f16_stats(data: bytes, kept: dict | None = None) -> Stats | None:
-    wide = _widen_f16(data)
-    return _f32_stats(wide) if wide is not None else None
+    parts = _widened_f16(data)
+    return _float32_stats(*parts) if parts is not None else None
 
 
 def _f16_add(binner: Binner, data: bytes, every_finite: bool, kept: dict | None = None) -> bool:
