@@ -529,10 +529,10 @@ def test_f32_histograms_from_the_bytes_are_binner_adds_across_pieces():
 def test_f16_widening_is_exact_for_every_finite_code():
     data = F16_EVERY_FINITE
     n = len(data) // 2
-    assert rawstats._widen_f16(data) == struct.pack(f"<{n}f", *struct.unpack(f"<{n}e", data))
+    assert rawstats._widen_f16(data)[0] == struct.pack(f"<{n}f", *struct.unpack(f"<{n}e", data))
     # the top bytes and the next ones it makes on the way are the widened values' own
     for case in ("f16", "f16-pruned", "f16-subnormal", "f16-every-code"):
-        wide, top, second = rawstats._widened_f16(CASES[case][1])
+        wide, top, second = rawstats._widen_f16(CASES[case][1])
         assert (top, second) == (wide[3::4], wide[2::4])
     assert rawstats._widen_f16(struct.pack("<3e", 1.0, math.inf, 2.0)) is None
     assert rawstats._widen_f16(struct.pack("<3e", 1.0, math.nan, 2.0)) is None
@@ -563,40 +563,15 @@ F16_BIN_CASES = {
 }
 
 
-@pytest.mark.parametrize("bins", [1, 2, 7, 32, 64, 254])
-@pytest.mark.parametrize("case", sorted(F16_BIN_CASES))
-def test_f16_histograms_from_the_bytes_are_binner_adds_with_none_binned_one_by_one(case, bins):
-    from tensorloupe.sampler import rawstats_float_bins
-    data = F16_BIN_CASES[case]
-    values = list(struct.unpack(f"<{len(data) // 2}e", data))
-    lo, hi = min(values), max(values)
-    fast, slow = Binner(lo, hi, bins), Binner(lo, hi, bins)
-    found = rawstats_float_bins.plan(fast, rawstats_float_bins.F16)
-    assert found is not None
-    # the tables decide every float16's bin: no code of a value in the range is ONE_BY_ONE
-    codes = rawstats_float_bins._codes(found, data[1::2], data[0::2])
-    assert codes.find(rawstats_float_bins.ONE_BY_ONE) < 0
-    slow.add(values, within=True)
-    assert rawstats_float_bins.bin_counts(fast, found, data) == slow.counts
-    assert rawstats.add_chunk(fast, window("F16", data), True)
-    assert fast.counts == slow.counts
-
-
 def test_f16_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
     from tensorloupe.sampler import rawstats_float_bins
     F16 = rawstats_float_bins.F16
     assert rawstats_float_bins.plan(Binner(0.1, 0.7, 32), F16) is None        # 0.1 is no float16
     assert rawstats_float_bins.plan(Binner(-1e5, 1.0, 32), F16) is None       # beyond float16's range
-    data = F16_BIN_CASES["gauss"]
-    values = struct.unpack(f"<{len(data) // 2}e", data)
-    narrow = Binner(-2.0 ** -7, 2.0 ** -7, 32)                                # values outside it
-    assert rawstats_float_bins.bin_counts(narrow, rawstats_float_bins.plan(narrow, F16), data) is None
-    slow = Binner(narrow.lo, narrow.hi, 32)
-    slow.add(values, within=True)
-    assert rawstats.add_chunk(narrow, window("F16", data), True) and narrow.counts == slow.counts
+    assert_values_outside_the_range_fall_back("F16", F16_BIN_CASES["gauss"])
 
 
-# --- BF16: binned from its own bytes, as F16 -------------------------------------------------------
+# --- BF16: binned from its own bytes, as F16 (the two-byte histograms of both) --------------------
 
 # Every bfloat16 but the infinities and NaNs (exponent 0xFF), in code order: subnormals, both zeros.
 BF16_EVERY_FINITE = b"".join(struct.pack("<H", c) for c in range(1 << 16) if c >> 7 & 0xFF != 0xFF)
@@ -615,23 +590,40 @@ BF16_BIN_CASES = {
 }
 
 
+TWO_BYTE_VALUES = {"F16": lambda data: list(struct.unpack(f"<{len(data) // 2}e", data)), "BF16": bf16_values}
+TWO_BYTE_BIN_CASES = {**{("F16", name): data for name, data in F16_BIN_CASES.items()},
+                      **{("BF16", name): data for name, data in BF16_BIN_CASES.items()}}
+
+
 @pytest.mark.parametrize("bins", [1, 2, 7, 32, 64, 254])
-@pytest.mark.parametrize("case", sorted(BF16_BIN_CASES))
-def test_bf16_histograms_from_the_bytes_are_binner_adds_with_none_binned_one_by_one(case, bins):
+@pytest.mark.parametrize("dtype, case", sorted(TWO_BYTE_BIN_CASES))
+def test_two_byte_histograms_from_the_bytes_are_binner_adds_with_none_binned_one_by_one(dtype, case, bins):
     from tensorloupe.sampler import rawstats_float_bins
-    data = BF16_BIN_CASES[case]
-    values = bf16_values(data)
+    data = TWO_BYTE_BIN_CASES[dtype, case]
+    values = TWO_BYTE_VALUES[dtype](data)
     lo, hi = min(values), max(values)
     fast, slow = Binner(lo, hi, bins), Binner(lo, hi, bins)
-    found = rawstats_float_bins.plan(fast, rawstats_float_bins.BF16)
+    found = rawstats_float_bins.plan(fast, getattr(rawstats_float_bins, dtype))
     assert found is not None
-    # a bfloat16 is its top 16 bits: the tables decide every value's bin
+    # a float16 or a bfloat16 is its top 16 bits: the tables decide every value's bin, no code of a
+    # value in the range is ONE_BY_ONE
     codes = rawstats_float_bins._codes(found, data[1::2], data[0::2])
     assert codes.find(rawstats_float_bins.ONE_BY_ONE) < 0
     slow.add(values, within=True)
     assert rawstats_float_bins.bin_counts(fast, found, data) == slow.counts
-    assert rawstats.add_chunk(fast, window("BF16", data), True)
+    assert rawstats.add_chunk(fast, window(dtype, data), True)
     assert fast.counts == slow.counts
+
+
+def assert_values_outside_the_range_fall_back(dtype: str, data: bytes) -> None:
+    """A range the values leave: no counts from the bytes, and add_chunk gives the element path's."""
+    from tensorloupe.sampler import rawstats_float_bins
+    narrow = Binner(-2.0 ** -7, 2.0 ** -7, 32)
+    found = rawstats_float_bins.plan(narrow, getattr(rawstats_float_bins, dtype))
+    assert rawstats_float_bins.bin_counts(narrow, found, data) is None
+    slow = Binner(narrow.lo, narrow.hi, 32)
+    slow.add(TWO_BYTE_VALUES[dtype](data), within=True)
+    assert rawstats.add_chunk(narrow, window(dtype, data), True) and narrow.counts == slow.counts
 
 
 def test_bf16_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
@@ -640,9 +632,4 @@ def test_bf16_histograms_fall_back_where_the_bytes_cannot_promise_binner_add():
     assert rawstats_float_bins.plan(Binner(0.1, 0.75, 32), BF16) is None       # 0.1 is no bfloat16
     assert rawstats_float_bins.plan(Binner(1.0 + 2 ** -10, 2.0, 32), BF16) is None   # a float32, no bfloat16
     assert rawstats_float_bins.plan(Binner(-1e39, 1.0, 32), BF16) is None     # beyond its range
-    data = BF16_BIN_CASES["gauss"]
-    narrow = Binner(-2.0 ** -7, 2.0 ** -7, 32)                                # values outside it
-    assert rawstats_float_bins.bin_counts(narrow, rawstats_float_bins.plan(narrow, BF16), data) is None
-    slow = Binner(narrow.lo, narrow.hi, 32)
-    slow.add(bf16_values(data), within=True)
-    assert rawstats.add_chunk(narrow, window("BF16", data), True) and narrow.counts == slow.counts
+    assert_values_outside_the_range_fall_back("BF16", BF16_BIN_CASES["gauss"])

@@ -310,15 +310,10 @@ _NOT_ZERO = bytes(1 if b else 0 for b in range(256))
 _AT_LEAST_2 = bytes(1 if c >= 2 else 0 for c in range(256))
 
 
-def _widen_f16(data: bytes) -> bytes | None:
-    """The float32 bytes of each float16 in `data`, exactly; None if one is an infinity or a NaN."""
-    parts = _widened_f16(data)
-    return parts[0] if parts is not None else None
-
-
-def _widened_f16(data: bytes) -> tuple[bytes, bytes, bytes] | None:
-    """`_widen_f16`'s bytes with each float32's top byte and the next (made on the way, so the
-    F32 path need not cut them out again)."""
+def _widen_f16(data: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """The float32 bytes of each float16 in `data`, exactly, with each float32's top byte and the
+    next (made on the way, so the F32 path need not cut them out again); None if one is an
+    infinity or a NaN."""
     high, low = data[1::2], data[0::2]
     classes = high.translate(_F16_CLASS)
     if classes.find(2) >= 0:
@@ -349,7 +344,7 @@ def _subnormal_flags(high: bytes, low: bytes) -> bytes:
 
 
 def _f16_stats(data: bytes, kept: dict | None = None) -> Stats | None:
-    parts = _widened_f16(data)
+    parts = _widen_f16(data)
     return _float32_stats(*parts) if parts is not None else None
 
 
