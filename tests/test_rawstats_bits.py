@@ -103,6 +103,9 @@ CASES = {
     "f16-subnormal": ("F16", struct.pack("<3001e", *(random.Random(35).randrange(-1023, 1024) * SUBNORMAL
                                                      for _ in range(3001)))),
     "f16-every-code": ("F16", F16_EVERY_FINITE),
+    # values of 2**13 and more: a double's plain sum rounds (each 2**-24 lost after the large ones),
+    # so fsum is taken; below 2**13 (every other F16 case) builtin sum is exact (_exact_plain_sum)
+    "f16-large": ("F16", struct.pack("<31000e", *([60000.0] * 30000 + [SUBNORMAL] * 1000))),
     "q8_0": ("Q8_0", q8_0_bytes(4, Q8_0_BLOCKS + 1)),
     "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),
     "q8_0-inf-scale": ("Q8_0", q8_0_bytes(6, Q8_0_BLOCKS, [(7, math.inf)])),
@@ -168,7 +171,7 @@ CASES = {
                                        + bytes(range(128)) for _ in range(9))),
 }
 # The cases the fast path must take (a test that it still does: None would pass the equality test).
-FAST_CASES = ("f32", "f32-equal", "bf16", "f16", "f16-pruned", "f16-subnormal", "f16-every-code", "q8_0",
+FAST_CASES = ("f32", "f32-equal", "bf16", "f16", "f16-pruned", "f16-subnormal", "f16-every-code", "f16-large", "q8_0",
               "q8_0-zero-scale", "q8_0-small", "q8_0-negative", "q8_0-outlier", "q8_0-edges", "q4_k", "q4_k-mixed", "q4_k-zeros", "q4_k-tiny", "q4_k-near", "q4_k-huge", "q4_k-spread",
               "q4_k-outlier", "q4_k-near-wide", "q4_k-zero-step")
 
@@ -552,6 +555,17 @@ def test_f16_cases_hold_what_they_are_named_for():
     assert shares("f16-subnormal")[1] > 1 / rawstats.FEW
     near = compute(decode_window(*window(*CASES["f16"])), percentiles=False)
     assert near.exact_zeros == 2 and near.zeros * near.count >= 4      # 16 * 2**-24 < 1e-6 < 17 * 2**-24
+    # the sum: builtin sum() rounds the large case's (fsum must be taken), not the others' (it may be)
+    def sums(case):
+        data = CASES[case][1]
+        values = struct.unpack(f"<{len(data) // 2}e", data)
+        return sum(values), math.fsum(values), rawstats._exact_plain_sum(len(values), min(values), max(values))
+    plain, exact, promised = sums("f16-large")
+    assert plain != exact and not promised
+    for case in ("f16", "f16-pruned", "f16-subnormal"):
+        plain, exact, promised = sums(case)
+        assert plain == exact and promised
+    assert not rawstats._exact_plain_sum(rawstats._PLAIN_SUM_ELEMS + 1, -1.0, 1.0)   # more values: more bits
 
 
 F16_BIN_CASES = {

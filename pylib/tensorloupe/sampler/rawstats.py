@@ -16,8 +16,9 @@ caller then decodes the chunk as before). The exact pass (exact.py) is bound by 
   as a float32's top half: exact); faster than counting its element codes (codes.py). The
   histogram is counted from its own two bytes by the F32 path's tables, as F16's.
 * F16: the statistics are the F32 path's over the float32 values it stands for (widened exactly
-  by byte tables and one shift: ~9 ms per million, where struct's '<e' takes ~36); the histogram
-  is counted from its own two bytes by the F32 path's tables, which decide every value's bin.
+  by byte tables and one shift: ~9 ms per million, where struct's '<e' takes ~36), summed by
+  builtin sum where a double adds them without rounding (half fsum's cost); the histogram is
+  counted from its own two bytes by the F32 path's tables, which decide every value's bin.
 * Q8_0 (rawstats_q8_0.py, imported where a Q8_0 block is read): x = d * q (an f16 scale per 32
   int8 codes) and no float is made per element: sum(x) and sum(x*x) are fsums of exact products
   of each block's code sums (from big-int lanes), the extremes come from the few blocks whose
@@ -227,21 +228,25 @@ def _f32_stats(data: bytes, kept: dict | None = None) -> Stats | None:
     return _float32_stats(data, data[3::4], data[2::4])
 
 
-def _float32_stats(data: bytes, top: bytes, second: bytes) -> Stats | None:
+def _float32_stats(data: bytes, top: bytes, second: bytes, float16: bool = False) -> Stats | None:
     """The statistics of the float32 values `data` holds, given each one's top byte (its sign and
-    top 7 exponent bits) and the next (widening F16 makes them on the way)."""
+    top 7 exponent bits) and the next (widening F16 makes them on the way); `float16`: each is a
+    float16's value (whose sum a double may hold exactly: `_exact_plain_sum`)."""
     # a tuple, not a list: math.hypot(*values) then takes it as it is (a list is first copied
     # into one, touching every float: that doubled hypot's cost)
     values = _values_of("f", len(data) // 4).unpack(data)
     n = len(values)
-    try:
-        total = math.fsum(values)
-    except (OverflowError, ValueError):   # never for float32 values; inf - inf raises ValueError
-        return None
-    if not math.isfinite(total):          # a NaN or an infinity among them: counted elsewhere
-        return None
+    if not float16:   # (widening F16 lets no infinity or NaN through)
+        try:
+            total = math.fsum(values)
+        except (OverflowError, ValueError):   # never for float32 values; inf - inf raises ValueError
+            return None
+        if not math.isfinite(total):          # a NaN or an infinity among them: counted elsewhere
+            return None
     stats = Stats(count=n, finite=n)
     stats.min, stats.max = _extremes_f32(top, second, values)
+    if float16:
+        total = sum(values) if _exact_plain_sum(n, stats.min, stats.max) else math.fsum(values)
     stats.mean = mean = total / n
     stats.m2 = _m2(values, mean, hypot_squares=True)
     stats.std = math.sqrt(stats.m2 / n)
@@ -345,7 +350,20 @@ def _subnormal_flags(high: bytes, low: bytes) -> bytes:
 
 def _f16_stats(data: bytes, kept: dict | None = None) -> Stats | None:
     parts = _widen_f16(data)
-    return _float32_stats(*parts) if parts is not None else None
+    return _float32_stats(*parts, float16=True) if parts is not None else None
+
+
+# Every float16 is a multiple of 2**-24 (the least subnormal). n of them, each below 2**13 in
+# magnitude, have partial sums below 2**(13 + log2 n) that are multiples of 2**-24: for n up to
+# 2**16 those need at most 53 bits, so a double adds them without rounding once (builtin sum: the
+# exact sum, which fsum rounds to itself, at half fsum's cost).
+_PLAIN_SUM_ELEMS = 1 << 16
+_PLAIN_SUM_BELOW = 2.0 ** 13
+
+
+def _exact_plain_sum(n: int, lowest: float, highest: float) -> bool:
+    """Whether builtin sum() adds n float16 values in [lowest, highest] exactly."""
+    return n <= _PLAIN_SUM_ELEMS and -_PLAIN_SUM_BELOW < lowest and highest < _PLAIN_SUM_BELOW
 
 
 def _f16_add(binner: Binner, data: bytes, every_finite: bool, kept: dict | None = None) -> bool:
