@@ -345,9 +345,10 @@ def test_q4_k_lane_tables_are_binner_indices_entry_for_entry(monkeypatch):
     dsc = [width * rng.choice((1, 2, 3, -1, -2)) for _ in range(200)] + [0.0, width / 7]
     dm = [-lo - width * rng.randrange(0, 4) - (15 * d if d < 0 else 0) for d in dsc[:200]] + [0.3, -lo]
     dsc[0], dm[0], dsc[1], dm[1] = 1.0, 0.0, -0.5, -2.0      # codes beyond hi, and below lo
-    assert rawstats_q4_k._lane_tables(dsc, dm, lo, hi, width, bins) is None   # so many: left to the formula
+    subs = rawstats_q4_k.sub_blocks(dsc, dm, b"")
+    assert rawstats_q4_k._lane_tables(subs, lo, hi, width, bins) is None   # so many: left to the formula
     monkeypatch.setattr(rawstats_q4_k, "NEAR_EDGE_SHARE", 1)
-    tables = rawstats_q4_k._lane_tables(dsc, dm, lo, hi, width, bins)
+    tables = rawstats_q4_k._lane_tables(subs, lo, hi, width, bins)
     want = [m.floor((x - lo) / width) if lo <= x <= hi else 255 for a, b in zip(dsc, dm) for q in range(16)
             for x in (a * q - b,)]
     assert tables is not None and list(tables) == want

@@ -106,12 +106,12 @@ def _low_bytes_mask(size: int) -> int:
     return int.from_bytes(b"\xff\x00" * (size // 2), "little")
 
 
-def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, float]:
+def _extremes(blocks: "SubBlocks") -> tuple[float, float]:
     """(min, max) of dsc * q - dm over every sub-block's codes: a sub-block's values lie between
-    its code 0 and code 15 values (-dm and 15 * dsc - dm), so the sub-block with the best of
-    those is looked at first, then (unless it holds that end) only the sub-blocks whose ends
-    could beat what it holds."""
-    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
+    its code 0 and code 15 values (-dm and x15), so the sub-block with the best of those is
+    looked at first, then (unless it holds that end) only the sub-blocks whose ends could beat
+    what it holds."""
+    dsc, dm, codes, x15, ends = blocks
     out = []
     for highest in (False, True):
         pick, beats = (max, gt) if highest else (min, lt)
@@ -120,7 +120,7 @@ def _extremes(codes: bytes, dsc: list[float], dm: list[float]) -> tuple[float, f
             c, step = codes[s * SUB:(s + 1) * SUB], dsc[s]
             code = (max(c) if step > 0 else min(c)) if highest else (min(c) if step > 0 else max(c))
             return step * code - dm[s]
-        end15, end0 = pick(x15), -(min(dm) if highest else max(dm))
+        end15, end0 = (ends.high15, -ends.low_dm) if highest else (ends.low15, -ends.high_dm)
         end = pick(end15, end0)
         best = at(x15.index(end15) if end == end15 else dm.index(-end0))
         if best == end:     # the best end of any sub-block is held: nothing can beat it
@@ -169,16 +169,38 @@ def _sub_blocks(data: bytes) -> tuple[list[float], list[float], bytes]:
     return dsc, dm, nibbles(Q4_K.col(data, "qs"), SUB)
 
 
-class Decoded(NamedTuple):
-    """A chunk's blocks as the statistics' pass decoded them, kept for its histogram's pass
-    (`kept`: exact.py keeps a quantised chunk's bytes between the passes): which blocks float32
-    rounds nothing in, and the sub-blocks' scales and codes (~3 bytes per element: as arrays of
-    doubles half that, but converting them back costs what keeping them saves)."""
-    data: bytes
-    exact: list[bool]
+class Ends(NamedTuple):
+    """The extremes of the sub-blocks' code 0 and code 15 values (-dm, x15), which bound all
+    their values: where both passes look first (`_extremes`, `_lane_tables`)."""
+    low_dm: float
+    high_dm: float
+    low15: float
+    high15: float
+
+
+class SubBlocks(NamedTuple):
+    """Sub-blocks' scales (dsc, dm: x = dsc * q - dm), codes in element order, code 15 values and
+    Ends: made once for both passes (~2% of Q4_K's exact pass, bench/exact_stats.py)."""
     dsc: list[float]
     dm: list[float]
     codes: bytes
+    x15: list[float]
+    ends: Ends | None          # None for no sub-blocks
+
+
+def sub_blocks(dsc: list[float], dm: list[float], codes: bytes) -> SubBlocks:
+    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
+    return SubBlocks(dsc, dm, codes, x15, Ends(min(dm), max(dm), min(x15), max(x15)) if dsc else None)
+
+
+class Decoded(NamedTuple):
+    """A chunk's blocks as the statistics' pass decoded them, kept for its histogram's pass
+    (`kept`: exact.py keeps a quantised chunk's bytes between the passes): which blocks float32
+    rounds nothing in, and the sub-blocks (~3 bytes per element: as arrays of doubles half
+    that, but converting them back costs what keeping them saves)."""
+    data: bytes
+    exact: list[bool]
+    subs: SubBlocks
 
 
 # The key of a chunk's Decoded in the dict exact.py hands both passes of that chunk.
@@ -190,19 +212,17 @@ def _decoded(data: bytes) -> Decoded | None:
     exact = _exact_blocks(Q4_K.col(data, "d"), Q4_K.col(data, "dmin"))
     if exact is None:
         return None
-    dsc, dm, codes = _sub_blocks(data)
-    return Decoded(data, exact, dsc, dm, codes)
+    return Decoded(data, exact, sub_blocks(*_sub_blocks(data)))
 
 
-def _exact_part(decoded: Decoded) -> tuple[list[float], list[float], bytes, bytes]:
-    """(dsc, dm, codes) of the sub-blocks of the exact blocks, and the bytes of the others."""
-    dsc, dm, codes = decoded.dsc, decoded.dm, decoded.codes
+def _exact_part(decoded: Decoded) -> tuple[SubBlocks, bytes]:
+    """The sub-blocks of the exact blocks, and the bytes of the others."""
     if all(decoded.exact):
-        return dsc, dm, codes, b""
+        return decoded.subs, b""
     per_sub = list(repeat_each(decoded.exact, BLOCK_SUBS))
-    elems, size, data = BLOCK_SUBS * SUB, Q4_K.size, decoded.data
-    return (list(compress(dsc, per_sub)), list(compress(dm, per_sub)),
-            b"".join(compress([codes[at:at + elems] for at in range(0, len(codes), elems)], decoded.exact)),
+    elems, size, data, codes = BLOCK_SUBS * SUB, Q4_K.size, decoded.data, decoded.subs.codes
+    return (sub_blocks(list(compress(decoded.subs.dsc, per_sub)), list(compress(decoded.subs.dm, per_sub)),
+                       b"".join(compress([codes[at:at + elems] for at in range(0, len(codes), elems)], decoded.exact))),
             b"".join(compress([data[at:at + size] for at in range(0, len(data), size)], map(not_, decoded.exact))))
 
 
@@ -214,7 +234,8 @@ def q4_k_stats(data: bytes, kept: dict | None = None) -> Stats | None:
         return None
     if kept is not None:
         kept[KEPT_KEY] = decoded
-    dsc, dm, codes, rounded = _exact_part(decoded)
+    part, rounded = _exact_part(decoded)
+    dsc, dm, codes = part.dsc, part.dm, part.codes
     rest = decode_q4_k(rounded) if rounded else []   # the values of the blocks float32 rounds
     sums, squares, lows, highs = list(rest), list(map(mul, rest, rest)), [], []
     zeros = near = 0
@@ -232,7 +253,7 @@ def q4_k_stats(data: bytes, kept: dict | None = None) -> Stats | None:
         squares += map(mul, map(mul, dsc, dsc), q2)
         squares += map(mul, map(mul, dsc, map(mul, dm, repeat(-2.0))), q1)
         squares += map(mul, map(mul, dm, dm), repeat(32.0))
-        low, high = _extremes(codes, dsc, dm)
+        low, high = _extremes(part)
         lows.append(low)
         highs.append(high)
         z, m = _near(codes, dsc, dm)
@@ -259,11 +280,11 @@ def q4_k_add(binner: Binner, data: bytes, kept: dict | None = None) -> bool:
     if binner.constant:
         binner.counts[0] += len(data) // Q4_K.size * BLOCK_SUBS * SUB * binner.weight
         return True
-    _, exact, dsc, dm, codes = decoded
+    exact, (dsc, dm, codes) = decoded.exact, decoded.subs[:3]
     lo, hi, width, floor = binner.lo, binner.hi, binner.width, math.floor
     codes16 = range(16)
     # the bin of x for (sub-block s, code q) at 16 * s + q
-    tables = _lane_tables(dsc, dm, lo, hi, width, binner.bins)
+    tables = _lane_tables(decoded.subs, lo, hi, width, binner.bins)
     if tables is None:
         tables = bytearray([floor((x - lo) / width) if lo <= x <= hi else 255
                             for a, b in zip(dsc, dm) for q in codes16 for x in (a * q - b,)])
@@ -300,7 +321,7 @@ def _fold(bins: int) -> bytes:
 # Fixed-point bin positions (`_lane_tables`): t = (x - lo) / width in units of 2**-FRACTION, in
 # 32-bit lanes; an entry whose fraction lies within 2**-8 of a whole bin (byte 2 of its lane 0 or
 # 255) is computed again as Binner computes it: the fixed-point value is within 16 units of
-# that double (truncating C and A: 1 + 15 * 1; the doubles' own errors are far smaller), so
+# that double (rounding C and A: 0.5 + 15 * 0.5 = 8; the doubles' own errors are far smaller), so
 # every other entry's bin is that of the double.
 FRACTION = 24
 _BIAS = 1 << FRACTION     # one bin up: a lane never goes below 0 (no borrow from the next)
@@ -310,10 +331,20 @@ _NEAR_EDGE = bytes(1 if b in (0, 255) else 0 for b in range(256))
 MAX_LANE_BINS = 200
 # where more entries than 1 in this many lie near a bin edge, the plain per-entry formula is cheaper
 NEAR_EDGE_SHARE = 8
+# A double below 2**51 in magnitude plus this one has its last bit worth 1: the sum's low 32
+# bits are the number rounded to an integer (two's complement if negative).
+_ROUNDER = 1.5 * 2.0 ** 52
+_NEGATIVE_TOP = bytes(1 if b >= 0x80 else 0 for b in range(256))
 
 
-def _lane_tables(dsc: list[float], dm: list[float], lo: float, hi: float, width: float,
-                 bins: int) -> bytearray | None:
+def _rounded_lanes(doubles) -> array:
+    """Each double below 2**51 in magnitude rounded to an integer, as 32-bit lanes (its low
+    bits), at C speed: the low half of each double plus _ROUNDER (an int() per value made the
+    lanes of a 1M-element chunk in 6.9 ms, this in 5.0)."""
+    return array("I", array("d", map(add, doubles, repeat(_ROUNDER))).tobytes())[0::2]
+
+
+def _lane_tables(blocks: SubBlocks, lo: float, hi: float, width: float, bins: int) -> bytearray | None:
     """The bin index of dsc[s] * q - dm[s] for every (sub-block s, code q), at 16 * s + q, as
     Binner.add computes it (floor((x - lo) / width), 255 outside [lo, hi]), with few floats:
     t(q) = C + q * A per sub-block in fixed point (C = t(0) and A = dsc / width scaled), all
@@ -322,25 +353,27 @@ def _lane_tables(dsc: list[float], dm: list[float], lo: float, hi: float, width:
     None where the lanes cannot hold the range (very many bins, or a huge t)."""
     if bins > MAX_LANE_BINS:
         return None
+    dsc, dm, _, x15, ends = blocks
     subs, unit = len(dsc), float(1 << FRACTION) / width
-    # C and A only have to be within a unit of t(0) and of the step (the margin above), so
-    # they are taken the short way (int: truncated, cheaper than round): C = (x0 - (lo - width)) * 2**24 / width (the bias folded in)
-    try:
-        start = list(map(int, map(mul, map(add, dm, repeat(lo - width)), repeat(-unit))))
-        step = list(map(int, map(mul, dsc, repeat(unit))))
-    except (OverflowError, ValueError):     # t beyond the largest float: outside [lo, hi] anyway
+    if not math.isfinite(unit):      # a bin too narrow for the fixed point
         return None
+    # C and A only have to be within a unit of t(0) and of the step (the margin above): C =
+    # (x0 - (lo - width)) * 2**24 / width (the bias folded in). Within [lo, hi] both are far
+    # below 2**51; a sub-block beyond it may have any lanes here, as it gets others just below.
+    start = _rounded_lanes(map(mul, map(add, dm, repeat(lo - width)), repeat(-unit)))
+    step = _rounded_lanes(map(mul, dsc, repeat(unit)))
     # a sub-block whose code 0 or 15 lies outside [lo, hi] (its lanes could leave their 32 bits):
     # its lanes hold the bias alone, whose fraction byte 0 has every entry computed again
-    x15 = list(map(sub, map(mul, dsc, repeat(15.0)), dm))
-    if not (-hi <= min(dm) and max(dm) <= -lo and lo <= min(x15) and max(x15) <= hi):
+    if not (-hi <= ends.low_dm and ends.high_dm <= -lo and lo <= ends.low15 and ends.high15 <= hi):
         for s in {*compress(range(subs), map(gt, dm, repeat(-lo))), *compress(range(subs), map(lt, dm, repeat(-hi))),
                   *compress(range(subs), map(lt, x15, repeat(lo))), *compress(range(subs), map(gt, x15, repeat(hi)))}:
             start[s], step[s] = _BIAS, 0
-    lanes = int.from_bytes(array("I", start).tobytes(), "little")
-    # the steps as signed 32-bit lanes: two's complement lanes, less the borrow each negative one owes
-    advance = (int.from_bytes(array("i", step).tobytes(), "little")
-               - (int.from_bytes(array("I", map(lt, step, repeat(0))).tobytes(), "little") << 32))
+    lanes = int.from_bytes(start.tobytes(), "little")
+    # the steps as signed 32-bit lanes: two's complement lanes, less the borrow each negative one
+    # owes (a 1 in the next lane's lowest byte: by the sign of its own top byte)
+    step_bytes, borrows = step.tobytes(), bytearray(4 * subs)
+    borrows[0::4] = step_bytes[3::4].translate(_NEGATIVE_TOP)
+    advance = int.from_bytes(step_bytes, "little") - (int.from_bytes(borrows, "little") << 32)
     whole, fraction = bytearray(16 * subs), bytearray(16 * subs)
     for q in range(16):
         raw = lanes.to_bytes(4 * subs, "little")
