@@ -2,7 +2,9 @@
 element path's numbers to the last bit: stdlib only, so that it also runs inside Pyodide (tests/pyodide),
 where the page computes them. numpy's numbers on real files: test_rawstats.py."""
 
+import functools
 import math
+import operator
 import random
 import struct
 
@@ -556,11 +558,14 @@ def test_f16_cases_hold_what_they_are_named_for():
     assert shares("f16-subnormal")[1] > 1 / rawstats.FEW
     near = compute(decode_window(*window(*CASES["f16"])), percentiles=False)
     assert near.exact_zeros == 2 and near.zeros * near.count >= 4      # 16 * 2**-24 < 1e-6 < 17 * 2**-24
-    # the sum: builtin sum() rounds the large case's (fsum must be taken), not the others' (it may be)
+    # the sum: a double's plain left-to-right sum rounds the large case's (fsum must be taken: 3.11's
+    # builtin sum() is that plain sum; 3.12's compensates, which the guard need not rely on), not
+    # the others' (builtin sum may be taken)
     def sums(case):
         data = CASES[case][1]
         values = struct.unpack(f"<{len(data) // 2}e", data)
-        return sum(values), math.fsum(values), rawstats._exact_plain_sum(len(values), min(values), max(values))
+        plain = functools.reduce(operator.add, values)
+        return plain, math.fsum(values), rawstats._exact_plain_sum(len(values), min(values), max(values))
     plain, exact, promised = sums("f16-large")
     assert plain != exact and not promised
     for case in ("f16", "f16-pruned", "f16-subnormal"):
