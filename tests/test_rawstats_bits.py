@@ -106,7 +106,7 @@ CASES = {
                                                      for _ in range(3001)))),
     "f16-every-code": ("F16", F16_EVERY_FINITE),
     # values of 2**13 and more: a double's plain sum rounds (each 2**-24 lost after the large ones),
-    # so fsum is taken; below 2**13 (every other F16 case) builtin sum is exact (_exact_plain_sum)
+    # so fsum is taken; below 2**13 (the f16, pruned and subnormal cases) builtin sum is exact (_exact_plain_sum)
     "f16-large": ("F16", struct.pack("<31000e", *([60000.0] * 30000 + [SUBNORMAL] * 1000))),
     "q8_0": ("Q8_0", q8_0_bytes(4, Q8_0_BLOCKS + 1)),
     "q8_0-zero-scale": ("Q8_0", q8_0_bytes(5, Q8_0_BLOCKS, [(3, 0.0), (9, -0.0)])),

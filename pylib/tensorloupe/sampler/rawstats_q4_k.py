@@ -350,7 +350,7 @@ def _lane_tables(blocks: SubBlocks, lo: float, hi: float, width: float, bins: in
     t(q) = C + q * A per sub-block in fixed point (C = t(0) and A = dsc / width scaled), all
     sub-blocks' lanes in one big int, advanced by A sixteen times; only the entries near a bin
     edge and the sub-blocks whose codes 0 or 15 lie outside [lo, hi] are computed one by one.
-    None where the lanes cannot hold the range (very many bins, or a huge t)."""
+    None where the lanes cannot hold the range (very many bins, or a bin too narrow for them)."""
     if bins > MAX_LANE_BINS:
         return None
     dsc, dm, _, x15, ends = blocks
