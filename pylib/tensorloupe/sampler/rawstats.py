@@ -43,6 +43,7 @@ from functools import lru_cache
 from ..dtypes import lookup
 from ..model import Tensor
 from . import rawstats_float_bins
+from .bytecounts import positions
 from .gather import WindowBytes, decode_window, dtype_of
 from .stats import NEAR_ZERO, Binner, Stats, _m2, compute
 
@@ -133,20 +134,12 @@ def _near_zero_f32(top: bytes, values: list[float]) -> int:
     unsure = classes.count(1)
     if unsure > len(values) // FEW:      # many values near the threshold: look at each
         return sum(1 for v in values if -NEAR_ZERO < v < NEAR_ZERO)
-    return classes.count(0) + sum(1 for i in _where(classes, 1) if -NEAR_ZERO < values[i] < NEAR_ZERO)
+    return classes.count(0) + sum(1 for i in positions(classes, 1) if -NEAR_ZERO < values[i] < NEAR_ZERO)
 
 
 # Where the top bytes single out fewer than len // FEW values, those are looked at one by one.
 FEW = 16
 _MAGNITUDE_TOP = bytes(b & 0x7F for b in range(256))
-
-
-def _where(classes: bytes, byte: int):
-    """Positions of `byte` in `classes`."""
-    at = classes.find(byte)
-    while at >= 0:
-        yield at
-        at = classes.find(byte, at + 1)
 
 
 @lru_cache(maxsize=None)
@@ -174,7 +167,7 @@ def _extreme_f32(top: bytes, second: bytes, values: list[float], highest: bool) 
     level_flags = level.to_bytes(len(top), "little")
     if beyond.count(1) + level_flags.count(1) > len(values) // FEW:
         return pick(values)
-    return pick(values[i] for flags in (beyond, level_flags) for i in _where(flags, 1))
+    return pick(values[i] for flags in (beyond, level_flags) for i in positions(flags, 1))
 
 
 @lru_cache(maxsize=1024)
@@ -204,8 +197,8 @@ def _extremes_f32(top: bytes, second: bytes, values: list[float]) -> tuple[float
     n = len(top)
     lanes = int.from_bytes(top.translate(top_table), "little") + int.from_bytes(second.translate(second_table), "little")
     flags = lanes.to_bytes(n, "little").translate(flag_table)
-    lowest = min(values) if flags.count(2) > n // FEW else min(values[i] for i in _where(flags, 2))
-    highest = max(values) if flags.count(1) > n // FEW else max(values[i] for i in _where(flags, 1))
+    lowest = min(values) if flags.count(2) > n // FEW else min(values[i] for i in positions(flags, 2))
+    highest = max(values) if flags.count(1) > n // FEW else max(values[i] for i in positions(flags, 1))
     return lowest, highest
 
 
@@ -214,7 +207,7 @@ def _zeros_f32(top: bytes, values: list[float]) -> int:
     small = top.translate(_MAGNITUDE_TOP)
     if small.count(0) > len(values) // FEW:
         return values.count(0.0)
-    return sum(1 for i in _where(small, 0) if values[i] == 0.0)
+    return sum(1 for i in positions(small, 0) if values[i] == 0.0)
 
 
 @lru_cache(maxsize=16)
@@ -335,7 +328,7 @@ def _widen_f16(data: bytes) -> tuple[bytes, bytes, bytes] | None:
     out[2::4] = second = bytearray((int.from_bytes(data, "little") >> 3).to_bytes(len(data), "little")[0::2])
     out[1::4] = low.translate(_F16_THIRD)
     one_f32, one_f16 = _values_of("f", 1), _values_of("e", 1)
-    for i in _where(candidates, 1):
+    for i in positions(candidates, 1):
         if low[i] or high[i] & 0x7F:          # a subnormal, not a zero
             one_f32.pack_into(out, 4 * i, one_f16.unpack_from(data, 2 * i)[0])
             second[i], top[i] = out[4 * i + 2:4 * i + 4]

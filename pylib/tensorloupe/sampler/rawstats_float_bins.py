@@ -24,11 +24,11 @@ import struct
 from bisect import bisect_right
 from collections import Counter
 from functools import lru_cache
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import add
 from typing import Callable, NamedTuple
 
-from .bytecounts import code_counts, hot_codes
+from .bytecounts import code_counts, hot_codes, positions
 from .stats import Binner
 
 # The code of a value binned one by one (so at most 255 bins take this path).
@@ -250,7 +250,7 @@ def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
         codes = _codes(found, data[start + size - 1:stop:size], data[start + size - 2:stop:size])
         hot = hot or hot_codes(codes, wanted)            # the first piece's frequent codes serve all
         piece = code_counts(codes, wanted, binner.bins, hot)
-        one_by_one = _positions(codes, start // size)
+        one_by_one = positions(codes, ONE_BY_ONE, start // size)
         where += one_by_one
         piece[middle] = len(codes) - len(one_by_one) - sum(piece)
         counts = list(map(add, counts, piece))
@@ -263,19 +263,6 @@ def bin_counts(binner: Binner, found: Plan, data: bytes) -> list[int] | None:
         for k, m in Counter(map(bisect_right, repeat(found.edges), values)).items():
             counts[k] += m
     return counts
-
-
-def _positions(codes: bytes, first: int) -> list[int]:
-    """first + the position of each ONE_BY_ONE in `codes`: the ends of the runs between them, at C
-    speed (a find per value costs twice as much: bench/exact_stats.py)."""
-    runs = codes.split(_ONE_BY_ONE_BYTE)
-    runs.pop()                            # the run after the last one
-    ends = list(accumulate(map(add, map(len, runs), repeat(1)), initial=first - 1))
-    del ends[0]
-    return ends
-
-
-_ONE_BY_ONE_BYTE = bytes([ONE_BY_ONE])
 
 
 def _codes(found: Plan, top: bytes, second: bytes) -> bytes:

@@ -28,7 +28,7 @@ from operator import add, gt, mul, sub, truediv
 # ggml codecs (tests/test_lazy_imports.py)
 from ..dtypes.ggml.columns import f16s
 from ..dtypes.ggml.legacy import Q8_0, QK8_0
-from .bytecounts import counts_in_pieces
+from .bytecounts import counts_in_pieces, positions
 from .stats import NEAR_ZERO, Binner, Stats, from_block_sums
 
 SIZE = Q8_0.size            # 34 bytes: the f16 scale, then 32 codes
@@ -75,13 +75,6 @@ def _block_sums(data: bytes, table: bytes) -> list[int]:
     return memoryview(x.to_bytes(len(data), "little")).cast("H")[1::PAIRS].tolist()
 
 
-def _where(flags: bytes):
-    at = flags.find(1)
-    while at >= 0:
-        yield at
-        at = flags.find(1, at + 1)
-
-
 def _codes(data: bytes, b: int) -> bytes:
     """Block b's codes as q + 128 (ordered like q)."""
     return data[b * SIZE + 2:(b + 1) * SIZE].translate(_OFFSET)
@@ -118,7 +111,7 @@ def _near(data: bytes, raw: bytes, d: tuple[float, ...]) -> tuple[int, int]:
     blocks of small |d| (`_F16_SMALL`) the rest of their near values (all 32 where d == 0)."""
     zeros = data.translate(_OFFSET).count(128) - raw.count(0)   # the scale bytes that were 0
     near = zeros
-    for b in _where(raw[1::2].translate(_F16_SMALL)):
+    for b in positions(raw[1::2].translate(_F16_SMALL), 1):
         c, step = _codes(data, b), abs(d[b])
         if step == 0.0:                     # every value is a zero
             zeros += QK8_0 - c.count(128)
