@@ -1,6 +1,8 @@
 """The Python API as a notebook user meets it (issue 27): a short repr, an HTML summary with
-every string from the file escaped, Tensor.numpy() equal to the reference loaders and reading
-that tensor only, and a clean dir(tensorloupe)."""
+every string from the file escaped, a tensor's with its statistics (exact or labelled sampled),
+histogram and heatmap as PNG images (read back by Pillow), Tensor.numpy() and numpy.asarray
+equal to the reference loaders and reading that tensor only, names in messages cut with an
+ellipsis, and a clean dir(tensorloupe)."""
 
 import sys
 
@@ -131,3 +133,128 @@ def test_dir_of_the_package_is_its_api():
     assert set(tensorloupe.__all__) <= set(names) and "__version__" in names
     for name in names:   # everything listed is there
         getattr(tensorloupe, name)
+
+
+# --- a tensor's HTML: its real values' statistics, histogram and heatmap as inline images ---------
+
+def _images(page):
+    """The PNG images of a tensor's HTML, decoded (Pillow: the PNG reader is the oracle), with
+    their captions."""
+    import base64
+    import io
+    import re
+    from PIL import Image
+    found = re.findall(r'<img src="data:image/png;base64,([^"]+)" width="(\d+)" height="(\d+)" '
+                       r'alt="([^"]*)"', page)
+    return [(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGBA"), int(w), int(h), alt)
+            for data, w, h, alt in found]
+
+
+def _cell(page, label):
+    import html
+    import re
+    match = re.search(rf"<td>{re.escape(html.escape(label))}</td><td>([^<]*)</td>", page)
+    return html.unescape(match.group(1)) if match else None
+
+
+def test_a_small_tensor_shows_its_exact_statistics_histogram_and_every_element(tmp_path):
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    w[0, 0] = -3.0                          # the most negative: the deepest blue
+    path = tmp_path / "m.safetensors"
+    save_file({"w": w}, str(path))
+    page = tensorloupe.open(path).tensor("w")._repr_html_()
+    assert _cell(page, "statistics") == "exact: all 128 elements"
+    v = w.astype(np.float64)
+    assert [_cell(page, k) for k in ("min", "max", "mean", "std")] == \
+        [f"{x:.6g}" for x in (v.min(), v.max(), v.mean(), v.std())]
+    assert _cell(page, "min ≤") is None     # exact extremes are not written as bounds
+    (hist, hw, hh, hist_alt), (heat, mw, mh, heat_alt) = _images(page)
+    # the histogram: one bar of 4 px per bin, heights in proportion to numpy's counts
+    counts, _ = np.histogram(v, 64, (v.min(), v.max()))
+    assert hist.size == (256, 64) == (hw, hh) and "histogram of every element: 64 bins" in hist_alt
+    heights = [sum(1 for y in range(64) if hist.getpixel((4 * b + 1, y))[3]) for b in range(64)]
+    assert heights == [max(1, round(c / counts.max() * 64)) if c else 0 for c in counts]
+    # the heatmap: one pixel per element, shown 16 px a cell; red for positive, blue for negative
+    assert heat.size == (16, 8) and (mw, mh) == (256, 128)
+    assert "every element of the 8 × 16 view" in heat_alt and "±3 " in heat_alt
+    for r in range(8):
+        for c in range(16):
+            red, green, blue, alpha = heat.getpixel((c, r))
+            assert alpha == 255
+            if abs(w[r, c]) > 0.1:
+                assert (red > blue) == (w[r, c] > 0), (r, c)
+    # -3, the largest magnitude, is the end of the gradient: the darkest pixel
+    assert heat.getpixel((0, 0)) == min((heat.getpixel((c, r)) for r in range(8) for c in range(16)),
+                                        key=lambda p: sum(p[:3]))
+
+
+def test_a_large_tensor_says_its_figures_are_sampled_and_reads_only_a_little(tmp_path):
+    rng = np.random.default_rng(6)
+    tensors = {"a": np.ones(10, np.float32), "b": (rng.standard_normal((300, 700)) * 0.02).astype(np.float32),
+               "big": rng.standard_normal((4096, 4096), np.float32).astype(np.float16)}
+    tensors["b"][150, 350] = 5.0            # an outlier a sample of 16,384 misses
+    path = tmp_path / "m.safetensors"
+    save_file(tensors, str(path))
+    ckpt = tensorloupe.open(path)
+    before = ckpt.bytes_read()   # 32 MiB: a sample and one 128 x 128 lattice read ~1 MiB of it
+    assert "sampled: 16,384 of 16,777,216" in ckpt.tensor("big")._repr_html_()
+    assert ckpt.bytes_read() - before < ckpt.tensor("big").nbytes / 16
+    page = ckpt.tensor("b")._repr_html_()
+    assert _cell(page, "statistics") == \
+        "sampled: 16,384 of 210,000 elements (estimates; min and max bound the tensor's)"
+    assert _cell(page, "min") is None and _cell(page, "max") is None
+    low, high = float(_cell(page, "min ≤")), float(_cell(page, "max ≥"))
+    assert tensors["b"].min() <= low and high <= tensors["b"].max()
+    (hist, *_, hist_alt), (heat, mw, mh, heat_alt) = _images(page)
+    assert "histogram of the 16,384 sampled values" in hist_alt
+    # the lattice keeps the view's proportions (300 x 700 -> 55 x 128: not stretched)
+    assert heat.size == (128, 55) and (mw, mh) == (256, 110)
+    assert "a 55 × 128 lattice of the 300 × 700 view" in heat_alt
+    # each pixel is the element at its cell's centre: the sign of every clear one agrees
+    rows = [((2 * i + 1) * 300) // (2 * 55) for i in range(55)]
+    cols = [((2 * j + 1) * 700) // (2 * 128) for j in range(128)]
+    clear = 0
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            red, _, blue, _ = heat.getpixel((j, i))
+            if abs(tensors["b"][r, c]) > 0.02:
+                clear += 1
+                assert (red > blue) == (tensors["b"][r, c] > 0), (r, c)
+    assert clear > 1000
+
+
+def test_a_tensor_whose_values_cannot_be_read_says_why_and_draws_nothing(tmp_path):
+    import json
+    import struct
+    header = json.dumps({"q": {"dtype": "Q9_Z", "shape": [7], "data_offsets": [0, 4]}}).encode()
+    path = tmp_path / "odd.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+    page = tensorloupe.open(path).tensor("q")._repr_html_()
+    assert _cell(page, "problem") == "unknown dtype 'Q9_Z': its values cannot be decoded"
+    assert _cell(page, "statistics") is None and not _images(page)
+
+
+def test_numpy_asarray_takes_the_tensor_itself(tmp_path):
+    w = np.arange(24, dtype=np.float16).reshape(2, 3, 4)
+    path = tmp_path / "m.safetensors"
+    save_file({"w": w}, str(path))
+    t = tensorloupe.open(path).tensor("w")
+    assert np.array_equal(np.asarray(t), w) and np.asarray(t).dtype == np.float16
+    wide = np.asarray(t, dtype=np.float64)
+    assert wide.dtype == np.float64 and np.array_equal(wide, w.astype(np.float64))
+    assert float(np.mean(t)) == float(w.astype(np.float64).mean())   # numpy's functions take it
+    assert np.array(t, copy=True) is not np.array(t, copy=True)
+
+
+def test_a_long_name_in_a_message_is_cut_with_an_ellipsis(tmp_path):
+    path = tmp_path / "m.safetensors"
+    save_file({"w": np.ones(2, np.float32)}, str(path))
+    ckpt = tensorloupe.open(path)
+    with pytest.raises(tensorloupe.TensorloupeError) as e:
+        ckpt.tensor("x" * 5000)
+    message = str(e.value)
+    assert len(message) < 400 and "'" + "x" * 199 + "…'" in message
+    with pytest.raises(tensorloupe.TensorloupeError) as e:   # a short one is quoted whole
+        ckpt.tensor("model.w")
+    assert "no tensor named 'model.w'" in str(e.value)

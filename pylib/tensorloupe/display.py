@@ -47,6 +47,12 @@ def scientific(n: int) -> str:
     return f"{mantissa // 100}.{mantissa % 100:02d}e{exponent}"
 
 
+def cut(text: str, width: int = 200) -> str:
+    """`text`, or its first width - 1 characters and an ellipsis: a name quoted in a message
+    (a file may hold names of megabytes; a mistyped one may be a pasted paragraph)."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def short(value, width: int = 100) -> str:
     """A value on one line, cut with an ellipsis; control characters from a file made visible."""
     text = value if isinstance(value, str) else repr(value)

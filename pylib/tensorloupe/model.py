@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from .display import counted, exact_count, html_table, human_bytes, short
+from .display import counted, cut, exact_count, html_table, human_bytes, short
 from .dtypes import DType, lookup
 from .errors import TensorloupeError, UnsupportedError, UsageError
 from .source import ByteSource
@@ -96,12 +96,10 @@ class Tensor:
         return f"<Tensor {short(self.name, 120)!r} {short(self.dtype, 20)} {list(self.shape)}>"
 
     def _repr_html_(self) -> str:
-        rows = [("name", self.name), ("dtype", self.dtype), ("shape", list(self.shape)),
-                ("elements", exact_count(self.numel)), ("bytes", exact_count(self.stored_nbytes)),
-                ("file", self.file or "")]
-        if self.problem:
-            rows.append(("problem", self.problem))
-        return html_table(rows, caption="tensor")
+        """Its facts, a sample's statistics, histogram and heatmap (notebook.py): reads a few
+        windows and one lattice of this tensor."""
+        from .notebook import tensor_html
+        return tensor_html(self)
 
     def numpy(self):
         """Every element as a NumPy array of the tensor's shape (numpy must be installed),
@@ -124,6 +122,11 @@ class Tensor:
         data = self.source.read_data(self.offset, span)
         return to_array(data, info, self.shape, self.element_strides(), self.big_endian,
                         self.contiguous)
+
+    def __array__(self, dtype=None, copy=None):
+        """`numpy.asarray(tensor)`: `numpy()`, a new array each time (so `copy` is always met)."""
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype, copy=False)
 
     def to_json(self) -> dict:
         """The descriptor as JSON; never reads ("offset" is null while unknown, see
@@ -203,7 +206,7 @@ class Checkpoint:
             return self.by_name[name]
         except KeyError:
             why = self._in_missing_part(name) or self._close_names(name)
-            raise UsageError(f"no tensor named {name!r}" + (f": {why}" if why else ""),
+            raise UsageError(f"no tensor named {cut(name)!r}" + (f": {why}" if why else ""),
                              file=self.name, format=self.format) from None
 
     def _close_names(self, name: str) -> str | None:
@@ -214,7 +217,7 @@ class Checkpoint:
             return None
         import difflib   # a message's cost, paid only when a name is mistyped
         close = difflib.get_close_matches(name, list(self.by_name), n=3, cutoff=0.75)
-        return f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
+        return f"did you mean {' or '.join(repr(cut(c)) for c in close)}?" if close else None
 
     def _in_missing_part(self, name: str) -> str | None:
         """Where a tensor not at hand is, in a shard set with parts missing (opening/shards.py's

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from ..display import cut
 from ..errors import Cancelled, LimitError, UsageError
 from ..sampler.gather import dtype_of
 from ..jsonable import json_number
@@ -77,7 +78,7 @@ class Comparison:
         for r in self.rows:
             if name in (r.name, r.pair.a and r.pair.a.label, r.pair.b and r.pair.b.label):
                 return r
-        raise UsageError(f"no tensor named {name!r} in either checkpoint")
+        raise UsageError(f"no tensor named {cut(name)!r} in either checkpoint")
 
     def close(self) -> None:
         self.a.close()
@@ -128,7 +129,7 @@ def compare_steps(a: Checkpoint, b: Checkpoint, samples: int = DEFAULT_SAMPLES, 
         missing = wanted - {n for p in pairs for n in (p.name, p.a and p.a.label, p.b and p.b.label,
                                                        p.a and p.a.tensor.name, p.b and p.b.tensor.name)}
         if missing:
-            raise UsageError(f"no tensor named {sorted(missing)[0]!r} in either checkpoint")
+            raise UsageError(f"no tensor named {cut(sorted(missing)[0])!r} in either checkpoint")
     if exact:
         for pair in pairs:
             _check_exact_cost(pair, max_elements)
