@@ -186,3 +186,47 @@ def test_every_long_command_shows_progress_and_stops_on_ctrl_c(files, tmp_path, 
     assert code == 130 and b"Traceback" not in err, err
     assert err.replace(b"\r\n", b"\n").rsplit(b"\r", 1)[-1] == b"tensorloupe: interrupted\n"
     assert b"\r" not in out     # stdout never has a progress line (an interrupted JSON is cut short)
+
+
+def many_tensors(path: Path, n: int) -> Path:
+    """A safetensors header of n one-element tensors named as an MoE's experts are (120,000: ~4 s
+    of inspect, most of it the passes over the names)."""
+    header = {f"model.layers.{i // 1000}.mlp.experts.{i % 1000}.down_proj.weight":
+              {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(n)}
+    head = json.dumps(header).encode()
+    path.write_bytes(len(head).to_bytes(8, "little") + head + bytes(4 * n))
+    return path
+
+
+def test_inspect_of_a_large_header_shows_its_passes_and_stops_on_ctrl_c(tmp_path):
+    path = many_tensors(tmp_path / "many.safetensors", 120_000)
+    run = Run(tmp_path, "inspect", path)
+    code, out, err = run.finish()
+    assert code == 0
+    shares = [int(s) for s in re.findall(rb"\rinspect: 120,000 tensors: (\d+)%, ", err)]
+    assert len(shares) >= 3 and shares == sorted(shares) and shares[-1] <= 100, err
+    assert err.endswith(b"\r") and b"\n" not in err            # the line is cleared at the end
+    piped = Run(tmp_path, "inspect", path, tty=False)           # stdout: not a byte more
+    code2, out2, err2 = piped.finish()
+    assert (code2, err2) == (0, b"") and out2 == out and b"120,000" in out
+    run = Run(tmp_path, "inspect", path, "--json")
+    run.read_until(b"%, ")
+    run.proc.send_signal(signal.SIGINT)
+    code, _, err = run.finish()
+    assert code == 130 and b"Traceback" not in err, err
+    assert err.replace(b"\r\n", b"\n").rsplit(b"\r", 1)[-1] == b"tensorloupe: interrupted\n"
+
+
+def test_passes_put_each_pass_after_the_ones_before_it_on_one_meter():
+    from tensorloupe.progress import Passes, every
+    calls = []
+    passes = Passes(lambda done, total: calls.append((done, total)), 10, 4)
+    for k in range(4):
+        assert list(every(range(10), passes.part(k), 10, step=5)) == list(range(10))
+    assert calls == [(0, 40), (5, 40), (10, 40), (15, 40), (20, 40), (25, 40), (30, 40), (35, 40)]
+    assert Passes(None, 10, 2).part(1) is None and list(every("ab", None, 2)) == ["a", "b"]
+    stream = io.StringIO()
+    meter = Meter(stream, "inspect: 10 tensors", "%", clock=lambda: 2.0, delay=0)
+    meter.start = 0.0
+    meter(25, 40)
+    assert stream.getvalue() == "\rinspect: 10 tensors: 62%, 1 s left"

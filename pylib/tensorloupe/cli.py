@@ -46,7 +46,7 @@ from .jsonable import bounded, json_number
 from .architecture.memory import CACHE_TYPES
 from .comparison import DEFAULT_SAMPLES as COMPARE_SAMPLES, compare
 from .quant.logical import apply as dequantise
-from .progress import Meter, Scaled
+from .progress import Meter, Passes, Scaled, every
 
 DTYPE_CHOICES = ("F32", "F16", "BF16")     # writing/encode.py's ENCODERS (not imported by inspect)
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_DANGEROUS, EXIT_INCOMPLETE, EXIT_REFUSED = 0, 2, 3, 4, 5, 6
@@ -361,22 +361,32 @@ def run_inspect(args) -> int:
         if found.problem:
             ckpt.warnings.append(f"{found.where} was not used: {found.problem}")
         dequantise(ckpt, found.data, found.where)   # --config or a URL's (a local one is applied)
-        block = arch_report.describe(ckpt, found.data, found.where, args.context, args.cache_type)
-        errors = shards.errors(ckpt)
-        if args.json:
-            ckpt.locate_all()
-            doc = report.checkpoint_json(ckpt, tensors=False)
-            _emit({**doc, "errors": errors, **bounded(block)},  # a config.json may hold NaN
-                  (t.to_json() for t in ckpt.tensors))
-        else:
-            if errors:   # said before anything else: the numbers below are of part of the model
-                print("Errors: the checkpoint is incomplete")
-                for e in errors:
-                    print(f"  ! {e}")
+        n = len(ckpt.tensors)
+        # The output's own passes (the table's widths and lines, the JSON records) are metered
+        # only when stdout is not the terminal: a line drawn there would break into what is printed.
+        output_passes = 0 if sys.stdout.isatty() else 1 if args.json else 2
+        with progress_line(args, f"inspect: {counted(n, 'tensor')}", "%", ckpt.bytes_read) as meter:
+            passes = Passes(meter, n, 2 + output_passes)
+            block = arch_report.describe(ckpt, found.data, found.where, args.context, args.cache_type,
+                                         progress=passes.part(0))
+            if meter is not None and not output_passes:
+                meter.clear()
+            errors = shards.errors(ckpt)
+            if args.json:
+                ckpt.locate_all()
+                doc = report.checkpoint_json(ckpt, tensors=False)
+                _emit({**doc, "errors": errors, **bounded(block)},  # a config.json may hold NaN
+                      every((t.to_json() for t in ckpt.tensors), passes.part(2) if output_passes else None, n))
+            else:
+                if errors:   # said before anything else: the numbers below are of part of the model
+                    print("Errors: the checkpoint is incomplete")
+                    for e in errors:
+                        print(f"  ! {e}")
+                    print()
+                arch_report.print_block(block)
                 print()
-            arch_report.print_block(block)
-            print()
-            report.print_inspect(ckpt, block["architecture"]["parameters"])
+                report.print_inspect(ckpt, block["architecture"]["parameters"],
+                                     passes.part(2) if output_passes else None)
         safety = ckpt.extras.get("safety") or {}
         dangerous = safety.get("dangerous") or []
         if args.strict and dangerous:

@@ -11,6 +11,7 @@ import json
 from .display import counted, csv_cell, escaped, exact_count, human_bytes, human_count, short
 from .model import Checkpoint, Tensor
 from .jsonable import FULL, Limits, bounded, json_number
+from .progress import Passes, every
 
 BAR = "█▉▊▋▌▍▎▏"
 
@@ -86,9 +87,10 @@ def inspect_json(ckpt: Checkpoint) -> dict:
     return checkpoint_json(ckpt)
 
 
-def print_inspect(ckpt: Checkpoint, parameters: dict | None = None) -> None:
+def print_inspect(ckpt: Checkpoint, parameters: dict | None = None, progress=None) -> None:
     """`parameters`: the architecture block's count (architecture/components.py), which says
-    how many of the values stored are model parameters."""
+    how many of the values stored are model parameters; `progress(done, total)`: the table's
+    two passes over the tensors (its widths, then its lines), as 2 * n tensors."""
     ckpt.locate_all()
     # a dtype is a name from the file where the reader does not know it (a storage class)
     by_dtype = ", ".join(f"{escaped(d)} {human_count(n)}" for d, n in ckpt.parameters_by_dtype().items())
@@ -151,16 +153,16 @@ def print_inspect(ckpt: Checkpoint, parameters: dict | None = None) -> None:
     # A dequantised weight's (or an adapter's ΔW's) stored parts are listed under it, indented.
     quantised = "quantisation" in ckpt.extras or "adapter" in ckpt.extras
 
-    def listed():
-        for t in ckpt.tensors:
+    def listed(progress):
+        for t in every(ckpt.tensors, progress, len(ckpt.tensors)):
             yield t, ""
             if quantised:
                 yield from ((p, "  ↳ ") for p in t.parts)
 
     several = len(files) > 1   # offsets are within each tensor's own file: say which
 
-    def rows():   # made twice (widths, then lines) rather than held: a header may list 1M tensors
-        for t, indent in listed():
+    def rows(progress):   # made twice (widths, then lines) rather than held: a header may list 1M tensors
+        for t, indent in listed(progress):
             row = (indent + escaped(t.name), escaped(t.dtype) + _computed(t),
                    "×".join(map(str, t.shape)) or "scalar", human_bytes(t.stored_nbytes),
                    _bits(t), str(t.known_file_offset))
@@ -171,10 +173,11 @@ def print_inspect(ckpt: Checkpoint, parameters: dict | None = None) -> None:
     header = (("name", "dtype", "shape", "size", "bits", "offset") + (("strides",) if strided else ())
               + (("file",) if several else ()))
     widths = [len(h) for h in header]
-    for r in rows():
+    passes = Passes(progress, len(ckpt.tensors), 2)
+    for r in rows(passes.part(0)):
         widths = [max(w, len(c)) for w, c in zip(widths, r)]
     print("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    for r in rows():
+    for r in rows(passes.part(1)):
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))
     if safety and safety.get("torchscript"):   # the verdict again, after every name it concerns
         print(f"\nSafety: {safety['torchscript']['headline']}. Do not torch.jit.load it unless you trust "

@@ -21,6 +21,7 @@ from .. import moe as moe_detect
 from . import inferred, stacks
 from .components import Breakdown, breakdown
 from ..model import Checkpoint
+from ..progress import Passes
 
 
 class Spec(NamedTuple):
@@ -136,15 +137,18 @@ class Architecture:
 
 
 def summarize(checkpoint: Checkpoint, config: dict | None = None, config_where: str = "config.json",
-              found_moe: moe_detect.MoE | None = None) -> Architecture:
-    """`found_moe`: moe_detect.detect(checkpoint, config), if the caller has it already."""
+              found_moe: moe_detect.MoE | None = None, progress=None) -> Architecture:
+    """`found_moe`: moe_detect.detect(checkpoint, config), if the caller has it already;
+    `progress(done, total)`: the two passes over the tensors (the MoE scan, the count by
+    component), as 2 * n tensors."""
+    passes = Passes(progress, len(checkpoint.tensors), 2)
     configs = []
     if isinstance(config, dict):
         configs.append(("config.json", config))
     configs += embedded_configs(checkpoint)
     if found_moe is None:
-        found_moe = moe_detect.detect(checkpoint, config)
-    parameters = breakdown(checkpoint, found_moe)
+        found_moe = moe_detect.detect(checkpoint, config, passes.part(0))
+    parameters = breakdown(checkpoint, found_moe, passes.part(1))
     fields: dict[str, Value] = {}
     arch = checkpoint.metadata.get("general.architecture") if checkpoint.format == "gguf" else None
     for spec in FIELDS:

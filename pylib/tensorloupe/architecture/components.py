@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from ..model import Checkpoint, Tensor
 from ..moe import MoE
+from ..progress import every
 from ..roles import role_of
 
 # (group, where, ignore case, words), first match wins: the name has one of the words as a whole
@@ -164,8 +165,9 @@ class Breakdown:
                 "tied": self.tied.to_json()}
 
 
-def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
-    """Every tensor counted once: in a training-state group or in a model component."""
+def breakdown(checkpoint: Checkpoint, moe: MoE | None = None, progress=None) -> Breakdown:
+    """Every tensor counted once: in a training-state group or in a model component
+    (`progress(done, total)`, if given, is told how many)."""
     special: dict[str, str] = {}
     if moe is not None and moe.detected:
         for layer in moe.layers:
@@ -176,7 +178,7 @@ def breakdown(checkpoint: Checkpoint, moe: MoE | None = None) -> Breakdown:
             special.update({name: "router" for name in layer.router})
     out = Breakdown({k: Count() for k in COMPONENTS})
     views: dict[tuple, str] = {}
-    for t in checkpoint.tensors:
+    for t in every(checkpoint.tensors, progress, len(checkpoint.tensors)):
         group = training_group(t.name)
         if group is not None:
             out.training.setdefault(group, Count()).add(t)

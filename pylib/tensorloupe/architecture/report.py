@@ -11,10 +11,10 @@ from ..model import Checkpoint
 
 
 def describe(ckpt: Checkpoint, config: dict | None = None, config_where: str = "config.json",
-             context: int | None = None, cache_type: str = "f16", found_moe=None) -> dict:
+             context: int | None = None, cache_type: str = "f16", found_moe=None, progress=None) -> dict:
     """{"architecture": ..., "memory": ...} (schema in README.md, "JSON output"); `found_moe` is
-    moe.detect(ckpt, config) if the caller has it."""
-    arch = architecture.summarize(ckpt, config, config_where, found_moe)
+    moe.detect(ckpt, config) if the caller has it; `progress`: architecture.summarize's."""
+    arch = architecture.summarize(ckpt, config, config_where, found_moe, progress)
     return {"architecture": arch.to_json(), "memory": memory.estimate(arch, context, cache_type)}
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..model import Checkpoint
 from ..display import counted
+from ..progress import every
 
 PER_EXPERT = re.compile(r"^(?P<prefix>.+)\.experts\.(?P<expert>\d+)\.(?P<leaf>.+)$")
 SHARED = re.compile(r"^(?P<prefix>.+)\.(?:shared_experts?)\.(?P<leaf>.+)$")
@@ -81,8 +82,9 @@ class MoE:
                 "layers": [layer.to_json() for layer in self.layers]}
 
 
-def detect(checkpoint: Checkpoint, config: dict | None = None) -> MoE:
-    """The MoE structure of a checkpoint; `config` is a Hugging Face config.json if the user has one."""
+def detect(checkpoint: Checkpoint, config: dict | None = None, progress=None) -> MoE:
+    """The MoE structure of a checkpoint; `config` is a Hugging Face config.json if the user has one;
+    `progress(done, total)`, if given, is told how many names have been looked at."""
     layers: dict[str, MoELayer] = {}
     shapes = {t.name: t.shape for t in checkpoint.tensors}
     names = [t.name for t in checkpoint.tensors]
@@ -93,7 +95,7 @@ def detect(checkpoint: Checkpoint, config: dict | None = None) -> MoE:
             layers[prefix] = MoELayer(prefix, int(number[-1]) if number else None, {})
         return layers[prefix]
 
-    for name in names:
+    for name in every(names, progress, len(names)):
         if m := PER_EXPERT.match(name):
             layer(m["prefix"]).experts.setdefault(int(m["expert"]), {})[m["leaf"]] = ExpertRef(name)
         elif (m := GGUF_EXPS.match(name)) or ((m := FUSED.match(name)) and len(shapes[name]) >= 3):

@@ -45,6 +45,8 @@ class Meter:
         done = min(done, total)
         if self.unit == "bytes":
             amount = f"{megabytes(done)} of {megabytes(total)} MB, {megabytes(done / spent)} MB/s"
+        elif self.unit == "%":   # passes over the same items (Passes): a share of the work
+            amount = f"{done / total:.0%}" if total else "0%"
         else:
             amount = f"{done:,} of {total:,} {self.unit}"
             if self.read is not None:
@@ -86,6 +88,33 @@ class Meter:
 
     def __exit__(self, *exc) -> None:
         self.clear()
+
+
+class Passes:
+    """Progress over `passes` passes through the same `n` items (inspect: the MoE scan, the
+    component count, the table), on one meter of unit "%": `part(k)` is the callback of pass k,
+    whose item i is k * n + i of passes * n. None where there is no meter (nothing is drawn)."""
+
+    def __init__(self, meter: Callable[[int, int], object] | None, n: int, passes: int):
+        self.meter, self.n, self.passes = meter, n, passes
+
+    def part(self, k: int) -> Callable[[int, int], None] | None:
+        if self.meter is None:
+            return None
+        before, total = k * self.n, self.passes * self.n
+        return lambda done, _n: self.meter(before + done, total)
+
+
+def every(items, progress: Callable[[int, int], object] | None, n: int, step: int = 4096):
+    """`items` (n of them), calling progress(i, n) before every step-th: a loop's progress at
+    the cost of a counter."""
+    if progress is None:
+        yield from items
+        return
+    for i, item in enumerate(items):
+        if not i % step:
+            progress(i, n)
+        yield item
 
 
 class Scaled:
