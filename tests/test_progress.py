@@ -155,12 +155,13 @@ def test_ctrl_c_during_stats_exits_130_with_one_line(files, tmp_path):
     assert out == b""
 
 
-def test_ctrl_c_during_convert_leaves_no_file(files, tmp_path):
+@pytest.mark.parametrize("command", ["convert", "extract"])
+def test_ctrl_c_during_convert_leaves_no_file(files, tmp_path, command):
     target = tmp_path / "out" / "large.safetensors"
     target.parent.mkdir()
-    run = Run(tmp_path, "convert", files["large"], target)
+    run = Run(tmp_path, command, files["large"], target, *(["--names", "w"] if command == "extract" else []))
     run.read_until(b"MB/s")
-    assert b"convert: " in run.err, run.err
+    assert run.err.startswith(b"\r" + command.encode() + b": "), run.err
     run.proc.send_signal(signal.SIGINT)
     code, _, err = run.finish()
     assert code == 130 and b"Traceback" not in err and err.rstrip().endswith(b"tensorloupe: interrupted")
