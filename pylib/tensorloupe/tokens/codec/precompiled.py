@@ -100,7 +100,7 @@ class Charsmap:
                 return
             node ^= _offset(unit)
             if seen is None:
-                seen = set()
+                seen = {self.root}
             if node in seen:
                 # a trie is a tree: coming back to a node on the same path means the units
                 # loop, and a walk around that loop would match text no rule was written for
