@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
-from array import array
 
 from ...errors import FormatError
 from .graphemes import clusters
@@ -55,12 +54,7 @@ class Charsmap:
         if U32.size + size > len(blob):
             self._bad(f"gives a trie of {size:,} bytes, but only {len(blob) - U32.size:,} follow "
                       "its size (truncated)")
-        units = array("I", blob[U32.size:U32.size + size])
-        if units.itemsize != 4:      # array's "I" is 4 bytes on every platform Python runs on
-            units = array("L", blob[U32.size:U32.size + size])
-        if struct.pack("=I", 1) != U32.pack(1):
-            units.byteswap()
-        self.units = units
+        self.units = struct.unpack_from(f"<{size // 4}I", blob, U32.size)
         self.replacements = bytes(blob[U32.size + size:])
         self.root = _offset(self._unit(0))
         self._cache: dict[str, str | None] = {}
