@@ -156,7 +156,7 @@ def test_gguf_vocabulary_is_read_once_for_encoding():
     assert tokens.vocabulary(ckpt).encode("hello world, again") and source.bytes_read == after_first
 
 
-def _gguf(path: Path, model: str, pre: str | None = None) -> Path:
+def _gguf(path: Path, model: str, pre: str | None = None, scores: list[float] | None = None) -> Path:
     import numpy as np
     w = GGUFWriter(path, "llama")
     w.add_block_count(1)
@@ -165,6 +165,8 @@ def _gguf(path: Path, model: str, pre: str | None = None) -> Path:
         w.add_tokenizer_pre(pre)
     w.add_token_list(["a", "b", "ab"])
     w.add_token_merges(["a b"])
+    if scores:
+        w.add_token_scores(scores)
     w.add_tensor("t", np.zeros(2, dtype=np.float32))
     gguf_files.finish(w)
     return path
@@ -175,9 +177,13 @@ def test_unknown_gguf_pre_tokenizer_and_model_are_named(tmp_path):
     with pytest.raises(UsageError, match="tokenizer.ggml.pre 'tekken-9000'"):
         vocab.encode("ab")
     assert vocab.page(0, 3)["count"] == 3    # the vocabulary is still shown
-    vocab = tokens.vocabulary(tensorloupe.open(_gguf(tmp_path / "t5.gguf", "t5")))
-    with pytest.raises(UsageError, match="tokenizer.ggml.model 't5'"):
+    vocab = tokens.vocabulary(tensorloupe.open(_gguf(tmp_path / "rwkv.gguf", "rwkv")))
+    with pytest.raises(UsageError, match="tokenizer.ggml.model 'rwkv'"):
         vocab.encode("ab")
+    # "t5" (llama.cpp's UGM, tests/test_token_ugm.py) encodes: "ab" whole beats "a" + "b", and
+    # EOS (id 1 by default, here "b") is appended
+    t5 = tokens.vocabulary(tensorloupe.open(_gguf(tmp_path / "t5.gguf", "t5", scores=[-1.0, -1.0, -0.5])))
+    assert t5.encode("ab") == [2, 1] and t5.encode("ba", add_special=False) == [1, 0]
     ok = tokens.vocabulary(tensorloupe.open(_gguf(tmp_path / "gpt2.gguf", "gpt2", "gpt-2")))
     # "ab" merged twice; " ab"'s Ġ is no token and neither are its two UTF-8 bytes: llama.cpp
     # drops what it cannot spell
@@ -194,7 +200,7 @@ def _with_json(folder: Path, change) -> Path:
 
 
 @pytest.mark.parametrize("change, named", [
-    (lambda d: d.update(normalizer={"type": "Precompiled", "precompiled_charsmap": ""}), "normaliser 'Precompiled'"),
+    (lambda d: d.update(normalizer={"type": "Nmt"}), "normaliser 'Nmt'"),
     (lambda d: d.update(pre_tokenizer={"type": "UnicodeScripts"}), "pre-tokenizer 'UnicodeScripts'"),
     (lambda d: d.update(pre_tokenizer={"type": "Split", "pattern": {"Regex": r"\w+"}, "behavior": "Isolated",
                                        "invert": False}), r"uses \\w"),

@@ -7,7 +7,9 @@ llama-cpp-python wheel, only a source package to compile):
 - "llama": SentencePiece, merging by `tokenizer.ggml.scores` (models.Spm), a space prefixed to
   the text and after each special token, spaces as ▁, unknown characters as <0xXX> byte tokens;
 - "bert": WordPiece over words that start with ▁ (convert_hf_to_gguf writes "##x" as "x" and
-  "x" as "▁x"), after llama.cpp's own normalisation (llm_tokenizer_wpm_session::preprocess).
+  "x" as "▁x"), after llama.cpp's own normalisation (llm_tokenizer_wpm_session::preprocess);
+- "t5": SentencePiece Unigram (llama.cpp's UGM, ugm.py) with `tokenizer.ggml.precompiled_charsmap`
+  as its normaliser (precompiled.py).
 Special tokens (types control, user-defined, unknown) are cut out of the text first, longest
 first (tokenizer_st_partition), and BOS/EOS/SEP added as `tokenizer.ggml.add_*_token` say
 (defaults per model as llama-vocab.cpp's load()).
@@ -20,9 +22,10 @@ from typing import NamedTuple
 
 from ...errors import LOW_LEVEL_ERRORS, FormatError, UsageError
 from ...model import Checkpoint
-from . import charclass, models
+from . import charclass, models, ugm
 from .encoder import Added, Encoder
 from .normalize import is_cjk, is_whitespace, lowercase
+from .precompiled import Charsmap
 from .pretokenize import byte_chars, from_byte_chars, split
 
 KEY = "tokenizer.ggml."
@@ -58,7 +61,8 @@ class Defaults(NamedTuple):
 
 MODEL_DEFAULTS = {"llama": Defaults(True, False, False, 1, 2, None),
                   "gpt2": Defaults(False, False, False, 11, 11, None),
-                  "bert": Defaults(True, False, True, 101, None, 102)}
+                  "bert": Defaults(True, False, True, 101, None, 102),
+                  "t5": Defaults(False, True, False, None, 1, None)}
 
 
 def _meta(ckpt: Checkpoint, name: str, default=None):
@@ -126,6 +130,8 @@ def _from_gguf(ckpt: Checkpoint, size: int) -> Encoder:
         segment, decoder, add_bos = _bpe(ckpt, ids, add_bos)
     elif kind == "llama":
         segment, decoder = _spm(ckpt, ids, size)
+    elif kind == "t5":
+        segment, decoder = _ugm(ckpt, words, types, size)
     else:
         segment, decoder = _wpm(ckpt, ids)
     bos, eos, sep = (_meta(ckpt, f"{n}_token_id", d) for n, d in
@@ -188,6 +194,22 @@ def _spm(ckpt: Checkpoint, ids: dict[str, int], size: int):
         text = data.decode("utf-8", errors="replace")
         return [text[1:] if prefix_space and text.startswith(" ") else text]
     return segment, decoder
+
+
+def _ugm(ckpt: Checkpoint, words: list[str], types: list, size: int):
+    scores = _whole(ckpt, "scores", size)
+    if len(scores) < size:
+        raise UsageError("a t5 (Unigram) GGUF vocabulary needs tokenizer.ggml.scores for every "
+                         "token", file=ckpt.name)
+    raw = _whole(ckpt, "precompiled_charsmap")
+    charsmap = None
+    if raw:
+        charsmap = Charsmap(bytes(b & 0xFF for b in raw), f"{KEY}precompiled_charsmap")
+    # llama-vocab.cpp: add_space_prefix and remove_extra_whitespaces default to false
+    prefix = _flag(ckpt, "add_space_prefix", False)
+    model = ugm.Ugm(words, scores, list(types), _meta(ckpt, "unknown_token_id", 2), charsmap,
+                    prefix, _flag(ckpt, "remove_extra_whitespaces", False))
+    return model, ugm.decoder(words, list(types), prefix)
 
 
 def _wpm(ckpt: Checkpoint, ids: dict[str, int]):

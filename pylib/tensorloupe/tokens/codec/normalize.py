@@ -8,7 +8,7 @@ from __future__ import annotations
 import unicodedata
 
 from ...errors import UsageError
-from . import charclass
+from . import charclass, precompiled
 
 # The CJK ideograph blocks BertNormalizer pads with spaces (bert.rs is_chinese_char).
 CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
@@ -91,6 +91,11 @@ def _sequence(spec: dict):
     return run
 
 
+def _precompiled(spec: dict):
+    """SentencePiece's charsmap, as tokenizers applies it (precompiled.py)."""
+    return precompiled.from_base64(spec.get("precompiled_charsmap")).for_json
+
+
 def _form(form: str):
     return lambda spec: (lambda text: unicodedata.normalize(form, text))
 
@@ -104,6 +109,7 @@ NORMALIZERS = {
     "Prepend": lambda spec: (lambda text, p=spec.get("prepend", ""): p + text if text else text),
     "Strip": _strip,
     "Sequence": _sequence,
+    "Precompiled": _precompiled,
 }
 
 
