@@ -18,7 +18,7 @@ LAYERS = [
     ["formats"],
     ["opening", "adapters"],  # adapters: ΔW of LoRA pairs over quant's RowsSource, config found beside
     ["sampler", "colormap"],
-    ["moe", "namemap", "tokens", "report", "npy", "synthetic", "writing"],
+    ["moe", "namemap", "tokens", "report", "npy", "synthetic", "writing", "notebook"],
     ["architecture", "healthscan", "comparison"],
     ["cli", "web", "tensorloupe"],  # "tensorloupe" is the package's own __init__ (the public API)
 ]

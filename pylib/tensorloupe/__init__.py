@@ -28,6 +28,17 @@ COMPARE_SAMPLES = 1 << 14   # compare()'s default: comparison.DEFAULT_SAMPLES (t
 
 __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_polish.py checks)
 
+
+def _tensor_html(tensor: Tensor) -> str:
+    """Tensor._repr_html_ (a notebook's view: notebook/), attached here, where the API is
+    assembled, because the model layer sits below the sampler it reads with (test_layering.py)."""
+    from .notebook import tensor_html
+    return tensor_html(tensor)
+
+
+Tensor._repr_html_ = _tensor_html
+del _tensor_html
+
 __all__ = ["open", "Checkpoint", "Tensor", "TensorloupeError", "sample", "histogram", "grid",
            "exact_stats", "exact_histogram", "values", "health", "health_cost", "compare",
            "Comparison", "Sample", "Stats", "Histogram", "Grid", "ByteSource", "write_safetensors",

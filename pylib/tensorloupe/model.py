@@ -95,12 +95,6 @@ class Tensor:
         # a name from a file, escaped and cut: a repr is one line in a notebook or a traceback
         return f"<Tensor {short(self.name, 120)!r} {short(self.dtype, 20)} {list(self.shape)}>"
 
-    def _repr_html_(self) -> str:
-        """Its facts, a sample's statistics, histogram and heatmap (notebook.py): reads a few
-        windows and one lattice of this tensor."""
-        from .notebook import tensor_html
-        return tensor_html(self)
-
     def numpy(self):
         """Every element as a NumPy array of the tensor's shape (numpy must be installed),
         reading this tensor's bytes only. The tensor's own dtype where NumPy has it, else the

@@ -17,7 +17,7 @@ def png(width: int, height: int, rgba: bytes) -> bytes:
     """The PNG of a width x height image of RGBA bytes, row-major, top row first."""
     stride = 4 * width
     if width < 1 or height < 1 or len(rgba) != stride * height:
-        raise ValueError(f"{len(rgba)} bytes are no {width} x {height} RGBA image")
+        raise ValueError(f"{len(rgba):,} bytes are no {width:,} x {height:,} RGBA image")
     scanlines = b"".join(b"\x00" + rgba[y * stride:(y + 1) * stride] for y in range(height))
     header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
     return SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(scanlines, 6)) + _chunk(b"IEND", b"")

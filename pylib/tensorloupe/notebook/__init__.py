@@ -1,7 +1,8 @@
-"""A tensor as a notebook shows it (`Tensor._repr_html_`): its facts, the statistics of a
+"""A tensor as a notebook shows it (`Tensor._repr_html_`, attached by the package's __init__: the
+model layer stays below the sampler this reads with): its facts, the statistics of a
 spread-out sample of its real values (labelled "sampled", with the extremes as bounds, unless the
 sample is every element: "exact"), and that sample's histogram and a heatmap lattice as inline
-PNG images (png.py): what the page's Tensor tab shows, without the page.
+PNG images (notebook/png.py): what the page's Tensor tab shows, without the page.
 
 A repr runs whenever a cell shows the tensor, so it reads little: NOTEBOOK_SAMPLES values in a
 few windows and one HEATMAP_SIDE lattice (a few hundred KB of a multi-GB file). A tensor whose
@@ -13,9 +14,9 @@ from __future__ import annotations
 import base64
 import math
 
-from . import colormap
-from .display import exact_count, html_table
-from .errors import TensorloupeError
+from .. import colormap
+from ..display import exact_count, html_table
+from ..errors import TensorloupeError
 from .png import png
 
 NOTEBOOK_SAMPLES = 1 << 14
@@ -34,7 +35,7 @@ def tensor_html(t) -> str:
         return html_table(facts + [("problem", t.problem)], caption="tensor")
     if t.numel == 0:
         return html_table(facts, caption="tensor")
-    from .sampler.sampling import grid, plan_grid, sample
+    from ..sampler.sampling import grid, plan_grid, sample
     try:
         s = sample(t, NOTEBOOK_SAMPLES)
         rows, cols = lattice_shape(plan_grid(t, 1, 1).view_shape)
