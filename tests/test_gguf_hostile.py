@@ -61,17 +61,17 @@ def test_unsupported_version(version):
 def test_tensor_count_larger_than_the_file():
     # 2^40 tensor infos of at least 24 bytes each cannot fit in a 24-byte file.
     raw = fx.raw_gguf(counts=(1 << 40, 0), pad=False)
-    refused(raw, TruncatedError, f"claims {1 << 40} tensors", 8)
+    refused(raw, TruncatedError, f"claims {1 << 40:,} tensors", 8)
 
 
 def test_kv_count_larger_than_the_file():
     raw = fx.raw_gguf([("a", U32, 1)], counts=(0, 1_000_000), pad=False)
-    refused(raw, TruncatedError, "claims 1000000 metadata key/value pairs", 16)
+    refused(raw, TruncatedError, "claims 1,000,000 metadata key/value pairs", 16)
 
 
 def test_version_1_counts_are_uint32():
     raw = fx.raw_gguf(version=1, counts=(0, 0xFFFFFFFF), pad=False)
-    refused(raw, TruncatedError, "claims 4294967295 metadata", 12)
+    refused(raw, TruncatedError, "claims 4,294,967,295 metadata", 12)
 
 
 # --- metadata ---------------------------------------------------------------------------------------
@@ -79,20 +79,20 @@ def test_version_1_counts_are_uint32():
 def test_array_length_larger_than_the_file():
     raw = fx.raw_gguf([("a", ARRAY, (U32, [1, 2, 3]))], pad=False)
     length_at = KV_START + 8 + 1 + 4 + 4  # key length, "a", value type, element type
-    refused(patch(raw, length_at, "<Q", 1 << 60), TruncatedError, f"claims {1 << 60} uint32", length_at)
+    refused(patch(raw, length_at, "<Q", 1 << 60), TruncatedError, f"claims {1 << 60:,} uint32", length_at)
 
 
 def test_string_value_of_2_to_the_40_bytes():
     raw = fx.raw_gguf([("s", STRING, "abc")], pad=False)
     length_at = KV_START + 8 + 1 + 4
-    refused(patch(raw, length_at, "<Q", 1 << 40), TruncatedError, f"{1 << 40}-byte string",
+    refused(patch(raw, length_at, "<Q", 1 << 40), TruncatedError, f"{1 << 40:,}-byte string",
             length_at)
 
 
 def test_key_of_2_to_the_40_bytes():
     raw = patch(fx.raw_gguf([("k", U32, 1)], pad=False), KV_START, "<Q", 1 << 40)
-    e = refused(raw, LimitError, "is 1099511627776 bytes long", KV_START)
-    assert e.expected == f"at most {gguf_meta.MAX_NAME_BYTES} bytes"
+    e = refused(raw, LimitError, "is 1,099,511,627,776 bytes long", KV_START)
+    assert e.expected == f"at most {gguf_meta.MAX_NAME_BYTES:,} bytes"
 
 
 def test_tensor_name_of_2_to_the_40_bytes():
@@ -126,7 +126,7 @@ def test_lying_string_length_inside_a_lazy_array():
     tokens = [f"t{i}" for i in range(2000)]
     raw = fx.raw_gguf([("tokenizer.ggml.tokens", ARRAY, (STRING, tokens))], pad=False)
     at = raw.index(b"t1500") - 8  # the length field of string 1500
-    e = refused(patch(raw, at, "<Q", 1 << 50), TruncatedError, "string 1500 of", at)
+    e = refused(patch(raw, at, "<Q", 1 << 50), TruncatedError, "string 1,500 of", at)
     assert "runs past the end" in e.message
 
 
@@ -189,7 +189,7 @@ def test_data_offset_past_the_end():
     raw = fx.raw_gguf([], [("w", (4,), 0, 1 << 40)], F32)
     offset_field = KV_START + 8 + 1 + 4 + 8 + 4
     e = refused(raw, TruncatedError, "starts past the end of the file", offset_field)
-    assert e.found == f"byte {64 + (1 << 40)}"
+    assert e.found == f"byte {64 + (1 << 40):,}"
 
 
 def test_tensor_data_past_the_end():

@@ -51,7 +51,7 @@ def test_more_than_64_dims(capsys, files):
 
 def test_dims_bomb_is_refused_before_any_arithmetic(capsys, files):
     # 100,000 dims of 2: math.prod (quadratic) then str() of a 30,000-digit count raised ValueError.
-    with pytest.raises(LimitError, match="100000 dimensions"):
+    with pytest.raises(LimitError, match="100,000 dimensions"):
         tensorloupe.open(files["st_dims_bomb"])
     one_line_exit_3(capsys, "inspect", files["st_dims_bomb"])
 
@@ -103,8 +103,8 @@ def test_split_gguf_claiming_2_to_the_40_parts_fails_at_once(files):
                          env={"PYTHONPATH": str(ROOT / "pylib"), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 3, run.stderr[-2000:]
     assert run.stderr.strip() == ("tensorloupe: big-00001-of-00002.gguf: gguf: split.count "
-                                  "1099511627776 is more parts than any split model has "
-                                  "(expected at most 65535; found 1099511627776)")
+                                  "1,099,511,627,776 is more parts than any split model has "
+                                  "(expected at most 65,535; found 1,099,511,627,776)")
 
 
 def test_missing_parts_are_listed_up_to_a_bound_and_counted(tmp_path):
@@ -116,13 +116,13 @@ def test_missing_parts_are_listed_up_to_a_bound_and_counted(tmp_path):
     assert shards["count"] == 65535 and shards["missing_count"] == 65534
     assert shards["missing"][:2] == ["big-00002-of-65535.gguf", "big-00003-of-65535.gguf"]
     assert len(shards["missing"]) == 20 and len(ckpt.warnings) == 21
-    assert ckpt.warnings[-1] == "65514 more of the 65535 parts are missing"
+    assert ckpt.warnings[-1] == "65,514 more of the 65,535 parts are missing"
 
 
 def test_a_lone_part_says_so_in_structured_form(files):
     ckpt = tensorloupe.open(files["split_2e40_2"])
     assert ckpt.extras["split"] == {"no": 1, "count": 2**40}
-    assert ckpt.warnings == [f"this is part 2 of {2**40} of a split model: open all parts "
+    assert ckpt.warnings == [f"this is part 2 of {2**40:,} of a split model: open all parts "
                              "together to see every tensor"]
 
 

@@ -104,7 +104,7 @@ def test_another_range_than_asked_is_refused(server):
     src = HttpSource(s.url)  # the first request asks for the bytes from 0: right by chance
     with pytest.raises(FormatError, match="another range than the one asked for") as e:
         src.read(70_000, 8)  # past the first request's bytes
-    assert "bytes 70000-70007" in str(e.value) and "bytes 0-7/131072" in str(e.value)
+    assert "bytes 70,000-70,007" in str(e.value) and "bytes 0-7/131072" in str(e.value)
 
 
 def test_a_range_that_lies_about_its_bytes_is_refused(server):
@@ -244,7 +244,7 @@ def test_read_many_refuses_another_range_than_asked(server):
     src = HttpSource(s.url)
     with pytest.raises(FormatError, match="another range than the one asked for") as e:
         src.read_many(FAR)
-    assert "bytes 70000-70007" in str(e.value) and "bytes 70001-70008/131072" in str(e.value)
+    assert "bytes 70,000-70,007" in str(e.value) and "bytes 70001-70008/131072" in str(e.value)
 
 
 def test_read_many_refuses_a_range_that_lies_about_its_bytes(server):
@@ -385,6 +385,6 @@ def test_read_many_refuses_another_range_than_asked_on_every_request(server, lia
     ranges = [(70_000, 16), (75_000, 8), (len(FAR_FILE) - 100, 16)]
     with pytest.raises(FormatError) as e:
         source.read_many(ranges)
-    assert f"by {s.url}" in str(e.value) and "expected bytes 70000-70015" in str(e.value)
+    assert f"by {s.url}" in str(e.value) and "expected bytes 70,000-70,015" in str(e.value)
     honest_server = server(lambda conn, request: partial(conn, *asked_range(request), body=FAR_FILE))
     assert HttpSource(honest_server.url).read_many(ranges) == [FAR_FILE[o:o + n] for o, n in ranges]

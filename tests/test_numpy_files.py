@@ -171,7 +171,7 @@ def test_unknown_version():
 
 def test_data_shorter_than_the_shape():
     data = npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1000,), }\n", b"\0" * 16)
-    with pytest.raises(TruncatedError, match="needs 8000 bytes"):
+    with pytest.raises(TruncatedError, match="needs 8,000 bytes"):
         opened(data)
 
 

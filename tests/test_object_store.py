@@ -177,7 +177,7 @@ def test_a_vectored_read_runs_side_by_side_at_most_concurrency_at_once(s3):
     assert s3.counter.since(mark) == (1, 20)
 
 
-@pytest.mark.parametrize("lie, found", [("short", "65526 bytes"), ("whole", "7403624 bytes")])
+@pytest.mark.parametrize("lie, found", [("short", "65,526 bytes"), ("whole", "7,403,624 bytes")])
 def test_a_reply_of_another_length_is_refused_naming_the_url_and_the_range(s3, lie, found):
     key = f"/{BUCKET}/lying/demo-moe.safetensors"
     if lie == "short":
@@ -191,7 +191,7 @@ def test_a_reply_of_another_length_is_refused_naming_the_url_and_the_range(s3, l
     finally:
         s3.counter.short.clear()
         s3.counter.whole.clear()
-    assert f"expected bytes 0-65535; found {found}" in str(caught.value)
+    assert f"expected bytes 0-65,535; found {found}" in str(caught.value)
 
 
 def test_a_store_that_never_answers_fails_within_the_deadline(s3):

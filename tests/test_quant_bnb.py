@@ -142,7 +142,7 @@ W = "model.layers.0.mlp.up_proj.weight"
     # a block size dequantize_4bit refuses
     (lambda sd: _quant_state(sd, W, blocksize=48), "blocksize 48"),
     # a shape the stored codes cannot hold: never read beside the tensor
-    (lambda sd: _quant_state(sd, W, shape=[99, 80]), "does not hold 7920 4-bit codes"),
+    (lambda sd: _quant_state(sd, W, shape=[99, 80]), "does not hold 7,920 4-bit codes"),
     # the quant state is not JSON (a string from a file is data)
     (lambda sd: sd.update({W + ".quant_state.bitsandbytes__nf4": torch.tensor([0xFF, 0x7B], dtype=torch.uint8)}),
      "quant_state is not readable"),
@@ -151,7 +151,7 @@ W = "model.layers.0.mlp.up_proj.weight"
      "quant_state is not readable"),
     # a quant state larger than any bitsandbytes writes is not read at all
     (lambda sd: sd.update({W + ".quant_state.bitsandbytes__nf4": torch.zeros(5000, dtype=torch.uint8)}),
-     "of at most 4096 bytes"),
+     "of at most 4,096 bytes"),
     # two quant states beside one weight
     (lambda sd: sd.update({W + ".quant_state.bitsandbytes__fp4": sd[W + ".quant_state.bitsandbytes__nf4"].clone()}),
      "2 quant_state tensors"),

@@ -163,7 +163,7 @@ def _corrupted(out: Path, tmp_path: Path, case: str, row: int, byte: int) -> Pat
 @pytest.mark.parametrize("case", ["f16", "int8_channel_sym"])
 def test_a_pair_whose_mask_does_not_mark_cols_values_is_refused(out, tmp_path, case, capsys):
     path = _corrupted(out, tmp_path, case, 7, 100)     # rows 6 and 7 then mark 4099
-    said = f"rows 6 and 7 of tensor '{UP}bitmask' mark 4099 kept values, not 4098"
+    said = f"rows 6 and 7 of tensor '{UP}bitmask' mark 4,099 kept values, not 4,098"
     # the row decoder (a window of whole rows) and the cell decoder (a few values of row 6)
     for start, count in ((6 * 4098, 2 * 4098), (6 * 4098 + 10, 5)):
         code = main(["values", str(path), UP + "weight", "--start", str(start), "--count", str(count)])

@@ -22,7 +22,7 @@ def test_truncated_read_names_offset_and_shortfall():
     with pytest.raises(TruncatedError) as e:
         s.read(10200, 100)
     text = str(e.value)
-    assert "weights.bin" in text and "60 bytes short" in text and "at byte 10200" in text
+    assert "weights.bin" in text and "60 bytes short" in text and "at byte 10,200" in text
 
 
 def test_negative_read_is_a_usage_error():

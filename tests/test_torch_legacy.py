@@ -98,7 +98,7 @@ def test_a_count_prefix_that_lies_is_refused_as_torch_refuses_it(tmp_path, which
         tensorloupe.open(patched)
     message = str(e.value)
     assert f"is declared with 32 elements in the pickle but its count prefix in the file says " \
-           f"{32 + delta}" in message and f"at byte {offset}" in message
+           f"{32 + delta:,}" in message and f"at byte {offset:,}" in message
     assert f'storage "{key}" is declared' in message
 
 
@@ -232,7 +232,7 @@ def test_a_tar_object_pickle_over_the_limit_is_refused_unparsed(monkeypatch):
                  + pickle.dumps([], protocol=2)})
     with pytest.raises(LimitError, match="larger than the limit") as info:
         tensorloupe.open(blob, name="huge_object.pt")
-    assert "found 17825794" in str(info.value)
+    assert "found 17,825,794" in str(info.value)
     assert max(sizes) < 4096
 
 
@@ -277,7 +277,7 @@ def test_tar_storage_views_are_cut_as_torch_cuts_them(tmp_path, offset, numel):
 @pytest.mark.parametrize("offset, numel, found", [
     (10 ** 5000, 2, "offset an integer of 16,610 bits (~5,001 digits), 2 elements"),
     (0, -(10 ** 5000), "offset 0, an integer of 16,610 bits (~5,001 digits) elements"),
-    (1 << 63, 2, "offset 9223372036854775808, 2 elements"),
+    (1 << 63, 2, "offset 9,223,372,036,854,775,808, 2 elements"),
 ], ids=["5001-digit offset", "5001-digit count", "2**63 offset"])
 @pytest.mark.parametrize("command", ["inspect", "health", "diff"])
 def test_a_tar_view_beyond_64_bits_is_one_clear_error(tmp_path, capsys, offset, numel, found,

@@ -215,7 +215,7 @@ def test_limits_each_have_a_clear_error():
     appends = b"\x80\x02](" + b"N" * 11 + b"e."
     with pytest.raises(LimitError, match="grows past 10 elements"):
         load(appends, limits=Limits(max_items=10))
-    with pytest.raises(LimitError, match="MARKs nest deeper than 1000"):
+    with pytest.raises(LimitError, match="MARKs nest deeper than 1,000"):
         load(b"\x80\x02" + b"(" * 1001)
     with pytest.raises(LimitError, match="larger than the 100-byte limit"):
         load(b"N" * 200 + b".", limits=Limits(max_bytes=100))

@@ -446,7 +446,7 @@ def _refused(ckpt: Checkpoint, args) -> bool:
     dangerous = safety.get("dangerous") or []
     if not (dangerous or safety.get("torch_reading")) or args.allow_dangerous_file:
         return False
-    why = (f"the pickle names {len(dangerous)} dangerous global(s): {', '.join(dangerous)}"
+    why = (f"the pickle names {len(dangerous):,} dangerous global(s): {', '.join(dangerous)}"
            if dangerous else f"torch.load reads these bytes as another file: "
            f"{safety['torch_reading']['format']}")
     print(f"tensorloupe: {ckpt.name}: {why}; nothing written ({args.command} it anyway, the "

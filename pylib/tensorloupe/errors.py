@@ -34,7 +34,7 @@ class TensorloupeError(Exception):
         text = f"{where}: {self.message}" if where else self.message
         details = []
         if self.offset is not None:
-            details.append(f"at byte {self.offset}")
+            details.append(f"at byte {shown(self.offset)}")
         if self.expected is not None:
             details.append(f"expected {shown(self.expected)}")
         if self.found is not None:
@@ -51,10 +51,13 @@ class TensorloupeError(Exception):
 
 
 def shown(value) -> str:
-    """A value for a message. str() refuses integers of more than 4,300 digits (ValueError), and
-    a header can make one: those are described by their size instead."""
-    if isinstance(value, int) and value.bit_length() > 14000:
-        return f"an integer of {value.bit_length():,} bits"
+    """A value for a message; an integer grouped (1,234,567), as every number a person reads.
+    str() refuses integers of more than 4,300 digits (ValueError), and a header can make one:
+    those are described by their size instead. A bool is said as a bool."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > 14000:
+            return f"an integer of {value.bit_length():,} bits"
+        return f"{value:,}"
     return str(value)
 
 

@@ -36,7 +36,7 @@ class Export(NamedTuple):
 def npy_bytes(elements: list, shape: tuple[int, ...], dtype: str) -> Export:
     descr, code = NUMPY_DTYPES.get(dtype, FALLBACK)
     if len(elements) != math.prod(shape):
-        raise UsageError(f"{len(elements)} values do not fill shape {shape}")
+        raise UsageError(f"{len(elements):,} values do not fill shape {shape}")
     if code is None:
         body = bytes(1 if v else 0 for v in elements)
     elif descr[1] == "c":

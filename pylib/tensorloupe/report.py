@@ -116,9 +116,9 @@ def print_inspect(ckpt: Checkpoint, parameters: dict | None = None, progress=Non
     quantised = ckpt.extras.get("quantisation")
     if quantised and (quantised["dequantised"] or quantised["packed"]):
         print(f"  quantised   {escaped('; '.join(quantised['schemes']) or quantised['method'])} "
-              f"(from {escaped(quantised['source'])}): {quantised['dequantised']} weights shown "
+              f"(from {escaped(quantised['source'])}): {quantised['dequantised']:,} weights shown "
               f"dequantised to float32, sizes as stored"
-              + (f"; {quantised['packed']} left packed" if quantised["packed"] else ""))
+              + (f"; {quantised['packed']:,} left packed" if quantised["packed"] else ""))
     if ckpt.extras.get("adapter"):   # a LoRA adapter (adapters/): what it changes
         from .adapters.text import print_adapter
         print_adapter(ckpt.extras["adapter"])
@@ -239,14 +239,14 @@ def print_safety(safety: dict) -> None:
         reason = f"  ({g['reason']})" if g.get("reason") else ""
         if g["verdict"] == "dangerous" and g.get("files"):   # a set's report: which file names it
             reason += f"  in {', '.join(g['files'])}"
-        print(f"  {mark:<10} {escaped(g['name'])}  ×{g.get('count', 1)}{escaped(reason)}")
+        print(f"  {mark:<10} {escaped(g['name'])}  ×{g.get('count', 1):,}{escaped(reason)}")
     for call in [c for c in safety.get("calls", []) if shown(c["global"])]:
         args = ", ".join(json.dumps(a, ensure_ascii=False) for a in call.get("args", []))
         kwargs = f", **{json.dumps(call['kwargs'], ensure_ascii=False)}" if call.get("kwargs") else ""
         print(f"  call never made: {escaped(call['global'])}({escaped(args)}{escaped(kwargs)})")
     dangerous = [n for n in safety.get("dangerous", []) if shown(n)]
     if dangerous:
-        print(f"  This file names {len(dangerous)} dangerous global(s): "
+        print(f"  This file names {len(dangerous):,} dangerous global(s): "
               f"{escaped(', '.join(dangerous))}. torch.load(weights_only=False) would run them "
               "(names outside the allow-list: may run them).")
 
@@ -313,8 +313,8 @@ def print_training(training: dict) -> None:
         safety = p.get("safety")
         if safety is not None:
             dangerous = safety.get("dangerous") or []
-            print(f"    safety: {len(safety.get('globals', []))} globals"
-                  + (f", {len(dangerous)} DANGEROUS: {escaped(', '.join(dangerous))}" if dangerous
+            print(f"    safety: {len(safety.get('globals', [])):,} globals"
+                  + (f", {len(dangerous):,} DANGEROUS: {escaped(', '.join(dangerous))}" if dangerous
                      else ", none dangerous"))
             if safety.get("weights_only") is not None:
                 print(f"    {escaped(weights_only_line(safety['weights_only']))}")
@@ -327,12 +327,12 @@ def _values(count: dict) -> str:
 def _training_line(kind: str, summary: dict) -> str:
     if "groups" in summary:
         moments = ", ".join(f"{k} {_values(c)}" for k, c in summary["moments"].items())
-        return (f"{summary['group_count']} parameter groups, {summary['params']:,} parameters "
+        return (f"{summary['group_count']:,} parameter groups, {summary['params']:,} parameters "
                 f"({summary['params_with_state']:,} with state); {moments or 'no moments'}")
     if "generators" in summary:
         return "generators: " + ", ".join(summary["generators"])
     if "fields" in summary:
-        return f"{summary['class']} ({summary['field_count']} fields)"
+        return f"{summary['class']} ({summary['field_count']:,} fields)"
     if "log_history" in summary:
         facts = [f"{k} {short(summary[k])}" for k in ("global_step", "max_steps", "epoch") if k in summary]
         losses = [e for e in summary["log_history"] if "loss" in e]
@@ -406,7 +406,7 @@ def print_stats(entry: dict) -> None:
     for left, count in zip(hist["edges"], hist["counts"]):
         eighths = round(count / top * 40 * 8)
         bar = BAR[0] * (eighths // 8) + (BAR[8 - eighths % 8] if eighths % 8 else "")
-        print(f"  {_fmt(left):>12} │{bar} {count}")
+        print(f"  {_fmt(left):>12} │{bar} {count:,}")
     print()
 
 

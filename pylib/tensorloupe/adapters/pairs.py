@@ -125,7 +125,7 @@ ALGORITHMS = {"loha": "LoHa", "lokr": "LoKr", "locon": "LoCon Tucker"}
 
 
 def kind_of(layout: str, algorithms: dict | None = None) -> str:
-    words = ", ".join(f"{ALGORITHMS.get(k, k)} ×{n}" for k, n in (algorithms or {}).items())
+    words = ", ".join(f"{ALGORITHMS.get(k, k)} ×{n:,}" for k, n in (algorithms or {}).items())
     return KINDS[layout] + (f" ({words})" if words else "")
 # An adapter is made of its pairs: one is among its first tensors whatever the order (a
 # modules_to_save copy or two may come first). Looking no further keeps every other open,

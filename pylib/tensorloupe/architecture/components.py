@@ -156,7 +156,7 @@ class Breakdown:
             return None, "top-k is unknown (no config or metadata says), so active parameters are too"
         active = self.total - routed.parameters + routed.parameters * top_k // experts
         return active, (f"total {self.total:,} - routed experts {routed.parameters:,} "
-                        f"+ routed experts x {top_k}/{experts}")
+                        f"+ routed experts x {top_k:,}/{experts:,}")
 
     def to_json(self) -> dict:
         return {"by_component": {k: c.to_json() for k, c in self.components.items()},

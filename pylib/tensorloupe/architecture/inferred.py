@@ -44,7 +44,7 @@ def infer(ckpt: Checkpoint, found_moe: MoE, hidden=None, model=None) -> dict[str
 
     indices = sorted({r.layer for _, r in roles if r.layer is not None})
     if indices:
-        put("layers", indices[-1] + 1, f"inferred from tensor names (layer numbers {indices[0]}..{indices[-1]})")
+        put("layers", indices[-1] + 1, f"inferred from tensor names (layer numbers {indices[0]:,}..{indices[-1]:,})")
     embed = next((t for t, r in roles if len(t.shape) == 2 and r.layer is None
                   and any(word in r.role for word in EMBEDDING_ROLES)), None)
     if embed is not None:
@@ -68,7 +68,7 @@ def infer(ckpt: Checkpoint, found_moe: MoE, hidden=None, model=None) -> dict[str
             put("experts_per_token", found_moe.top_k, found_moe.top_k_source or "moe.detect")
         routers = [name for layer in layers for name in layer.router]
         if routers:
-            put("router", role_of(routers[0]).role, f"inferred from tensor names ({len(routers)} router tensors)")
+            put("router", role_of(routers[0]).role, f"inferred from tensor names ({len(routers):,} router tensors)")
         shared = [name for layer in layers for name in layer.shared]
         if shared:
             put("shared_experts", "present", f"inferred from tensor {shared[0]}")

@@ -79,7 +79,7 @@ class KvShape:
     def _layers(self, g: LayerGroup) -> str:
         mixed = any(other.window for other in self.groups)
         kind = "sliding " if g.window else ("global " if mixed else "")
-        return f"{g.count} {kind}layers"
+        return f"{g.count:,} {kind}layers"
 
     def _term(self, g: LayerGroup, bits: float) -> str:
         unit = f"{bits:g} bits / 8" if bits != 16 else "2 bytes"

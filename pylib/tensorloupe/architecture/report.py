@@ -26,7 +26,7 @@ def _value(key: str, value) -> str:
     if key == "sliding_layers" and isinstance(value, list):
         return f"{counted(len(value), 'layer')}: {_ranges(value)}"
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return f"per layer {min(value)}-{max(value)}"
+        return f"per layer {min(value):,}-{max(value):,}"
     if value is None:
         return "none"
     return str(value)
@@ -39,7 +39,7 @@ def _ranges(numbers: list[int]) -> str:
         if start is None:
             start = n
         if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
-            out.append(str(start) if start == n else f"{start}-{n}")
+            out.append(f"{start:,}" if start == n else f"{start:,}-{n:,}")
             start = None
     return ", ".join(out)
 

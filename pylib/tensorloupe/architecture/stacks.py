@@ -103,7 +103,7 @@ def stack_fields(configs: list, tensors: list) -> dict[str, tuple]:
         key = f"{stack}_layers"
         if key not in out and layers.get(stack):
             top = max(layers[stack])
-            out[key] = (top + 1, f"inferred from tensor names ({stack}.* layer numbers 0..{top})")
+            out[key] = (top + 1, f"inferred from tensor names ({stack}.* layer numbers 0..{top:,})")
     return out
 
 

@@ -118,7 +118,7 @@ def _headline(out: dict, comparison) -> str:
     if comparison.exact or all(r.exact for r in differ):
         mode = "every element"
     else:
-        mode = f"{sum(not r.exact for r in differ)} of them sampled, {comparison.samples} elements each"
+        mode = f"{sum(not r.exact for r in differ):,} of them sampled, {comparison.samples:,} elements each"
     if out["different_models"]:
         text = (f"these look like different models: {counted(out['comparable'], 'comparable tensor')}"
                 f" of {exact_count(len(comparison.rows))}")

@@ -25,10 +25,10 @@ def print_diff(result, top: int = 15) -> None:
     # what the comparison read beyond the headers (their cached blocks serve small files whole)
     print(f"bytes read for the comparison: A {result.bytes_read['a']:,}, B {result.bytes_read['b']:,}")
     print(s["headline"])
-    print("  " + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in s["counts"].items()))
+    print("  " + ", ".join(f"{k.replace('_', ' ')}: {v:,}" for k, v in s["counts"].items()))
     differ = {r.name: r for r in result.rows}
     if s["ranked"] and top:
-        print(f"\nmost changed (relative error ‖a−b‖/‖a‖), top {min(top, len(s['ranked']))}:")
+        print(f"\nmost changed (relative error ‖a−b‖/‖a‖), top {min(top, len(s['ranked'])):,}:")
         print(f"  {'tensor':48} {'rel err':>10} {'SNR dB':>7} {'cosine':>9} {'max|a-b|':>10}")
         for name in s["ranked"][:top]:
             d = differ[name].diff

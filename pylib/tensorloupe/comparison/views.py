@@ -41,7 +41,7 @@ def tiles(pair: Pair, rows: int = 64, cols: int = 64,
     height, width = View(pair.a.tensor, None, None).shape
     r0, r1, c0, c1 = region if region is not None else (0, height, 0, width)
     if not (0 <= r0 < r1 <= height and 0 <= c0 < c1 <= width) or rows < 1 or cols < 1:
-        raise UsageError(f"region {(r0, r1, c0, c1)} is outside the {height} x {width} view")
+        raise UsageError(f"region {(r0, r1, c0, c1)} is outside the {height:,} x {width:,} view")
     row_index, col_index = lattice(r0, r1, rows), lattice(c0, c1, cols)
     positions = [(r, c) for r in row_index for c in col_index]
     a, b = _cells(pair.a, positions), _cells(pair.b, positions)

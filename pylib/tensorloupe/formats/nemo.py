@@ -123,8 +123,8 @@ def _members(source: ByteSource, error) -> dict[str, tarfile.TarInfo]:
         if info.isfile():
             if info.offset_data + info.size > source.size:
                 raise error(TruncatedError, f"the tar member {name[:200]!r} runs past the end of "
-                            "the file", offset=info.offset_data, expected=f"{info.size} bytes",
-                            found=f"{max(0, source.size - info.offset_data)}")
+                            "the file", offset=info.offset_data, expected=f"{info.size:,} bytes",
+                            found=f"{max(0, source.size - info.offset_data):,}")
             members[name] = info
         elif info.issym() or info.islnk():
             if name == CONFIG or name.endswith(WEIGHTS):
@@ -136,7 +136,7 @@ def _members(source: ByteSource, error) -> dict[str, tarfile.TarInfo]:
 def _capped(info: tarfile.TarInfo, cap: int, error) -> int:
     if info.size > cap:
         raise error(LimitError, f"the tar member {info.name!r} is larger than the limit",
-                    expected=f"at most {cap} bytes", found=info.size)
+                    expected=f"at most {cap:,} bytes", found=info.size)
     return info.size
 
 
@@ -167,7 +167,7 @@ def _inflated(source: ByteSource, error) -> MemorySource:
     except (zlib.error, struct.error) as e:
         raise error(FormatError, f"the gzip stream does not inflate: {e}") from e
     if not inflater.eof:
-        raise error(TruncatedError, "the gzip stream ends early", found=f"{source.size} bytes")
+        raise error(TruncatedError, "the gzip stream ends early", found=f"{source.size:,} bytes")
     return MemorySource(bytes(out), source.name)
 
 

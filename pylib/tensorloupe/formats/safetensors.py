@@ -14,6 +14,7 @@ import math
 import re
 import struct
 
+from ..display import exact_count
 from ..dtypes.plain import DTYPES, SAFETENSORS_DTYPES
 from ..errors import ErrorFactory, FormatError, LimitError, TruncatedError
 from ..model import Checkpoint, Tensor
@@ -82,15 +83,15 @@ def read(source: ByteSource) -> Checkpoint:
     error = ErrorFactory(name, FORMAT)
 
     if size < HEADER_LENGTH.size:
-        raise error(TruncatedError, f"the file has only {size} bytes; a safetensors file starts "
+        raise error(TruncatedError, f"the file has only {size:,} bytes; a safetensors file starts "
                     "with an 8-byte header length", offset=0, expected="at least 8 bytes", found=size)
     (header_len,) = HEADER_LENGTH.unpack(source.read(0, HEADER_LENGTH.size))
     if header_len > MAX_HEADER_BYTES:
         raise error(LimitError, "the header length is larger than the 100 MB the format allows",
-                    offset=0, expected=f"at most {MAX_HEADER_BYTES}", found=header_len)
+                    offset=0, expected=f"at most {MAX_HEADER_BYTES:,}", found=header_len)
     if header_len > size - HEADER_LENGTH.size:
         raise error(TruncatedError, "the header runs past the end of the file (truncated download?)",
-                    offset=8, expected=f"{header_len} header bytes", found=f"{size - 8} bytes left")
+                    offset=8, expected=f"{header_len:,} header bytes", found=f"{size - 8:,} bytes left")
     raw = source.read(HEADER_LENGTH.size, header_len)
     data_start = HEADER_LENGTH.size + header_len
     data_len = size - data_start
@@ -98,7 +99,7 @@ def read(source: ByteSource) -> Checkpoint:
     warnings: list[str] = []
     stripped = raw.lstrip(b" \t\r\n")
     if len(stripped) != len(raw):
-        warnings.append(f"the JSON header starts with {len(raw) - len(stripped)} whitespace bytes; "
+        warnings.append(f"the JSON header starts with {len(raw) - len(stripped):,} whitespace bytes; "
                         "the spec requires it to start with '{' (the Rust reader accepts it)")
     if not stripped.startswith(b"{"):
         raise error(FormatError, "the header is not a JSON object", offset=8,
@@ -181,14 +182,14 @@ def _checked_tensor(source, key, entry, data_start, error) -> Tensor:
     if not isinstance(dtype, str):
         raise error(FormatError, f"{where} has a dtype that is not a string", found=_excerpt(dtype))
     if isinstance(shape, list) and len(shape) > MAX_DIMS:
-        raise error(LimitError, f"{where} has {len(shape)} dimensions",
-                    expected=f"at most {MAX_DIMS}", found=len(shape))
+        raise error(LimitError, f"{where} has {len(shape):,} dimensions",
+                    expected=f"at most {MAX_DIMS:,}", found=len(shape))
     if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
         raise error(FormatError, f"{where} has an invalid shape",
-                    expected=f"a list of integers from 0 to {MAX_COUNT}", found=_excerpt(shape))
+                    expected=f"a list of integers from 0 to {MAX_COUNT:,}", found=_excerpt(shape))
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
         raise error(FormatError, f"{where} has invalid data_offsets",
-                    expected=f"[begin, end] integers from 0 to {MAX_COUNT}", found=_excerpt(offsets))
+                    expected=f"[begin, end] integers from 0 to {MAX_COUNT:,}", found=_excerpt(offsets))
     if offsets[0] > offsets[1]:
         raise error(FormatError, f"{where} ends before it begins", found=f"data_offsets {offsets}")
     return _descriptor(source, key, dtype, shape, offsets, data_start, error)
@@ -206,11 +207,11 @@ def _descriptor(source, key, dtype, shape, offsets, data_start, error) -> Tensor
     else:
         bits = numel * info.block_bytes * 8 // info.block_elems if numel % info.block_elems == 0 else None
         if bits is None or bits % 8:
-            raise error(FormatError, f"tensor {key!r}: {numel} elements of {dtype} do not fill whole bytes",
+            raise error(FormatError, f"tensor {key!r}: {exact_count(numel)} elements of {dtype} do not fill whole bytes",
                         found=f"shape {shape}")
         if bits // 8 != end - begin:
-            raise error(FormatError, f"tensor {key!r}: shape {shape} of {dtype} needs {bits // 8} bytes "
-                        f"but data_offsets {offsets} hold {end - begin}",
+            raise error(FormatError, f"tensor {key!r}: shape {shape} of {dtype} needs {exact_count(bits // 8)} bytes "
+                        f"but data_offsets {offsets} hold {end - begin:,}",
                         expected=bits // 8, found=end - begin)
     # data_offsets are not kept: they are offset - data_start and offset + nbytes - data_start.
     return Tensor(key, dtype, tuple(shape), data_start + begin, end - begin, source=source,
@@ -241,12 +242,12 @@ def _check_layout(tensors: list[Tensor], data_start: int, data_len: int, error) 
             kind = "overlaps" if begin < position else "leaves a hole before"
             after = f"the end of {previous!r}" if previous else "the data section start"
             raise error(FormatError, f"tensor {t.name!r} {kind} {after}",
-                        expected=f"data_offsets to begin at {position}", found=begin)
+                        expected=f"data_offsets to begin at {position:,}", found=begin)
         position, previous = end, t.name
     if position > data_len:
-        raise error(TruncatedError, f"the file is {position - data_len} bytes shorter than its header "
-                    "says (truncated download?)", expected=f"{position} data bytes",
-                    found=f"{data_len}")
+        raise error(TruncatedError, f"the file is {position - data_len:,} bytes shorter than its header "
+                    "says (truncated download?)", expected=f"{position:,} data bytes",
+                    found=f"{data_len:,}")
     if position < data_len:
-        raise error(FormatError, f"the file has {data_len - position} bytes after the last tensor",
-                    expected=f"{position} data bytes", found=f"{data_len}")
+        raise error(FormatError, f"the file has {data_len - position:,} bytes after the last tensor",
+                    expected=f"{position:,} data bytes", found=f"{data_len:,}")

@@ -27,7 +27,7 @@ class YamlError(FormatError):
 
 
 def _fail(line: int, message: str) -> YamlError:
-    return YamlError(f"line {line}: {message}")
+    return YamlError(f"line {line:,}: {message}")
 
 
 def _strip_comment(text: str) -> str:
@@ -82,7 +82,7 @@ class _Parser:
 
     def block(self, indent: int, depth: int):
         if depth > MAX_DEPTH:
-            raise _fail(self.lines[self.pos][0], f"nested more than {MAX_DEPTH} deep")
+            raise _fail(self.lines[self.pos][0], f"nested more than {MAX_DEPTH:,} deep")
         number, _, text = self.lines[self.pos]
         if text.startswith("- ") or text == "-":
             return self.sequence(indent, depth)
@@ -240,7 +240,7 @@ def _unescape(body: str, number: int) -> str:
 def _flow(text: str, i: int, number: int, depth: int):
     """A flow list or map starting at text[i]; (value, index after it)."""
     if depth > MAX_DEPTH:
-        raise _fail(number, f"flow collections nested more than {MAX_DEPTH} deep")
+        raise _fail(number, f"flow collections nested more than {MAX_DEPTH:,} deep")
     close = "]" if text[i] == "[" else "}"
     items: list = []
     i += 1

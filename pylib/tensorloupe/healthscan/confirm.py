@@ -82,7 +82,7 @@ def duplicate_flag(kept: Measure, copies: list[Measure], digest: str | None, nby
                     f"shares these weights on purpose.", evidence, True, names[:1] + names[2:])
     if all(BUFFERS.search(n) for n in names):
         return Flag("duplicate_buffer", "info", copies[0].name,
-                    f"{len(names)} buffers {how}: they are computed, not trained, so this is expected.",
+                    f"{len(names):,} buffers {how}: they are computed, not trained, so this is expected.",
                     evidence, True, names[:1] + names[2:])
     others = ", ".join(c.name for c in copies[1:])
     also = f" (and {others})" if others else ""

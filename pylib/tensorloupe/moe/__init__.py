@@ -120,7 +120,7 @@ def detect(checkpoint: Checkpoint, config: dict | None = None, progress=None) ->
         declared = _declared_experts(checkpoint, config)
         if declared:
             count, where = declared
-            return MoE(False, f"{where} declares {count} experts, but no tensor here is an "
+            return MoE(False, f"{where} declares {count:,} experts, but no tensor here is an "
                               "expert's (a shard or part without them? or a vocab-only file)")
         return MoE(False, "no tensor names follow a known expert naming scheme")
     if problem:

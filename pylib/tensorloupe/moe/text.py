@@ -12,7 +12,7 @@ def print_moe(analysis) -> None:
         return
     top_k = f"{found.top_k} (from {found.top_k_source})" if found.top_k else "unknown (no metadata says)"
     print(f"Mixture of Experts: {counted(len(found.layers), 'layer')}, {counted(found.expert_count, 'expert')}, top-k {top_k}")
-    print(f"Redundancy from weights alone: {analysis.samples_per_matrix} elements per matrix per expert, "
+    print(f"Redundancy from weights alone: {analysis.samples_per_matrix:,} elements per matrix per expert, "
           f"{human_bytes(analysis.bytes_read)} read; threshold {analysis.threshold}")
     for layer, measured in zip(found.layers, analysis.layers):
         router = ", ".join(layer.router) or "none found"

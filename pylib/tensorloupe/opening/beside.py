@@ -85,7 +85,7 @@ def read_bounded(where: str, limit: int) -> bytes | None:
             return None
         try:
             if source.size > limit:
-                raise LimitError(f"{name} is too large", file=name, expected=f"at most {limit} "
+                raise LimitError(f"{name} is too large", file=name, expected=f"at most {limit:,} "
                                  "bytes", found=source.size)
             return source.read(0, source.size)
         finally:
@@ -98,7 +98,7 @@ def read_bounded(where: str, limit: int) -> bytes | None:
     except OSError as e:
         raise UsageError(f"cannot read the file: {e.strerror}", file=name) from e
     if len(data) > limit:
-        raise LimitError(f"{name} is too large", file=name, expected=f"at most {limit} bytes")
+        raise LimitError(f"{name} is too large", file=name, expected=f"at most {limit:,} bytes")
     return data
 
 

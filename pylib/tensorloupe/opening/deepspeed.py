@@ -67,7 +67,7 @@ def read_set(sources: list, read) -> Checkpoint:
     for s in sources:
         mp = _rank(s.name)[2]
         if mp >= MAX_RANKS:
-            raise UsageError(f"model-parallel rank {mp} is more ranks than a checkpoint has",
+            raise UsageError(f"model-parallel rank {mp:,} is more ranks than a checkpoint has",
                              format=FORMAT, file=training.basename(s.name))
         by_mp.setdefault(mp, []).append(s)
     ranks = {mp: _read_rank(group, read, mp) for mp, group in sorted(by_mp.items())}
@@ -84,10 +84,10 @@ def _read_rank(sources: list, read, mp: int) -> Checkpoint:
     for s in sources:
         role, rank, _ = _rank(s.name)
         if rank >= MAX_RANKS:
-            raise UsageError(f"rank {rank} is more ranks than a ZeRO checkpoint has",
+            raise UsageError(f"rank {rank:,} is more ranks than a ZeRO checkpoint has",
                              file=training.basename(s.name), format=FORMAT)
         if rank in by_role.get(role, {}):
-            raise UsageError(f"two {role} files of rank {rank} were given", format=FORMAT,
+            raise UsageError(f"two {role} files of rank {rank:,} were given", format=FORMAT,
                              found=f"{by_role[role][rank].name} and {training.basename(s.name)}")
         sizes[training.basename(s.name)] = s.size
         by_role.setdefault(role, {})[rank] = read(s)
@@ -157,13 +157,13 @@ def _missing(optims: dict, models: dict, world: int, stage: int, sources, mp: in
             out[f"zero_pp_rank_{r}_mp_rank_{mp:02d}_model_states.pt"] = r
     extra = sorted(r for r in optims if r >= world)
     if extra:
-        raise FormatError(f"optimizer states of rank {extra[0]} were given, but the partition "
-                          f"count is {world}", format=FORMAT)
+        raise FormatError(f"optimizer states of rank {extra[0]:,} were given, but the partition "
+                          f"count is {world:,}", format=FORMAT)
     for name, r in sorted(out.items(), key=lambda item: item[1])[:MAX_LISTED]:
-        errors.append(f"rank {r}'s file {name} is missing: the parameters with elements in it "
+        errors.append(f"rank {r:,}'s file {name} is missing: the parameters with elements in it "
                       "cannot be read")
     if len(out) > MAX_LISTED:
-        errors.append(f"{len(out) - MAX_LISTED} more rank files of the {world} ranks are missing")
+        errors.append(f"{len(out) - MAX_LISTED:,} more rank files of the {world:,} ranks are missing")
     return errors, out
 
 
@@ -180,8 +180,8 @@ def _flat_groups(optims: dict, world: int, first: dict) -> list:
         found = _summary(ckpt, "optimizer states")
         names = found["flat_groups"] or []
         if len(names) != count or None in names:
-            raise FormatError(f"rank {r} has {len(names)} flat groups, rank {min(optims)} has "
-                              f"{count}", file=ckpt.name, format=FORMAT)
+            raise FormatError(f"rank {r:,} has {len(names):,} flat groups, rank {min(optims):,} has "
+                              f"{count:,}", file=ckpt.name, format=FORMAT)
         groups = [ckpt.by_name[n] for n in names]
         for t in groups:
             if len(t.shape) != 1 or not t.contiguous or t.problem:
@@ -231,7 +231,7 @@ def _tensors(models: dict, head: dict, stage: int, world: int, flat: list, first
     rest = [n for n in head["module"] if n not in covered]
     warnings = []
     if rest:
-        warnings.append(f"{len(rest)} module tensor(s) are in neither param_shapes, the frozen "
+        warnings.append(f"{len(rest):,} module tensor(s) are in neither param_shapes, the frozen "
                         f"parameters nor the buffers (e.g. {rest[0]!r}): shown as the model "
                         "states store them, not as fp32 master weights (zero_to_fp32 leaves "
                         "them out)")
@@ -256,14 +256,14 @@ def _frozen(models: dict, name: str, shape: list, stage: int, world: int) -> Ten
     if stage != 3:
         t = _fragment(models[0], name)
         if t.numel != numel:
-            raise FormatError(f"the frozen parameter {name!r} has {t.numel} elements, its shape "
-                              f"{list(shape)} {numel}", file=models[0].name, format=FORMAT)
+            raise FormatError(f"the frozen parameter {name!r} has {t.numel:,} elements, its shape "
+                              f"{list(shape)} {numel:,}", file=models[0].name, format=FORMAT)
         return Tensor(name, t.dtype, shape, t.offset, t.nbytes, source=t.source, problem=t.problem,
                       info={**t.info, "zero": {"from": "frozen fragments", "file": models[0].name}})
     pieces, left, first = [], numel, None
     for r in range(world):
         if r not in models:
-            return _lost(name, shape, "F32", f"rank {r}'s model states are missing")
+            return _lost(name, shape, "F32", f"rank {r:,}'s model states are missing")
         t = _fragment(models[r], name)
         first = first or t
         take = min(left, t.numel)
@@ -272,7 +272,7 @@ def _frozen(models: dict, name: str, shape: list, stage: int, world: int) -> Ten
         left -= take
     if left:
         raise FormatError(f"the frozen parameter {name!r}'s fragments hold fewer than its "
-                          f"{numel} elements", file=models[0].name, format=FORMAT)
+                          f"{numel:,} elements", file=models[0].name, format=FORMAT)
     return Tensor(name, first.dtype, shape, 0, sum(p.length for p in pieces),
                   source=JoinedSource(pieces, name=first.source.root().name),
                   info={"torch_dtype": first.info.get("torch_dtype"),
@@ -301,7 +301,7 @@ def _joined(name: str, shape: list, spans: list, flat: list, example: Tensor, st
         groups = flat[span.rank]
         if groups is None:
             return _lost(name, shape, example.dtype,
-                         f"elements of it are in rank {span.rank}'s optimizer states, which are "
+                         f"elements of it are in rank {span.rank:,}'s optimizer states, which are "
                          "missing")
         t = groups[span.group]
         pieces.append(Piece(t.source, t.offset + span.start * itemsize, span.count * itemsize))
@@ -318,9 +318,9 @@ def lone_sentence(name: str) -> str | None:
         return None
     if deepspeed_parallel.is_layer(name):
         layer, _ = deepspeed_parallel.layer_of(name)
-        return (f"this is layer {layer} of a DeepSpeed pipeline checkpoint (one file per layer): "
+        return (f"this is layer {layer:,} of a DeepSpeed pipeline checkpoint (one file per layer): "
                 "open the folder to see the layers as one model")
     role, rank, _ = _rank(name)
-    return (f"this is the {role} of rank {rank} of a DeepSpeed ZeRO checkpoint: the model's fp32 "
+    return (f"this is the {role} of rank {rank:,} of a DeepSpeed ZeRO checkpoint: the model's fp32 "
             "master weights are split over the folder's *_optim_states.pt files; open the folder "
             "(the tag folder, or the one with `latest`) to see them as one model")

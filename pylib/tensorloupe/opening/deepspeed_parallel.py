@@ -55,10 +55,10 @@ def read_pipeline(sources: list, read, stage_of) -> Checkpoint:
         if is_layer(base):
             layer, mp = layer_of(base)
             if layer >= MAX_LAYERS:
-                raise UsageError(f"layer {layer} is more layers than a pipeline has", file=base,
+                raise UsageError(f"layer {layer:,} is more layers than a pipeline has", file=base,
                                  format=PIPELINE_FORMAT)
             if (layer, mp) in layers:
-                raise UsageError(f"two files of layer {layer} were given", format=PIPELINE_FORMAT,
+                raise UsageError(f"two files of layer {layer:,} were given", format=PIPELINE_FORMAT,
                                  found=f"{layers[layer, mp].name} and {base}")
             layers[layer, mp] = read(s)
         else:
@@ -117,9 +117,9 @@ def _missing_stages(stages: dict, stage_of) -> list[str]:
     if not found or type(world) is not int or world > MAX_LAYERS:
         return []
     lost = [r for r in range(world) if r not in found]
-    out = [f"stage {r}'s file mp_rank_{r:02d}_model_states.pt is missing: its optimizer state "
+    out = [f"stage {r:,}'s file mp_rank_{r:02d}_model_states.pt is missing: its optimizer state "
            "cannot be shown" for r in lost[:MAX_LISTED]]
-    return out + ([f"{len(lost) - MAX_LISTED} more stage files are missing"] if len(lost) > MAX_LISTED else [])
+    return out + ([f"{len(lost) - MAX_LISTED:,} more stage files are missing"] if len(lost) > MAX_LISTED else [])
 
 
 def tensor_parallel(ranks: dict, files: int) -> Checkpoint:
@@ -129,7 +129,7 @@ def tensor_parallel(ranks: dict, files: int) -> Checkpoint:
     world = first.extras["deepspeed"].get("mp_world_size")
     world = world if type(world) is int and world >= len(ranks) else max(ranks) + 1
     lost = [r for r in range(world) if r not in ranks]
-    errors = [f"tensor-parallel rank {r}'s files (mp_rank_{r:02d}_model_states.pt and its "
+    errors = [f"tensor-parallel rank {r:,}'s files (mp_rank_{r:02d}_model_states.pt and its "
               "optimizer states) are missing: its partition of the model is not shown"
               for r in lost[:MAX_LISTED]]
     tensors, warnings, parts, safety = [], [], [], []
@@ -137,7 +137,7 @@ def tensor_parallel(ranks: dict, files: int) -> Checkpoint:
         for t in ckpt.tensors:
             info = {**t.info, "tensor_parallel": {"rank": mp, "ranks": world}}
             tensors.append(dataclasses.replace(t, name=rank_prefix(mp) + t.name, info=info))
-        warnings += [f"rank {mp}: {w}" for w in ckpt.warnings]
+        warnings += [f"rank {mp:,}: {w}" for w in ckpt.warnings]
         parts += ckpt.extras["training"]["parts"]
         safety.append((f"mp_rank_{mp:02d}", ckpt.extras.get("safety") or {}))
     from ..formats.multifile import merge_reports
@@ -159,7 +159,7 @@ def tensor_parallel(ranks: dict, files: int) -> Checkpoint:
 
 
 def _apart(ranks: int) -> str:
-    return (f"tensor parallel over {ranks} ranks: each rank's partition is shown under its rank "
+    return (f"tensor parallel over {ranks:,} ranks: each rank's partition is shown under its rank "
             "(mp_rank_00/..., mp_rank_01/...), not joined: the checkpoint does not say which "
             "dimension of each tensor is split or which are replicated (that is in the model's "
             "code), so parameter counts add the ranks' partitions as stored")

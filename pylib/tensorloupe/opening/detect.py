@@ -200,7 +200,7 @@ def _refuse_impostors(source: ByteSource, head: bytes) -> None:
     pointer = LFS_POINTER.match(head)
     if pointer:
         raise UnknownFormatError(
-            f"this is a Git LFS pointer file ({source.size} bytes), not the model: the real file "
+            f"this is a Git LFS pointer file ({source.size:,} bytes), not the model: the real file "
             f"({int(pointer.group(1)):,} bytes) was never downloaded; run `git lfs pull` or "
             "download it from the model page", file=source.name)
     if head.lstrip()[:16].lower().startswith(HTML_START):

@@ -79,7 +79,7 @@ def open_sources(sources: list[ByteSource], read_set) -> Checkpoint:
         by_component.setdefault(component, []).append(s)
     declared = {k: v for k, v in index.items() if not k.startswith("_")}
     if len(by_component) > MAX_COMPONENTS:
-        raise LimitError(f"the pipeline has more than {MAX_COMPONENTS} components",
+        raise LimitError(f"the pipeline has more than {MAX_COMPONENTS:,} components",
                          file=MODEL_INDEX, format=FORMAT)
     tensors, warnings, components, safety, all_sources = [], [], [], [], [index_source]
     for name in sorted(set(by_component) | {k for k, v in declared.items() if _library(v)}):

@@ -58,7 +58,7 @@ def files(index: str, probe_all, open_url, shard_urls,
     components = [name for name, value in declared.items() if not name.startswith("_")
                   and isinstance(value, list) and value and value[0] is not None]
     if len(components) > MAX_COMPONENTS:
-        raise LimitError(f"{MODEL_INDEX} names more than {MAX_COMPONENTS} components", file=MODEL_INDEX)
+        raise LimitError(f"{MODEL_INDEX} names more than {MAX_COMPONENTS:,} components", file=MODEL_INDEX)
     bad = [c for c in components if not COMPONENT_NAME.fullmatch(c) or c in (".", "..")]
     if bad:
         raise UsageError(f"{MODEL_INDEX} names a component {bad[0][:80]!r} that is not a folder "
@@ -88,7 +88,7 @@ def files(index: str, probe_all, open_url, shard_urls,
             missing = [u for u, p in shards.items() if p.get("status") != FOUND]
             if missing:
                 raise UsageError(f"{c}/{url_name(missing[0])}, which {c}/{url_name(best)} names, is "
-                                 f"not there ({len(missing)} of its {len(shards)} shards are not)",
+                                 f"not there ({len(missing):,} of its {len(shards):,} shards are not)",
                                  file=f"{c}/{url_name(missing[0])}")
             probes.update(shards)
             urls += [best, *shards]
@@ -133,7 +133,7 @@ def _same_origin(base: str, urls: list[str]) -> list[str]:
 def _bytes(source, name: str) -> bytes:
     """A small file's bytes, whole (a config, an index: bounded like every file beside a model)."""
     if source.size > MAX_CONFIG_BYTES:
-        raise LimitError(f"{name} is too large", file=name, expected=f"at most {MAX_CONFIG_BYTES} bytes",
+        raise LimitError(f"{name} is too large", file=name, expected=f"at most {MAX_CONFIG_BYTES:,} bytes",
                          found=source.size)
     return source.read(0, source.size)
 

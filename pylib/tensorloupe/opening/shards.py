@@ -297,12 +297,12 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
             raise FormatError("this file is not part of a split GGUF model (it has no split.count "
                               "and split.no)", file=p.name, format="gguf")
         if count > MAX_SPLIT_COUNT:
-            raise LimitError(f"split.count {count} is more parts than any split model has",
-                             file=p.name, format="gguf", expected=f"at most {MAX_SPLIT_COUNT}",
+            raise LimitError(f"split.count {exact_count(count)} is more parts than any split model has",
+                             file=p.name, format="gguf", expected=f"at most {MAX_SPLIT_COUNT:,}",
                              found=count)
         if not 0 <= no < count:
-            raise FormatError(f"split.no {no} is outside the {count} parts of the model",
-                              file=p.name, format="gguf", expected=f"0..{count - 1}", found=no)
+            raise FormatError(f"split.no {exact_count(no)} is outside the {count:,} parts of the model",
+                              file=p.name, format="gguf", expected=f"0..{count - 1:,}", found=no)
         numbered.append((no, count, p))
     counts = sorted({count for _, count, _ in numbered})
     if len(counts) > 1:
@@ -313,7 +313,7 @@ def _merge_gguf(parts: list[Checkpoint], indexes: list[ReadIndex]) -> Checkpoint
     by_no: dict[int, Checkpoint] = {}
     for no, _, p in numbered:
         if no in by_no:
-            raise UsageError(f"part {no + 1} of {count} was given twice",
+            raise UsageError(f"part {no + 1:,} of {count:,} was given twice",
                              format="gguf", found=f"{by_no[no].name} and {p.name}")
         by_no[no] = p
     ordered = [by_no[no] for no in sorted(by_no)]
@@ -351,7 +351,7 @@ def read_index(source: ByteSource) -> dict:
     error = ErrorFactory(source.name, "shard index")
 
     if source.size > MAX_INDEX_BYTES:
-        raise error(LimitError, "the index file is too large", expected=f"at most {MAX_INDEX_BYTES} "
+        raise error(LimitError, "the index file is too large", expected=f"at most {MAX_INDEX_BYTES:,} "
                     "bytes", found=source.size)
     try:
         index = json.loads(source.read(0, source.size).decode("utf-8"))
@@ -483,7 +483,7 @@ def _check_weight_map(index: dict, parts: list[Checkpoint], missing: set[str],
     if not missing and _is_int(total):
         held = sum(map(attrgetter("nbytes"), itertools.chain.from_iterable(p.tensors for p in parts)))
         if total != held:
-            warnings.append(f"the index's total_size is {total} bytes but the tensors hold {held}")
+            warnings.append(f"the index's total_size is {exact_count(total)} bytes but the tensors hold {held:,}")
     return absent
 
 
@@ -513,12 +513,12 @@ def _missing(count: int, given: set[int], name, warnings: list[str]) -> list[str
     while len(listed) < MAX_LISTED and no < count:
         if no not in given:
             listed.append(name(no))
-            warnings.append(f"part {no + 1} of {count} ({listed[-1]}) is missing: its tensors "
+            warnings.append(f"part {no + 1:,} of {count:,} ({listed[-1]}) is missing: its tensors "
                             "are not shown")
         no += 1
     rest = count - len(given) - len(listed)
     if rest > 0:
-        warnings.append(f"{rest} more of the {count} parts are missing")
+        warnings.append(f"{rest:,} more of the {count:,} parts are missing")
     return listed
 
 

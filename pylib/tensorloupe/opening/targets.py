@@ -123,7 +123,7 @@ def _shards_of(index: str) -> list[str]:
     folder = os.path.dirname(index)
     present = [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
     if not present:
-        raise UsageError(f"none of the {len(names)} shard files the index names is beside it "
+        raise UsageError(f"none of the {len(names):,} shard files the index names is beside it "
                          f"(e.g. {names[0]})" if names else "the index names no shard files",
                          file=os.path.basename(index))
     return present

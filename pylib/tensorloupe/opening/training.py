@@ -111,7 +111,7 @@ def read_json(source: ByteSource) -> Part:
     try:
         if source.size > MAX_STATE_BYTES:
             raise LimitError(f"{name} is too large", file=name, expected=f"at most "
-                             f"{MAX_STATE_BYTES} bytes", found=source.size)
+                             f"{MAX_STATE_BYTES:,} bytes", found=source.size)
         try:
             value = json.loads(source.read(0, source.size).decode("utf-8"))
         except UnicodeDecodeError as e:

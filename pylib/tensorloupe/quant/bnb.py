@@ -69,13 +69,13 @@ def build_4bit(name: str, mine: dict, config: dict, source: str, read_small) -> 
     scheme = Scheme("bnb-4bit", "bitsandbytes", 4, facts={"method": f"{source} quant_method"})
     shape = tuple(codes.shape)
     if len(states) != 1:
-        return _packed(name, shape, scheme, mine, f"{len(states)} quant_state tensors beside {codes.name!r}")
+        return _packed(name, shape, scheme, mine, f"{len(states):,} quant_state tensors beside {codes.name!r}")
     qs_part = mine[QUANT_STATE + states[0]]
     if read_small is None:
         return _packed(name, shape, scheme, mine, "the quant_state was not read")
     if qs_part.dtype != "U8" or len(qs_part.shape) != 1 or qs_part.shape[0] > MAX_QUANT_STATE_BYTES:
         return _packed(name, shape, scheme, mine, f"quant_state is {qs_part.dtype} {qs_part.shape}, not U8 [n] "
-                       f"of at most {MAX_QUANT_STATE_BYTES} bytes")
+                       f"of at most {MAX_QUANT_STATE_BYTES:,} bytes")
     try:
         qs = quant_state(read_small(qs_part.name), qs_part.name)
     except (ValueError, UnicodeError, RecursionError) as e:
@@ -93,7 +93,7 @@ def build_4bit(name: str, mine: dict, config: dict, source: str, read_small) -> 
     n = math.prod(logical)
     blocks = -(-n // bs)
     if codes.dtype != "U8" or math.prod(shape) != (n + 1) // 2:
-        return _packed(name, shape, scheme, mine, f"{codes.dtype} {shape} does not hold {n} 4-bit codes "
+        return _packed(name, shape, scheme, mine, f"{codes.dtype} {shape} does not hold {n:,} 4-bit codes "
                        "as U8 (bnb_4bit_quant_storage other than uint8 is not read)")
     absmax = mine["weight.absmax"]
     nested = "nested_absmax" in qs or "weight.nested_absmax" in mine

@@ -113,8 +113,8 @@ def _group_index(read: Read, part, count: int, scale, groups: int, what: str) ->
     gidx = [int(g) for g in _rows(read, part, 0, count)]
     bad = next((g for g in gidx if not 0 <= g < groups), None)
     if bad is not None:
-        raise FormatError(f"tensor {part.name!r} names group {bad}, but {scale.name!r} holds "
-                          f"{groups} {what}", expected=f"0..{groups - 1}", found=bad)
+        raise FormatError(f"tensor {part.name!r} names group {bad:,}, but {scale.name!r} holds "
+                          f"{groups:,} {what}", expected=f"0..{groups - 1:,}", found=bad)
     return gidx
 
 
@@ -309,5 +309,5 @@ def dequantise(t: Logical, read: Read, r0: int, r1: int) -> array:
         raise UnsupportedError(f"tensor {t.name!r}: {t.reason}")
     rows = t.rows_cols[0]
     if not 0 <= r0 <= r1 <= rows:
-        raise UsageError(f"tensor {t.name!r}: rows [{r0}, {r1}) are outside its {rows} rows")
+        raise UsageError(f"tensor {t.name!r}: rows [{r0:,}, {r1:,}) are outside its {rows:,} rows")
     return DECODERS[t.scheme.layout](t, read, r0, r1)

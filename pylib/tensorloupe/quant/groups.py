@@ -187,7 +187,7 @@ def _gptq_awq(layout: str, name: str, mine: dict, config: dict, source: str) -> 
                       f"scales {scales.shape}")
     if layout == "gptq":
         if shape[0] * 32 % bits:
-            return packed(f"qweight has {shape[0]} rows, not a whole number of {bits}-bit inputs")
+            return packed(f"qweight has {shape[0]:,} rows, not a whole number of {bits}-bit inputs")
         ins, outs = shape[0] * 32 // bits, shape[1]
     else:
         ins, outs = shape[0], shape[1] * 8

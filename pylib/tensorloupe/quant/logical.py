@@ -385,7 +385,7 @@ class DequantisedSource(RowsSource):
             item = max(1, int(lookup(part.dtype).bits) // 8)
             if rows is None:    # elements [c0, c1) of the part flattened (bnb's flat codes, HQQ's runs)
                 if not 0 <= c0 <= c1 <= part.nbytes // item:
-                    raise FormatError(f"tensor {name!r} has {part.nbytes // item} elements: {c0}..{c1} of "
+                    raise FormatError(f"tensor {name!r} has {part.nbytes // item:,} elements: {c0:,}..{c1:,} of "
                                       f"them cannot hold part of {self.logical.name!r}", file=self.name)
                 mine = sources.setdefault(id(part.source), (part.source, []))[1]
                 ranges.append((id(part.source), len(mine), 1))
@@ -394,8 +394,8 @@ class DequantisedSource(RowsSource):
             count = self.logical.part_rows.get(name) or part.shape[0]
             row = part.nbytes // max(count, 1)
             if not (0 <= c0 <= c1 <= row // item and all(0 <= r < count for r in rows)):
-                raise FormatError(f"tensor {name!r} has {count} rows of {row // item}: columns {c0}..{c1} "
-                                  f"of rows {rows[0]}..{rows[-1]} cannot hold part of {self.logical.name!r}",
+                raise FormatError(f"tensor {name!r} has {count:,} rows of {row // item:,}: columns {c0:,}..{c1:,} "
+                                  f"of rows {rows[0]:,}..{rows[-1]:,} cannot hold part of {self.logical.name!r}",
                                   file=self.name)
             mine = sources.setdefault(id(part.source), (part.source, []))[1]
             ranges.append((id(part.source), len(mine), len(rows)))
@@ -416,8 +416,8 @@ class DequantisedSource(RowsSource):
         row = part.nbytes // max(rows, 1)
         cols = row // item
         if not (0 <= c0 <= c1 <= cols and 0 <= r0 <= r1 <= rows):
-            raise FormatError(f"tensor {name!r} has {rows} x {cols}: rows {r0}..{r1}, columns "
-                              f"{c0}..{c1} of it cannot hold part of {self.logical.name!r}", file=self.name)
+            raise FormatError(f"tensor {name!r} has {rows:,} x {cols:,}: rows {r0:,}..{r1:,}, columns "
+                              f"{c0:,}..{c1:,} of it cannot hold part of {self.logical.name!r}", file=self.name)
         if part.nbytes <= WHOLE_PART_BYTES:
             whole = self._whole.get(name)
             if whole is None:
@@ -438,7 +438,7 @@ class DequantisedSource(RowsSource):
         part = self.parts[name]
         rows = self.logical.part_rows.get(name) or (part.shape[0] if part.shape else 1)
         if not 0 <= row_start <= row_start + row_count <= rows:   # a decoder's bug, never a read beside it
-            raise FormatError(f"tensor {name!r} has {rows} rows: rows {row_start}..{row_start + row_count} "
+            raise FormatError(f"tensor {name!r} has {rows:,} rows: rows {row_start:,}..{row_start + row_count:,} "
                               f"of it cannot hold part of {self.logical.name!r}", file=self.name)
         row = part.nbytes // max(rows, 1)
         if (row_start, row_count) == (0, rows) and part.nbytes <= WHOLE_PART_BYTES:

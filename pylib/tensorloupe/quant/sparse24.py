@@ -182,9 +182,9 @@ def dense_codes(t: Logical, read, r0: int, r1: int) -> bytes:
 
 def _not_two_of_four(bitmask: Part, row: int, unit: int, found: int, want: int) -> FormatError:
     if unit == 1:
-        return FormatError(f"row {row} of tensor {bitmask.name!r} marks {found} kept values, not {want} "
+        return FormatError(f"row {row:,} of tensor {bitmask.name!r} marks {found:,} kept values, not {want:,} "
                            "(two of each four)", expected=want, found=found)
-    return FormatError(f"rows {row} and {row + 1} of tensor {bitmask.name!r} mark {found} kept values, not {want} "
+    return FormatError(f"rows {row:,} and {row + 1:,} of tensor {bitmask.name!r} mark {found:,} kept values, not {want:,} "
                        "(two of each four of the flattened weight, whose fours straddle these rows)",
                        expected=want, found=found)
 

@@ -217,7 +217,7 @@ class View:
                 continue
             i = index.get(axis, 0)
             if not 0 <= i < shape[axis]:
-                raise UsageError(f"index {i} is outside axis {axis} of size {shape[axis]}")
+                raise UsageError(f"index {i:,} is outside axis {axis} of size {shape[axis]:,}")
             base += i * strides[axis]
         self.shape, self.base, self.steps = (shape[a], shape[b]), base, (strides[a], strides[b])
 
@@ -295,7 +295,7 @@ def plan_grid(tensor: Tensor, rows: int = 256, cols: int = 256,
     height, width = view.shape
     r0, r1, c0, c1 = region if region is not None else (0, height, 0, width)
     if not (0 <= r0 < r1 <= height and 0 <= c0 < c1 <= width):
-        raise UsageError(f"region {(r0, r1, c0, c1)} is outside the {height} x {width} view")
+        raise UsageError(f"region {(r0, r1, c0, c1)} is outside the {height:,} x {width:,} view")
     if rows < 1 or cols < 1:
         raise UsageError("a grid needs at least one row and one column")
     row_index, col_index = lattice(r0, r1, rows), lattice(c0, c1, cols)

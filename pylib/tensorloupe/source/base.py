@@ -24,16 +24,16 @@ class ByteSource:
 
     def read(self, offset: int, n: int) -> bytes:
         if n < 0 or offset < 0:
-            raise UsageError(f"invalid read of {n} bytes at offset {offset}", file=self.name)
+            raise UsageError(f"invalid read of {n:,} bytes at offset {offset:,}", file=self.name)
         if n == 0:
             return b""
         available = max(0, min(n, self.size - offset))
         data = self._read(offset, available) if available else b""
         if len(data) < n:
             raise TruncatedError(
-                f"the file ends {n - len(data)} bytes short of a {n}-byte read",
-                file=self.name, offset=offset, expected=f"{n} bytes",
-                found=f"{len(data)} bytes (file size {self.size})")
+                f"the file ends {n - len(data):,} bytes short of a {n:,}-byte read",
+                file=self.name, offset=offset, expected=f"{n:,} bytes",
+                found=f"{len(data):,} bytes (file size {self.size:,})")
         return data
 
     def _read(self, offset: int, n: int) -> bytes:
@@ -205,7 +205,7 @@ class FileSource(ByteSource):
                 chunks.append(chunk)
                 remaining -= len(chunk)
         except OSError as e:
-            raise UnreadableError(f"cannot read {n} bytes at offset {offset}: {e.strerror or e}",
+            raise UnreadableError(f"cannot read {n:,} bytes at offset {offset:,}: {e.strerror or e}",
                                   file=self.name, offset=offset) from e
         return self._count(b"".join(chunks))
 
@@ -229,9 +229,9 @@ class SliceSource(ByteSource):
         super().__init__()
         if base < 0 or length < 0 or base + length > inner.size:
             raise TruncatedError(
-                f"a {length}-byte region at {base} does not fit in the file",
-                file=inner.name, offset=base, expected=f"at most {inner.size} bytes",
-                found=f"region end {base + length}")
+                f"a {length:,}-byte region at {base:,} does not fit in the file",
+                file=inner.name, offset=base, expected=f"at most {inner.size:,} bytes",
+                found=f"region end {base + length:,}")
         self.inner = inner
         self.base = base
         self.size = length

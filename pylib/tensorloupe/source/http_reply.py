@@ -115,7 +115,7 @@ def check_reply(name: str, offset: int, n: int, status: int, reason: str,
                              found=content_range)
     if m is None or not exact or (not probing and len(data) != n):
         raise wrong_range(name, url, offset, n, f"Content-Range {content_range!r} with "
-                          f"{len(data)} bytes")
+                          f"{len(data):,} bytes")
     return data, total
 
 
@@ -123,7 +123,7 @@ def wrong_range(name: str, url: str | None, offset: int, n: int, found: str) -> 
     """A reply that is not the range asked for: its bytes would be shown as the file's."""
     where = f" by {url}" if url else ""
     return FormatError(f"the server sent another range than the one asked for{where}", file=name,
-                       offset=offset, expected=f"bytes {offset}-{offset + n - 1}", found=found)
+                       offset=offset, expected=f"bytes {offset:,}-{offset + n - 1:,}", found=found)
 
 
 def range_refused(name: str, status: int) -> FetchError:

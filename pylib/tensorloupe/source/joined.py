@@ -28,9 +28,9 @@ class JoinedSource(ByteSource):
         self.pieces = [p for p in pieces if p.length]
         for p in self.pieces:
             if p.offset < 0 or p.length < 0 or p.offset + p.length > p.source.size:
-                raise TruncatedError(f"a {p.length}-byte piece at {p.offset} does not fit in "
+                raise TruncatedError(f"a {p.length:,}-byte piece at {p.offset:,} does not fit in "
                                      "the file", file=p.source.name, offset=p.offset,
-                                     expected=f"at most {p.source.size} bytes")
+                                     expected=f"at most {p.source.size:,} bytes")
         self.starts = []
         total = 0
         for p in self.pieces:

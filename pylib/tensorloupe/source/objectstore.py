@@ -164,7 +164,7 @@ class ObjectStoreSource(ByteSource):
         """The reply to a request for bytes offset..offset+n-1, refused unless it is n bytes."""
         from .http_reply import wrong_range
         if not isinstance(data, (bytes, bytearray)) or len(data) != n:
-            found = f"{len(data)} bytes" if isinstance(data, (bytes, bytearray)) else \
+            found = f"{len(data):,} bytes" if isinstance(data, (bytes, bytearray)) else \
                 type(data).__name__
             raise wrong_range(self.name, self.url, offset, n, found)
         return bytes(data)

@@ -66,8 +66,8 @@ class HttpSource(ByteSource):
                                       headers.get("Content-Range"), body, probing, url=url)
             if not probing and total is not None and total != self.size:
                 raise FormatError("the file changed on the server while it was read",
-                                  file=self.name, expected=f"{self.size} bytes",
-                                  found=f"{total} bytes")
+                                  file=self.name, expected=f"{self.size:,} bytes",
+                                  found=f"{total:,} bytes")
             return data, total
         raise FetchError(f"the server redirects {self.url} more than {MAX_REDIRECTS} times",
                          file=self.name)

@@ -98,7 +98,7 @@ class Vocabulary:
         if start < 0 or count < 0:
             raise UsageError("start and count must be >= 0")
         if start >= self.size and self.size:
-            raise UsageError(f"token {start} is past the end of the {self.size:,}-token vocabulary")
+            raise UsageError(f"token {start:,} is past the end of the {self.size:,}-token vocabulary")
         count = min(count, MAX_PAGE, self.size - start)
         return {"start": start, "count": count, "tokens": self._entries(start, count)}
 

@@ -38,8 +38,8 @@ def _counted(length_format: str, convert):
         pos += size
         if n < 0 or n > len(data) - pos:
             cls = LimitError if n > LIMITS.max_bytes else TruncatedError
-            raise cls(f"a pickle argument declares {n} bytes but only {len(data) - pos} remain",
-                      offset=pos, expected=f"at most {len(data) - pos} bytes", found=n)
+            raise cls(f"a pickle argument declares {n:,} bytes but only {len(data) - pos:,} remain",
+                      offset=pos, expected=f"at most {len(data) - pos:,} bytes", found=n)
         return convert(data[pos:pos + n]), pos + n
     return read
 

@@ -57,8 +57,8 @@ def unpickle(data: bytes, resolve: Callable[[str, str], StandIn],
              limits: Limits = LIMITS) -> Unpickled:
     """Interpret one pickle starting at `start`. Raises only TensorloupeError subclasses."""
     if len(data) - start > limits.max_bytes:
-        raise LimitError(f"the pickle is larger than the {limits.max_bytes}-byte limit",
-                         expected=f"at most {limits.max_bytes} bytes", found=len(data) - start)
+        raise LimitError(f"the pickle is larger than the {limits.max_bytes:,}-byte limit",
+                         expected=f"at most {limits.max_bytes:,} bytes", found=len(data) - start)
     return _Machine(bytes(data), resolve, persistent_load, limits).run(start)
 
 
@@ -94,8 +94,8 @@ class _Machine:
                 counts[code] += 1
                 made += weights[code]
                 if made + self.charged > budget:
-                    raise LimitError(f"the pickle builds more than {budget >> 20} MiB of objects "
-                                     "(a memory bomb?)", expected=f"at most {budget >> 20} MiB")
+                    raise LimitError(f"the pickle builds more than {budget >> 20:,} MiB of objects "
+                                     "(a memory bomb?)", expected=f"at most {budget >> 20:,} MiB")
                 if reader is None:
                     pos += 1
                     handler(self)
@@ -136,8 +136,8 @@ class _Machine:
         raise error
 
     def nesting_error(self) -> LimitError:
-        return LimitError(f"the pickle's objects nest deeper than {self.limits.max_depth} levels",
-                          expected=f"at most {self.limits.max_depth}")
+        return LimitError(f"the pickle's objects nest deeper than {self.limits.max_depth:,} levels",
+                          expected=f"at most {self.limits.max_depth:,}")
 
     def _too_deep(self) -> bool:
         """Whether what the pickle built nests past the limit; if so it is taken apart here, so
@@ -177,8 +177,8 @@ class _Machine:
 
     def grow(self, container, extra: int) -> None:
         if len(container) + extra > self.limits.max_items:
-            raise LimitError(f"a container grows past {self.limits.max_items} elements",
-                             expected=f"at most {self.limits.max_items}", found=len(container) + extra)
+            raise LimitError(f"a container grows past {self.limits.max_items:,} elements",
+                             expected=f"at most {self.limits.max_items:,}", found=len(container) + extra)
 
     def key(self, key):
         """A dict key or set item, wrapped if its hash could be chosen (values.SafeKey), with the
@@ -188,7 +188,7 @@ class _Machine:
             self.key_cost += cost
             if self.key_cost > self.limits.max_key_cost:
                 raise LimitError(f"the pickle's tuple and frozenset keys hold more than "
-                                 f"{self.limits.max_key_cost} elements in all")
+                                 f"{self.limits.max_key_cost:,} elements in all")
         return key
 
     def resolve(self, module, name) -> StandIn:
@@ -213,7 +213,7 @@ class _Machine:
                 # A builder's own checks say what is wrong (FormatError); anything they missed
                 # is still the file's fault, said without the interpreter's words.
                 raise FormatError(f"the pickle calls {callee.name} with arguments it cannot "
-                                  f"take ({len(args)} arguments)") from e
+                                  f"take ({len(args):,} arguments)") from e
         what = callee.name + "()" if isinstance(callee, Marker) else type(callee).__name__
         if len(self.calls) < MAX_CALLS:
             self.calls.append((f"<the result of {what}>", args, kwargs))  # getattr(os, "system")(...)
@@ -232,12 +232,12 @@ class _Machine:
             # the C unpickler's memo is an array as long as the largest index; an index this
             # large would also be a hash-flooding key (k*(2**61-1) all hash alike)
             raise LimitError("a memo index is negative or larger than any pickle needs",
-                             expected=f"0..{self.limits.max_memo_index - 1}")
+                             expected=f"0..{self.limits.max_memo_index - 1:,}")
         memo = self.memo
         if index not in memo:
             if len(memo) >= self.max_memo:
-                raise LimitError(f"the pickle memo grows past {self.max_memo} entries",
-                                 expected=f"at most {self.max_memo} entries")
+                raise LimitError(f"the pickle memo grows past {self.max_memo:,} entries",
+                                 expected=f"at most {self.max_memo:,} entries")
             self.charged += MEMO_ENTRY
         memo[index] = self.stack[-1]
 
@@ -274,8 +274,8 @@ class _Machine:
 
     def op_MARK(self):
         if len(self.metastack) >= self.limits.max_marks:
-            raise LimitError(f"MARKs nest deeper than {self.limits.max_marks} levels",
-                             expected=f"at most {self.limits.max_marks}")
+            raise LimitError(f"MARKs nest deeper than {self.limits.max_marks:,} levels",
+                             expected=f"at most {self.limits.max_marks:,}")
         self.metastack.append(self.stack)
         self.stack = []
 

@@ -158,7 +158,7 @@ def safe_key(key, limits: "Limits" = None):
         cost += 1
         if cost > limits.max_key_size:
             raise LimitError(f"a dictionary key or set item expands to more than "
-                             f"{limits.max_key_size} elements")
+                             f"{limits.max_key_size:,} elements")
         kind = type(obj)
         if kind is tuple or kind is frozenset:
             items = [_encoded(item) for item in obj] if kind is frozenset else None
@@ -202,7 +202,7 @@ def safe_keys(keys, limits: "Limits" = None) -> list:
         key, cost = safe_key(key, limits)
         total += cost
         if total > limits.max_key_cost:
-            raise LimitError(f"the keys of one container hold more than {limits.max_key_cost} "
+            raise LimitError(f"the keys of one container hold more than {limits.max_key_cost:,} "
                              "elements in all")
         out.append(key)
     return out
@@ -228,11 +228,11 @@ def check_key(key, limits: Limits = LIMITS):
             return known
         if depth > limits.max_key_depth:
             raise LimitError(f"a dictionary key or set item nests deeper than "
-                             f"{limits.max_key_depth} levels")
+                             f"{limits.max_key_depth:,} levels")
         total = 1 + sum(size(item, depth + 1) for item in obj)
         if total > limits.max_key_size:
             raise LimitError(f"a dictionary key or set item expands to more than "
-                             f"{limits.max_key_size} elements")
+                             f"{limits.max_key_size:,} elements")
         sizes[id(obj)] = total
         return total
 

@@ -59,7 +59,7 @@ def decode_measures(data: bytes, n: int) -> Measures:
     values = array("d")
     values.frombytes(data)
     if len(values) != n * n + 3 * n:
-        raise ValueError(f"the helper's answer holds {len(values)} values, not {n * n + 3 * n}")
+        raise ValueError(f"the helper's answer holds {len(values):,} values, not {n * n + 3 * n:,}")
     cosines = [values[i * n:(i + 1) * n].tolist() for i in range(n)]
     square = n * n
     return Measures(Gram(cosines, values[square:square + n].tolist(), values[square + n:square + 2 * n].tolist()),

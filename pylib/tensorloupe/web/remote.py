@@ -144,13 +144,13 @@ class XhrSource(ByteSource):
         if reply.content_range is None:
             if len(reply.data) != n:
                 raise wrong_range(self.name, self.url, offset, n,
-                                  f"{len(reply.data)} bytes (Content-Range hidden by CORS)")
+                                  f"{len(reply.data):,} bytes (Content-Range hidden by CORS)")
             return self._count(reply.data)
         data, total = check_reply(self.name, offset, n, reply.status, reply.reason,
                                   reply.content_range, reply.data, url=self.url)
         if total is not None and total != self.size:
             raise FormatError("the file changed on the server while it was read",
-                              file=self.name, expected=f"{self.size} bytes", found=f"{total} bytes")
+                              file=self.name, expected=f"{self.size:,} bytes", found=f"{total:,} bytes")
         return self._count(data)
 
 
@@ -164,7 +164,7 @@ def read_config(url: str, probe: dict, transport: Transport | None = None) -> di
     source = XhrSource(url, probe, transport=transport)
     if source.size > MAX_CONFIG_BYTES:
         raise LimitError("config.json is too large", file=source.name,
-                         expected=f"at most {MAX_CONFIG_BYTES} bytes", found=source.size)
+                         expected=f"at most {MAX_CONFIG_BYTES:,} bytes", found=source.size)
     return parse_config(source.read(0, source.size), source.name)
 
 

@@ -89,7 +89,7 @@ def entries(tensors: list[Tensor], dtype: str | None = None,
             skipped.append((t.name, e.message))
     if not out and skipped:
         raise UnsupportedError(f"no tensor can be written: {skipped[0][1]}"
-                               + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
+                               + (f" (and {len(skipped) - 1:,} more)" if len(skipped) > 1 else ""))
     return out, skipped
 
 

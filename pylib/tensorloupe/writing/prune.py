@@ -175,7 +175,7 @@ def new_config(config: dict | None, counts: dict[int | None, int]) -> dict | Non
     listed = list(old) if isinstance(old, list) else [old] * layers
     for i, n in counts.items():
         if i is None or not 0 <= i < len(listed):
-            raise UsageError(f"expert layer {i} is not one of config.json's {layers} layers")
+            raise UsageError(f"expert layer {i} is not one of config.json's {layers:,} layers")
         listed[i] = n
     out[per_layer] = listed
     return out

@@ -57,7 +57,7 @@ def nothing_written(failed: list[tuple[str, str]]) -> UnsupportedError:
     """The error of a write whose every tensor failed to read."""
     name, why = failed[-1]
     return UnsupportedError(f"no tensor could be written: {name!r} {why}"
-                            + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
+                            + (f" (and {len(failed) - 1:,} more)" if len(failed) > 1 else ""))
 
 
 def write_entry(f: BinaryIO, e: Entry, chunks: Iterator[bytes], count: Counter, strict: bool,

@@ -102,7 +102,7 @@ def rows_tensor(t: Tensor, name: str, rows: list[int], shape: tuple[int, ...] | 
     size = row_bytes(t)
     bad = [r for r in rows if not 0 <= r < t.shape[0]]
     if bad:
-        raise UnsupportedError(f"tensor {t.name!r} has {t.shape[0]} rows: there is no row {bad[0]}")
+        raise UnsupportedError(f"tensor {t.name!r} has {t.shape[0]:,} rows: there is no row {bad[0]:,}")
     pieces = [(t.offset + a * size, (b - a) * size) for a, b in runs(rows)]
     out_shape = (len(rows), *t.shape[1:]) if shape is None else shape
     return Tensor(name, t.dtype, out_shape, 0, len(rows) * size, source=RowsSource(t.source, pieces),

@@ -77,8 +77,8 @@ def entry_chunks(e: Entry) -> Iterator[bytes]:
         written += len(data)
         yield data
     if written != e.nbytes:
-        raise FormatError(f"tensor {e.tensor.name!r} gave {written} bytes, "
-                          f"not the {e.nbytes} its shape needs")
+        raise FormatError(f"tensor {e.tensor.name!r} gave {written:,} bytes, "
+                          f"not the {e.nbytes:,} its shape needs")
 
 
 def entry_bytes(entries: list[Entry]) -> Iterator[bytes]:

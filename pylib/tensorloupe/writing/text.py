@@ -55,7 +55,7 @@ def print_left_out(lines: list[str], stream) -> None:
 def print_prune(kept: dict[int, list[int]], dropped: dict[int, list[int]], config: dict | None) -> None:
     for layer, gone in dropped.items():
         print(f"layer {layer}: drop {counted(len(gone), 'expert')} ({', '.join(map(str, gone))}), "
-              f"keep {len(kept[layer])}: new 0..{len(kept[layer]) - 1} are old "
+              f"keep {len(kept[layer]):,}: new 0..{len(kept[layer]) - 1:,} are old "
               f"{', '.join(map(str, kept[layer]))}")
     if config is None:
         print("no config.json beside the source: none written")

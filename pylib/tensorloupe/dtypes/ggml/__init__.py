@@ -75,7 +75,7 @@ def _block_decoder(q: QuantType) -> Callable[..., list]:
     def decode_blocks(buf, big_endian: bool = False) -> list:
         if len(buf) % layout.size:
             raise ValueError(f"{q.name} data must be whole {layout.size}-byte blocks, "
-                             f"got {len(buf)} bytes ({len(buf) % layout.size} left over)")
+                             f"got {len(buf):,} bytes ({len(buf) % layout.size:,} left over)")
         return decode(layout.to_little(buf) if big_endian else bytes(buf))
 
     decode_blocks.__name__ = decode_blocks.__qualname__ = f"decode_{q.name.lower()}"

@@ -86,15 +86,15 @@ def _check_entry(archive: Archive, name: str, error) -> None:
         raise error(FormatError, f"member {name!r} is not a DDUF entry name (a .json, .model, "
                     ".safetensors or .txt file, at most one folder deep, '/' separators)")
     if info.file_size != info.compress_size:
-        raise error(FormatError, f"stored member {name!r} declares {info.file_size} bytes but "
-                    f"holds {info.compress_size}")
+        raise error(FormatError, f"stored member {name!r} declares {info.file_size:,} bytes but "
+                    f"holds {info.compress_size:,}")
 
 
 def _json(archive: Archive, name: str, offset: int, error) -> dict:
     """A small JSON member, read in place (its own bytes, not the cache block around them)."""
     size = archive.members[name].file_size
     if size > MAX_JSON:
-        raise error(LimitError, f"{name} is larger than the limit", expected=f"at most {MAX_JSON}",
+        raise error(LimitError, f"{name} is larger than the limit", expected=f"at most {MAX_JSON:,}",
                     found=size)
     raw = archive.source.read_data(offset, size)
     try:

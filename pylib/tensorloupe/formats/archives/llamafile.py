@@ -51,7 +51,7 @@ def read(source: ByteSource) -> Checkpoint:
         raise
     warnings = list(inner.warnings)
     if len(models) > 1:
-        warnings.append(f"the ZIP holds {len(models)} .gguf members; the first, {name!r}, is shown")
+        warnings.append(f"the ZIP holds {len(models):,} .gguf members; the first, {name!r}, is shown")
     extras = dict(inner.extras, container={"format": FORMAT, "member": name, "offset": offset,
                                            "executable_bytes": min(i.header_offset for i in
                                                                    archive.infos)})

@@ -85,6 +85,6 @@ class InflatedSource(ByteSource):
                                          f"{e}", offset=self.base) from e
         if len(self._out) < need:
             raise self.archive.error(TruncatedError, f"member {self.member!r} inflates to "
-                                     f"{len(self._out)} bytes, fewer than the {self.size} its "
+                                     f"{len(self._out):,} bytes, fewer than the {self.size:,} its "
                                      "directory entry says", offset=self.base)
         return self._count(bytes(self._out[offset:need]))

@@ -131,7 +131,7 @@ class Cursor:
         """Refuse to go on if fewer than n bytes remain (checked before any loop or allocation)."""
         if n > self.size - self.pos:
             raise self.error(TruncatedError, f"{what} runs past the end of the file",
-                             expected=f"{n} bytes", found=f"{self.size - self.pos} bytes left")
+                             expected=f"{n:,} bytes", found=f"{self.size - self.pos:,} bytes left")
 
     def _fill(self, n: int) -> None:
         start = self.pos - self._base
@@ -168,8 +168,8 @@ class Cursor:
         start = self.pos
         n = self.one(self.layout.length, f"the length of {what}")
         if n > MAX_NAME_BYTES:
-            raise self.error(LimitError, f"{what} is {n} bytes long", offset=start,
-                             expected=f"at most {MAX_NAME_BYTES} bytes", found=n)
+            raise self.error(LimitError, f"{what} is {n:,} bytes long", offset=start,
+                             expected=f"at most {MAX_NAME_BYTES:,} bytes", found=n)
         raw = self.take(n, what)
         try:
             return raw.decode("utf-8")
@@ -210,9 +210,9 @@ class Cursor:
         start = self.pos
         n = self.one(self.layout.length, f"the length of {what}")
         if n > self.remaining:
-            raise self.error(TruncatedError, f"{what} is a {n}-byte string, longer than the rest "
-                             "of the file", offset=start, expected=f"{n} bytes",
-                             found=f"{self.remaining} bytes left")
+            raise self.error(TruncatedError, f"{what} is a {n:,}-byte string, longer than the rest "
+                             "of the file", offset=start, expected=f"{n:,} bytes",
+                             found=f"{self.remaining:,} bytes left")
         if n > MAX_INLINE_STRING:
             self.skip(n, what)
             return {"string": True, "length": n, "lazy": True}
@@ -228,9 +228,9 @@ class Cursor:
         n = self.one(self.layout.length, f"the length of {what}")
         least = n * self.layout.min_size(etype)
         if least > self.remaining:
-            raise self.error(TruncatedError, f"{what} claims {n} {VALUE_TYPES[etype].name} entries, "
+            raise self.error(TruncatedError, f"{what} claims {n:,} {VALUE_TYPES[etype].name} entries, "
                              "more than the rest of the file can hold", offset=at,
-                             expected=f"at least {least} bytes", found=f"{self.remaining} bytes left")
+                             expected=f"at least {least:,} bytes", found=f"{self.remaining:,} bytes left")
         return etype, n
 
     def array(self, what: str, depth: int = 0):
@@ -245,7 +245,7 @@ class Cursor:
         if code is not None:
             st = struct.Struct(f"{self.layout.order}{n}{code}")
             return [self._scalar(etype, v) for v in self.unpack(st, what)]
-        return [self.value(etype, f"entry {i} of {what}", depth + 1) for i in range(n)]
+        return [self.value(etype, f"entry {i:,} of {what}", depth + 1) for i in range(n)]
 
     def skip_entries(self, etype: int, n: int, what: str, depth: int = 0,
                      index: list[int] | None = None) -> None:
@@ -260,8 +260,8 @@ class Cursor:
             for i in range(n):
                 if index is not None and i % INDEX_STRIDE == 0:
                     index.append(self.pos)
-                sub, count = self.array_head(f"entry {i} of {what}", depth + 1)
-                self.skip_entries(sub, count, f"entry {i} of {what}", depth + 1)
+                sub, count = self.array_head(f"entry {i:,} of {what}", depth + 1)
+                self.skip_entries(sub, count, f"entry {i:,} of {what}", depth + 1)
 
     def _skip_strings(self, n: int, what: str, index: list[int] | None) -> None:
         # The hot loop of opening a GGUF: one unpack_from per string over a chunk in memory.
@@ -280,14 +280,14 @@ class Cursor:
                 q = p + lsize + k
                 if base + q > size:
                     self.pos = base + p
-                    raise self.error(TruncatedError, f"string {i} of {what} runs past the end of "
-                                     "the file", expected=f"{lsize + k} bytes",
-                                     found=f"{size - base - p} bytes left")
+                    raise self.error(TruncatedError, f"string {i:,} of {what} runs past the end of "
+                                     "the file", expected=f"{lsize + k:,} bytes",
+                                     found=f"{size - base - p:,} bytes left")
                 p = q
                 i += 1
             self.pos = base + p
             if i < n:
-                self.need(lsize, f"the length of string {i} of {what}")
+                self.need(lsize, f"the length of string {i:,} of {what}")
 
 
 def top_level(cursor: Cursor, key: str, vtype: int) -> tuple[object, dict | None]:

@@ -35,7 +35,7 @@ import struct
 from bisect import bisect_right
 from typing import NamedTuple
 
-from ...errors import ErrorFactory, FormatError, TensorloupeError, TruncatedError, UsageError
+from ...errors import ErrorFactory, FormatError, TensorloupeError, TruncatedError, UsageError, shown
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
 from .card import model_card
@@ -79,7 +79,7 @@ def read(source: ByteSource) -> Checkpoint:
     error = ErrorFactory(name, FORMAT)
 
     if size < HEADER_START:
-        raise error(TruncatedError, f"the file has only {size} bytes; a GGUF file starts with "
+        raise error(TruncatedError, f"the file has only {size:,} bytes; a GGUF file starts with "
                     "'GGUF' and a version number", offset=0, expected="at least 8 bytes", found=size)
     head = source.read(0, HEADER_START)
     if head[:4] != MAGIC:
@@ -112,8 +112,8 @@ def read(source: ByteSource) -> Checkpoint:
     data_offset = -(-cursor.pos // alignment) * alignment
     if infos and data_offset > size:
         raise error(TruncatedError, "the file ends before its data section starts (truncated "
-                    "download?)", offset=cursor.pos, expected=f"data from byte {data_offset}",
-                    found=f"file size {size}")
+                    "download?)", offset=cursor.pos, expected=f"data from byte {data_offset:,}",
+                    found=f"file size {size:,}")
     tensors = _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
 
     split = _split(metadata, types)
@@ -145,17 +145,17 @@ def _split(metadata: dict, types: dict) -> dict | None:
 
 def split_note(split: dict) -> str:
     """The warning a lone part carries (opening/shards.py drops it from parts it merges)."""
-    no = "?" if split["no"] is None else split["no"] + 1
-    return (f"this is part {no} of {split['count']} of a split model: open all parts together to "
+    no = "?" if split["no"] is None else f"{split['no'] + 1:,}"
+    return (f"this is part {no} of {split['count']:,} of a split model: open all parts together to "
             "see every tensor")
 
 
 def _check_count(cursor: Cursor, count: int, least: int, what: str, at: int) -> None:
     if count * least > cursor.remaining:
-        raise cursor.error(TruncatedError, f"the header claims {count} {what}, more than the rest "
+        raise cursor.error(TruncatedError, f"the header claims {count:,} {what}, more than the rest "
                            "of the file can hold", offset=at,
-                           expected=f"at least {count * least} bytes",
-                           found=f"{cursor.remaining} bytes left")
+                           expected=f"at least {count * least:,} bytes",
+                           found=f"{cursor.remaining:,} bytes left")
 
 
 def _read_metadata(cursor: Cursor, kv_count: int, error):
@@ -168,10 +168,10 @@ def _read_metadata(cursor: Cursor, kv_count: int, error):
     records: dict[str, dict] = {}
     for i in range(kv_count):
         at = cursor.pos
-        key = cursor.name(f"the key of metadata entry {i}")
+        key = cursor.name(f"the key of metadata entry {i:,}")
         if key in metadata:
             raise error(FormatError, f"metadata key {key!r} appears twice", offset=at,
-                        found=f"its first entry at byte {_position_of(cursor, key, at)}")
+                        found=f"its first entry at byte {shown(_position_of(cursor, key, at))}")
         vtype = cursor.value_type(f"the value type of metadata {key!r}")
         value, record = top_level(cursor, key, vtype)
         metadata[key] = value
@@ -204,15 +204,15 @@ def _read_tensor_infos(cursor: Cursor, tensor_count: int, error) -> list[TensorI
     seen: dict[str, int] = {}
     for i in range(tensor_count):
         at = cursor.pos
-        tname = cursor.name(f"the name of tensor {i}")
+        tname = cursor.name(f"the name of tensor {i:,}")
         if tname in seen:
             raise error(FormatError, f"tensor {tname!r} appears twice", offset=at,
-                        found=f"its first entry at byte {seen[tname]}")
+                        found=f"its first entry at byte {seen[tname]:,}")
         seen[tname] = at
         dims_at = cursor.pos
         n_dims = cursor.one(layout.u32, f"the dimension count of tensor {tname!r}")
         if n_dims > GGML_MAX_DIMS:
-            raise error(FormatError, f"tensor {tname!r} has {n_dims} dimensions", offset=dims_at,
+            raise error(FormatError, f"tensor {tname!r} has {n_dims:,} dimensions", offset=dims_at,
                         expected=f"at most {GGML_MAX_DIMS}", found=n_dims)
         ne = cursor.unpack(struct.Struct(f"{layout.order}{n_dims}{dim_code}"),
                            f"the dimensions of tensor {tname!r}")
@@ -220,7 +220,7 @@ def _read_tensor_infos(cursor: Cursor, tensor_count: int, error) -> list[TensorI
         if max(ne, default=0) > INT64_MAX or numel > INT64_MAX:
             raise error(FormatError, f"the dimensions {list(ne)} of tensor {tname!r} overflow "
                         "ggml's 64-bit element count", offset=dims_at + layout.u32.size,
-                        expected=f"a product of at most {INT64_MAX}", found=numel)
+                        expected=f"a product of at most {INT64_MAX:,}", found=numel)
         ggml_type, offset = cursor.unpack(tail, f"the type and offset of tensor {tname!r}")
         infos.append(TensorInfo(tname, ne, ggml_type, offset, at, cursor.pos - layout.u64.size))
     return infos
@@ -253,8 +253,8 @@ def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
         where = f"tensor {info.name!r}"
         if begin > size:
             raise error(TruncatedError, f"{where} starts past the end of the file (truncated "
-                        "download?)", offset=info.offset_at, expected=f"an offset below {size}",
-                        found=f"byte {begin}")
+                        "download?)", offset=info.offset_at, expected=f"an offset below {size:,}",
+                        found=f"byte {begin:,}")
         dtype = ggml_dtype(info.ggml_type)
         numel = math.prod(info.ne)
         problem = None
@@ -272,17 +272,17 @@ def _tensors(source, infos, data_offset, alignment, big_endian, warnings, error)
             label = dtype.name
             row = info.ne[0] if info.ne else 1
             if row % dtype.block_elems:
-                raise error(FormatError, f"{where} has rows of {row} elements, not whole "
+                raise error(FormatError, f"{where} has rows of {row:,} elements, not whole "
                             f"{label} blocks", offset=info.at,
                             expected=f"a multiple of {dtype.block_elems}", found=row)
             nbytes = dtype.nbytes(numel)
             if begin + nbytes > size:
-                raise error(TruncatedError, f"{where} ends {begin + nbytes - size} bytes past the "
+                raise error(TruncatedError, f"{where} ends {begin + nbytes - size:,} bytes past the "
                             "end of the file (truncated download?)", offset=info.offset_at,
-                            expected=f"bytes {begin}..{begin + nbytes}", found=f"file size {size}")
+                            expected=f"bytes {begin:,}..{begin + nbytes:,}", found=f"file size {size:,}")
         if info.offset % alignment:
-            warnings.append(f"{where} starts at data offset {info.offset}, not a multiple of the "
-                            f"alignment {alignment} (llama.cpp refuses the file)")
+            warnings.append(f"{where} starts at data offset {info.offset:,}, not a multiple of the "
+                            f"alignment {alignment:,} (llama.cpp refuses the file)")
         # Tensors of one type and shape share one info dict (never written to after this):
         # a model repeats a few dozen shapes over thousands of tensors.
         details = (info.ggml_type, info.ne, bool(extra))

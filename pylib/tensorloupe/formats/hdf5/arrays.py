@@ -49,8 +49,8 @@ def check_padding(h5: H5File, bitmap: bytes, used: int, what: str, at: int) -> N
         stray = next(i for i in range(whole + (1 if part else 0), len(bitmap)) if bitmap[i])
     if stray is not None:
         n = next(n for n in range(8 * stray, 8 * stray + 8) if n >= used and bit(bitmap, n))
-        raise h5.fail(f"{what} marks page {n} initialised, but its data blocks have only "
-                      f"{used} pages", at)
+        raise h5.fail(f"{what} marks page {n:,} initialised, but its data blocks have only "
+                      f"{used:,} pages", at)
 
 
 class Pages:
@@ -87,7 +87,7 @@ def check_entry_size(src, client: int, size: int, what: str, at: int) -> None:
     filtered = bool(src.pipeline)
     if client != (FILTERED if filtered else UNFILTERED) or not (
             h5.offset_size + 5 <= size <= h5.offset_size + 12 if filtered else size == h5.offset_size):
-        raise h5.fail(f"{what} holds {size}-byte entries of client {client}, not this dataset's",
+        raise h5.fail(f"{what} holds {size:,}-byte entries of client {client}, not this dataset's",
                       at)
 
 

@@ -64,7 +64,7 @@ class Attributes:
 
     def _values(self, kind: messages.Datatype, raw: bytes, count: int, at: int) -> list:
         if len(raw) < count * kind.size:
-            return [f"(the value holds {len(raw)} bytes, not {count * kind.size})"]
+            return [f"(the value holds {len(raw):,} bytes, not {count * kind.size:,})"]
         if kind.dtype in FORMATS:
             code = (">" if kind.big_endian else "<") + FORMATS[kind.dtype] * count
             return list(struct.unpack(code, raw))
@@ -86,7 +86,7 @@ class Attributes:
             self.heaps[address] = self._collection(address)
         found = self.heaps[address].get(index)
         if found is None:
-            raise self.h5.fail(f"a variable-length string refers to object {index} of the global "
+            raise self.h5.fail(f"a variable-length string refers to object {index:,} of the global "
                                "heap collection, which it does not hold", self.h5.base + address)
         return found
 

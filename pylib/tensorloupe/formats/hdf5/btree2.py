@@ -36,7 +36,7 @@ def records(h5: H5File, address: int, what: str, expected_kind: int) -> list[byt
     if kind != expected_kind:
         raise h5.fail(f"{what} has record type {kind}, not {expected_kind}", c.at, UnsupportedError)
     if total > MAX_RECORDS or depth > MAX_DEPTH or record_size < 5 or node_size < 64:
-        raise h5.fail(f"{what} declares {total:,} records, depth {depth}", c.at, LimitError)
+        raise h5.fail(f"{what} declares {total:,} records, depth {depth:,}", c.at, LimitError)
     # per level: (max records in a node, max records below it), leaves first
     leaf = (node_size - NODE_OVERHEAD) // record_size
     levels = [(leaf, leaf)]
@@ -55,7 +55,7 @@ def records(h5: H5File, address: int, what: str, expected_kind: int) -> list[byt
         seen.add(node)
         n = count
         if n > levels[level][0]:
-            raise h5.fail(f"a node of {what} declares {count} records", h5.base + node, LimitError)
+            raise h5.fail(f"a node of {what} declares {count:,} records", h5.base + node, LimitError)
         body = Cursor(h5, h5.read(node, min(node_size, h5.size - h5.base - node), what),
                       h5.base + node, what)
         signature = body.take(4)
@@ -90,7 +90,7 @@ def chunks(src) -> dict:
     for record in records(h5, src.layout.address, what, FILTERED_CHUNKS if filtered else CHUNKS):
         size_bytes = len(record) - fixed
         if not (0 < size_bytes <= 8 if filtered else size_bytes == 0):
-            raise h5.fail(f"{what} has {len(record)}-byte records, not a rank-{rank} chunk's", None)
+            raise h5.fail(f"{what} has {len(record):,}-byte records, not a rank-{rank:,} chunk's", None)
         c = Cursor(h5, record, 0, f"a record of {what}")
         address = c.address()
         size, mask = (c.uint(size_bytes), c.u32()) if filtered else (src.chunk_bytes, 0)

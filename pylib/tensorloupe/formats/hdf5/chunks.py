@@ -137,7 +137,7 @@ class ChunkedSource(ByteSource):
             raise h5.fail(f"{where} declares {size:,} stored bytes", address, LimitError)
         if address < h5.base or address + size > h5.size:
             raise h5.fail(f"{where} lies outside the file", address, FormatError,
-                          expected=f"{size} bytes at {address}", found=f"file size {h5.size}")
+                          expected=f"{size:,} bytes at {address:,}", found=f"file size {h5.size:,}")
         data = h5.source.read_data(address, size)
         edge = self.layout.edge_unfiltered and any(
             (c + 1) * k > d for c, k, d in zip(coords, self.chunk, self.shape))

@@ -119,7 +119,7 @@ class _Heap:
             if start <= offset and offset + length <= start + size:
                 return h5.read(address + offset - start, length, self.what)
         raise h5.fail(f"a message of {where} lies outside its fractal heap's blocks", None,
-                      found=f"offset {offset}, {length} bytes")
+                      found=f"offset {offset:,}, {length:,} bytes")
 
     def _huge(self, heap_id: bytes, where: str, head: int | None) -> bytes:
         """A huge object, by the ID its heap ID holds (H5HF huge: the v2 B-tree key)."""
@@ -139,7 +139,7 @@ class _Heap:
                 self.huge[number] = (address, length)
         number = int.from_bytes(heap_id[1:1 + min(self.id_length - 1, L)], "little")
         if number not in self.huge:
-            raise h5.fail(f"a message of {where} names huge object {number}, which {self.what} "
+            raise h5.fail(f"a message of {where} names huge object {number:,}, which {self.what} "
                           "does not hold", None)
         address, length = self.huge[number]
         return h5.read(address, length if head is None else min(length, head), self.what)

@@ -176,7 +176,7 @@ def _entry_number(src):
     unlimited = [i for i, m in enumerate(maxshape) if m is None]
     if len(unlimited) != 1:
         raise src.h5.fail(f"dataset {src.what} has an extensible array index but "
-                          f"{len(unlimited)} unlimited dimensions", None)
+                          f"{len(unlimited):,} unlimited dimensions", None)
     if any(m is not None and m < d for m, d in zip(maxshape, src.shape)):
         raise src.h5.fail(f"dataset {src.what} has a maximum shape {list(maxshape)} below its shape "
                           f"{list(src.shape)}", None)

@@ -33,7 +33,7 @@ def follow(source: ByteSource, described: dict, warnings: list[str], read) -> tu
         if name is None:
             why = "its file is not inside the folder it was opened from (absolute paths and '..' are refused)"
         elif name not in opened and len(opened) >= MAX_FILES:
-            why = f"more than {MAX_FILES} files are named by external links"
+            why = f"more than {MAX_FILES:,} files are named by external links"
         else:
             if name not in opened:
                 opened[name] = _open(source, name, read)

@@ -48,7 +48,7 @@ class H5File:
                             "reads for one structure", at, LimitError)
         if address < 0 or n < 0 or at + n > self.size:
             raise self.fail(f"{what} lies outside the file", at, TruncatedError,
-                            expected=f"{n} bytes at {at}", found=f"file size {self.size}")
+                            expected=f"{n:,} bytes at {at:,}", found=f"file size {self.size:,}")
         return self.source.read(at, n)
 
     def check(self, address: int, n: int, what: str) -> int:
@@ -56,7 +56,7 @@ class H5File:
         at = self.base + address
         if address < 0 or n < 0 or at + n > self.size:
             raise self.fail(f"{what} lies outside the file", at, TruncatedError,
-                            expected=f"{n} bytes at {at}", found=f"file size {self.size}")
+                            expected=f"{n:,} bytes at {at:,}", found=f"file size {self.size:,}")
         return at
 
     def defined(self, address: int) -> bool:
@@ -75,7 +75,7 @@ class Cursor:
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise self.h5.fail(f"{self.what} ends early", self.at + self.pos, TruncatedError,
-                               expected=f"{n} more bytes", found=f"{len(self.data) - self.pos}")
+                               expected=f"{n:,} more bytes", found=f"{len(self.data) - self.pos:,}")
         out = self.data[self.pos:self.pos + n]
         self.pos += n
         return out

@@ -57,7 +57,7 @@ def walk(h5: H5File, root: int, warnings: list[str],
             raise h5.fail(f"the group graph has a cycle: {path!r} links back to a group above it",
                           h5.base + address)
         if len(ancestors) > MAX_DEPTH:
-            raise h5.fail(f"groups are nested more than {MAX_DEPTH} deep at {path!r}", None,
+            raise h5.fail(f"groups are nested more than {MAX_DEPTH:,} deep at {path!r}", None,
                           LimitError)
         obj = Obj(path, address, read_header(h5, address, repr(path or "/")))
         out.append(obj)

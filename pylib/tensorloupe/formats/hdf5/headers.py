@@ -131,7 +131,7 @@ def _chain(h5: H5File, seen: set, block: int, what: str) -> None:
                       "cycle)", h5.base + block)
     seen.add(block)
     if len(seen) > MAX_BLOCKS:
-        raise h5.fail(f"the object header of {what} has more than {MAX_BLOCKS} continuation "
+        raise h5.fail(f"the object header of {what} has more than {MAX_BLOCKS:,} continuation "
                       "blocks", h5.base + block, LimitError)
 
 

@@ -65,7 +65,7 @@ def _follow(path: str, soft: dict, objects: dict) -> Resolved:
             chain = " → ".join("/" + h for h in hops + [link])
             return Resolved(path, None, f"the links loop ({chain})")
         if len(hops) >= MAX_HOPS:
-            return Resolved(path, None, f"more than {MAX_HOPS} soft links deep")
+            return Resolved(path, None, f"more than {MAX_HOPS:,} soft links deep")
         hops.append(link)
         current = _joined(_joined(_parent(link), soft[link]), rest)
 

@@ -76,8 +76,8 @@ def dataspace(h5: H5File, data: bytes, at: int) -> Dataspace:
     else:
         raise h5.fail(f"a dataspace message has version {version}", at, UnsupportedError)
     if rank > MAX_RANK:
-        raise h5.fail(f"a dataspace has {rank} dimensions", at, LimitError,
-                      expected=f"at most {MAX_RANK}")
+        raise h5.fail(f"a dataspace has {rank:,} dimensions", at, LimitError,
+                      expected=f"at most {MAX_RANK:,}")
     if kind == 2:
         return Dataspace(None)
     shape = tuple(c.length() for _ in range(rank))
@@ -101,8 +101,8 @@ def datatype(h5: H5File, data: bytes, at: int) -> Datatype:
         offset, precision = c.u16(), c.u16()
         dtype = INTS.get((size, signed))
         if dtype is None or offset != 0 or precision != 8 * size:
-            return Datatype(kind, size, None, big, f"a {size}-byte integer with {precision} bits "
-                            f"at bit {offset} has no dtype here")
+            return Datatype(kind, size, None, big, f"a {size:,}-byte integer with {precision:,} bits "
+                            f"at bit {offset:,} has no dtype here")
         return Datatype(kind, size, dtype, big, None)
     if kind == FLOAT:
         order = (bits & 1) | ((bits >> 5) & 2)      # bits 0 and 6: 0 LE, 1 BE, 2 VAX
@@ -113,9 +113,9 @@ def datatype(h5: H5File, data: bytes, at: int) -> Datatype:
         if order == 2 or ieee is None or (e_at, e_size, m_size, bias, sign) != (
                 ieee[0], ieee[1], ieee[2], ieee[3], 8 * size - 1) or m_at or offset or \
                 precision != 8 * size:
-            return Datatype(kind, size, None, order == 1, f"a {size}-byte float that is not IEEE "
+            return Datatype(kind, size, None, order == 1, f"a {size:,}-byte float that is not IEEE "
                             f"binary{8 * size} (exponent {e_size} bits at {e_at}, mantissa "
-                            f"{m_size} bits, bias {bias}{', VAX order' if order == 2 else ''})")
+                            f"{m_size} bits, bias {bias:,}{', VAX order' if order == 2 else ''})")
         return Datatype(kind, size, ieee[4], order == 1, None)
     if kind == ENUM:
         # h5py writes numpy bool as an enum of int8 {FALSE: 0, TRUE: 1}

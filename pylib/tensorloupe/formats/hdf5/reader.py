@@ -146,8 +146,8 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
     common = dict(big_endian=kind.big_endian)
     if lay.kind == "compact":
         if len(lay.data) < nbytes:
-            return _problem(obj, shape, kind.dtype, f"its compact data holds {len(lay.data)} "
-                            f"bytes, not {nbytes}")
+            return _problem(obj, shape, kind.dtype, f"its compact data holds {len(lay.data):,} "
+                            f"bytes, not {nbytes:,}")
         # in place: the bytes inside the object header (its layout message), not a copy
         return Tensor(obj.path, kind.dtype, shape, layout_m.at + lay.data_at, nbytes, h5.source,
                       info=info, **common)
@@ -158,8 +158,8 @@ def _dataset(h5: H5File, obj: Obj) -> Tensor | None:
             return Tensor(obj.path, kind.dtype, shape, 0, nbytes,
                           FillSource(fill, nbytes, h5.source), info=info, **common)
         if lay.size < nbytes:
-            return _problem(obj, shape, kind.dtype, f"its layout stores {lay.size} bytes, not "
-                            f"the {nbytes} its shape needs")
+            return _problem(obj, shape, kind.dtype, f"its layout stores {lay.size:,} bytes, not "
+                            f"the {nbytes:,} its shape needs")
         try:
             at = h5.check(lay.address, nbytes, f"the data of dataset {obj.path!r}")
         except TensorloupeError as e:

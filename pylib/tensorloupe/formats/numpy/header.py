@@ -58,7 +58,7 @@ def header_length(prefix: bytes, error) -> tuple[int, int]:
     (n,) = size.unpack_from(prefix, PREFIX)
     if n > MAX_HEADER:
         raise error(LimitError, "the .npy header is longer than the limit", offset=PREFIX,
-                    expected=f"at most {MAX_HEADER} bytes", found=n)
+                    expected=f"at most {MAX_HEADER:,} bytes", found=n)
     return major, n
 
 
@@ -79,8 +79,8 @@ def parse(prefix: bytes, raw: bytes, error) -> Header:
         raise error(FormatError, "the .npy shape is not a tuple of sizes", offset=start,
                     found=repr(shape)[:120])
     if len(shape) > MAX_DIMS:
-        raise error(LimitError, f"the .npy shape has {len(shape)} dimensions", offset=start,
-                    expected=f"at most {MAX_DIMS}")
+        raise error(LimitError, f"the .npy shape has {len(shape):,} dimensions", offset=start,
+                    expected=f"at most {MAX_DIMS:,}")
     if type(order) is not bool:
         raise error(FormatError, "fortran_order is not True or False", offset=start,
                     found=repr(order)[:40])

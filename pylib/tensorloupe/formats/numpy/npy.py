@@ -44,7 +44,7 @@ def read_array(source: ByteSource, base: int, length: int, name: str, error,
     start = npy_header.PREFIX + npy_header.LENGTHS[version].size
     if start + n > length:
         raise error(TruncatedError, "the .npy header runs past the end of the file",
-                    offset=base + start, expected=f"{n} header bytes", found=length - start)
+                    offset=base + start, expected=f"{n:,} header bytes", found=length - start)
     raw = prefix[start:start + n] if start + n <= len(prefix) else source.read(base + start, n)
     head = npy_header.parse(prefix, raw, error)
     dtype, big, itemsize, why = npy_header.dtype_of(head.descr)
@@ -61,11 +61,11 @@ def read_array(source: ByteSource, base: int, length: int, name: str, error,
     nbytes = npy_header.nbytes_of(head.shape, itemsize)
     if nbytes > rest:
         raise error(TruncatedError, f"array {name!r} of shape {list(head.shape)} {head.descr} "
-                    f"needs {nbytes} bytes after its header, the file holds {rest}",
+                    f"needs {nbytes:,} bytes after its header, the file holds {rest:,}",
                     offset=offset, expected=nbytes, found=rest)
     warnings = []
     if nbytes < rest:
-        warnings.append(f"{rest - nbytes} bytes follow array {name!r} (numpy.load ignores them)")
+        warnings.append(f"{rest - nbytes:,} bytes follow array {name!r} (numpy.load ignores them)")
     t = Tensor(name, dtype, head.shape, offset, nbytes, source,
                strides=npy_header.strides_of(head.shape, head.fortran_order), big_endian=big,
                info={"descr": head.descr})

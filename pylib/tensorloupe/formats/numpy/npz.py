@@ -61,7 +61,7 @@ def read(source: ByteSource) -> Checkpoint:
     extras = {"npz": {"members": len(names), "deflated": len(deflated),
                       "deflated_bytes": sum(i.file_size for i in deflated)}}
     if deflated:
-        warnings.append(f"{counted(len(deflated), 'array')} of {len(names)} are deflated "
+        warnings.append(f"{counted(len(deflated), 'array')} of {len(names):,} are deflated "
                         f"(savez_compressed): their values have no place in the file, so reading "
                         f"one inflates its member from the start (up to "
                         f"{human_bytes(max(i.file_size for i in deflated))})")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ...errors import (ErrorFactory, FormatError, LimitError, TensorloupeError, TruncatedError,
-                       LOW_LEVEL_ERRORS)
+                       LOW_LEVEL_ERRORS, shown)
 from ...model import Checkpoint, Tensor
 from ...source import ByteSource
 from ...source.base import inside_folder
@@ -125,7 +125,7 @@ def _read(source: ByteSource, wire: Wire, error) -> Checkpoint:
     names_seen = Counter(t.name for t in found)
     twice = [n for n, c in names_seen.items() if c > 1]
     if twice:
-        raise error(FormatError, f"the graph has {len(twice)} initializer name(s) used twice",
+        raise error(FormatError, f"the graph has {len(twice):,} initializer name(s) used twice",
                     found=repr(twice[0]))
     for t in found:
         if t.problem:
@@ -212,7 +212,7 @@ class _Placer:
     def _sized(self, bare: Tensor, source, offset: int, length: int, nbytes: int, where: str):
         if length != nbytes:
             raise self.error(FormatError, f"tensor {bare.name!r}: shape {list(bare.shape)} of "
-                             f"{bare.dtype} needs {nbytes} bytes but {where} holds {length}",
+                             f"{bare.dtype} needs {nbytes:,} bytes but {where} holds {length:,}",
                              offset=offset, expected=nbytes, found=length)
         return Tensor(bare.name, bare.dtype, bare.shape, offset, nbytes, source, info=bare.info)
 
@@ -228,7 +228,7 @@ class _Placer:
                              "length is not a number", found=repr(s.external)[:120]) from None
         if offset < 0 or (length is not None and length < 0):
             raise self.error(FormatError, f"tensor {s.name!r}: a negative external data offset "
-                             "or length", found=f"offset {offset}, length {length}")
+                             "or length", found=f"offset {offset:,}, length {shown(length)}")
         data = self._open(location)
         bare.info = info
         if data is None:
@@ -239,8 +239,8 @@ class _Placer:
             length = data.size - offset
         if offset + length > data.size:
             raise self.error(TruncatedError, f"tensor {s.name!r}: its external data runs past the "
-                             f"end of {location!r}", expected=f"{offset + length} bytes",
-                             found=f"{data.size} bytes")
+                             f"end of {location!r}", expected=f"{offset + length:,} bytes",
+                             found=f"{data.size:,} bytes")
         return self._sized(bare, data, offset, length, nbytes, f"{location!r}")
 
     def _open(self, location: str) -> ByteSource | None:

@@ -57,8 +57,8 @@ def parse(wire: Wire, span: Span, name: str = "") -> SparseStored:
             dims += (wire.packed_varints(f.value, tensors.MAX_DIMS + 1, "a sparse tensor's dims")
                      if f.wire == LENGTH else [f.value] if f.wire == VARINT else [])
             if len(dims) > tensors.MAX_DIMS:
-                raise wire.error(LimitError, f"a sparse tensor has more than {tensors.MAX_DIMS} "
-                                 "dims", offset=f.at, expected=f"at most {tensors.MAX_DIMS}")
+                raise wire.error(LimitError, f"a sparse tensor has more than {tensors.MAX_DIMS:,} "
+                                 "dims", offset=f.at, expected=f"at most {tensors.MAX_DIMS:,}")
     shape = tuple(signed64(d) for d in dims)
     name = name or (values.name if values is not None else "")
     if any(d < 0 for d in shape):
@@ -83,7 +83,7 @@ def shape_problem(s: SparseStored, values: Tensor | None, indices: Tensor | None
     if nnz is None:
         return f"its values have shape {list(values.shape)}, not [NNZ]"
     if indices.shape not in ((nnz,), (nnz, rank)):
-        return (f"its indices have shape {list(indices.shape)} for {nnz} values of a rank-{rank} "
+        return (f"its indices have shape {list(indices.shape)} for {nnz:,} values of a rank-{rank:,} "
                 f"tensor (expected [{nnz}] or [{nnz}, {rank}])")
     if nnz > MAX_NONZERO:
         return f"it lists {nnz:,} values, more than the {MAX_NONZERO:,} read to show it dense"
@@ -177,11 +177,11 @@ def _linear(numbers: list[int], dims: tuple, coordinates: bool, name: str) -> li
     previous = -1
     for k, index in enumerate(linear):
         if not 0 <= index < numel:
-            raise FormatError(f"sparse tensor {name!r}: index {index} (value {k}) is outside its "
-                              f"{numel:,} elements", expected=f"0 to {numel - 1}")
+            raise FormatError(f"sparse tensor {name!r}: index {index:,} (value {k:,}) is outside its "
+                              f"{numel:,} elements", expected=f"0 to {numel - 1:,}")
         if index <= previous:
-            raise FormatError(f"sparse tensor {name!r}: index {index} (value {k}) is not after "
-                              f"index {previous} (onnx requires ascending indices, no repeats)",
+            raise FormatError(f"sparse tensor {name!r}: index {index:,} (value {k:,}) is not after "
+                              f"index {previous:,} (onnx requires ascending indices, no repeats)",
                               expected="ascending indices")
         previous = index
     return linear

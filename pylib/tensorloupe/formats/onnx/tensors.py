@@ -98,8 +98,8 @@ def parse(wire: Wire, span: Span) -> Stored:
             dims += (wire.packed_varints(f.value, MAX_DIMS + 1, "a tensor's dims")
                      if f.wire == LENGTH else [f.value])
             if len(dims) > MAX_DIMS:
-                raise wire.error(LimitError, f"a tensor has more than {MAX_DIMS} dims",
-                                 offset=f.at, expected=f"at most {MAX_DIMS}")
+                raise wire.error(LimitError, f"a tensor has more than {MAX_DIMS:,} dims",
+                                 offset=f.at, expected=f"at most {MAX_DIMS:,}")
         elif f.number == DATA_TYPE and f.wire == VARINT:
             code = f.value
         elif f.number == NAME and f.wire == LENGTH:
@@ -170,7 +170,7 @@ class TypedSource(ByteSource):
             if len(data) != self.size:
                 raise self.wire.error(FormatError, f"tensor {self.name!r}: its {self.kind.name} "
                                       "field does not hold the values its shape needs",
-                                      expected=f"{self.size} bytes", found=f"{len(data)} bytes")
+                                      expected=f"{self.size:,} bytes", found=f"{len(data):,} bytes")
             self._data = data
         return self._count(self._data[offset:offset + n])
 
@@ -190,7 +190,7 @@ def decode_typed(wire: Wire, kind: OnnxType, values: list, numel: int) -> bytes:
         if width and isinstance(value, Span):
             if value.length % width or len(out) + value.length > MAX_TYPED_VALUES * width:
                 raise wire.error(FormatError if value.length % width else LimitError,
-                                 f"a packed {kind.name} field of {value.length} bytes",
+                                 f"a packed {kind.name} field of {value.length:,} bytes",
                                  offset=value.offset, expected=f"whole {width}-byte values, at "
                                  f"most {MAX_TYPED_VALUES:,}")
             out += wire.bytes(value, value.length, "a typed field")

@@ -68,7 +68,7 @@ class Wire:
         """A small length-delimited value's bytes (a name, a string), at most `limit`."""
         if span.length > limit:
             raise self.error(LimitError, f"{what} is longer than the limit", offset=span.offset,
-                             expected=f"at most {limit} bytes", found=span.length)
+                             expected=f"at most {limit:,} bytes", found=span.length)
         return bytes(self._window(span.offset, span.length))
 
     def text(self, span: Span, limit: int, what: str) -> str:
@@ -94,7 +94,7 @@ class Wire:
             shift += 7
         if n < MAX_VARINT_BYTES:
             raise self.error(TruncatedError, "a varint runs past the end of its message",
-                             offset=offset, expected="a byte below 0x80", found=f"{n} bytes")
+                             offset=offset, expected="a byte below 0x80", found=f"{n:,} bytes")
         raise self.error(FormatError, "a varint is longer than 10 bytes", offset=offset)
 
     def fields(self, span: Span) -> Iterator[Field]:
@@ -124,7 +124,7 @@ class Wire:
                 size = FIXED[wire].size
                 if size > end - at:
                     raise self.error(TruncatedError, f"field {number} runs past the end of its "
-                                     "message", offset=key_at, expected=f"{size} bytes",
+                                     "message", offset=key_at, expected=f"{size:,} bytes",
                                      found=end - at)
                 (value,) = FIXED[wire].unpack(self._window(at, size))
                 at += size
@@ -140,7 +140,7 @@ class Wire:
         while at < span.end:
             if len(out) >= limit:
                 raise self.error(LimitError, f"{what} has more values than the limit",
-                                 offset=span.offset, expected=f"at most {limit}")
+                                 offset=span.offset, expected=f"at most {limit:,}")
             value, at = self.varint(at, span.end)
             out.append(value)
         return out

@@ -114,7 +114,7 @@ def _arguments(what: str, args: tuple, least: int, most: int | None = None) -> t
     most = least if most is None else most
     if not least <= len(args) <= most:
         takes = f"{least}" if least == most else f"{least} to {most}"
-        raise BadCall(f"the pickle calls {what} with {len(args)} arguments; it takes {takes}")
+        raise BadCall(f"the pickle calls {what} with {len(args):,} arguments; it takes {takes}")
     return args
 
 
@@ -135,7 +135,7 @@ def _tensor_args(what: str, storage, offset, size, stride):
                       found=_kind(offset))
     size, stride = _ints(what, "size", size), _ints(what, "stride", stride)
     if len(size) != len(stride):
-        raise BadCall(f"the pickle calls {what} with {len(size)} sizes but {len(stride)} strides")
+        raise BadCall(f"the pickle calls {what} with {len(size):,} sizes but {len(stride):,} strides")
     return storage, offset, size, stride
 
 
@@ -236,7 +236,7 @@ def _rebuild_wrapper_subclass(args, kwargs):
     cls, dtype = args[0], _dtype_argument(what, args[1])
     size, stride = _ints(what, "size", args[2]), _ints(what, "stride", args[3])
     if len(size) != len(stride):
-        raise BadCall(f"the pickle calls {what} with {len(size)} sizes but {len(stride)} strides")
+        raise BadCall(f"the pickle calls {what} with {len(size):,} sizes but {len(stride):,} strides")
     name = cls.name if isinstance(cls, (StandIn, Marker)) else _kind(cls)
     return TensorRef(None, 0, size, stride, dtype, "subclass", {"subclass": name})
 

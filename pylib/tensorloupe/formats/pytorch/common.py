@@ -58,7 +58,7 @@ def storage_loader(legacy: bool = False):
             raise FormatError("a persistent id is not a torch storage reference",
                               expected="('storage', class, key, location, numel)",
                               found=f"a {type(pid).__name__}" if not isinstance(pid, tuple)
-                              else f"a tuple of {len(pid)}")
+                              else f"a tuple of {len(pid):,}")
         storage_class, key, location, numel = pid[1:5]
         if type(numel) is not int or not 0 <= numel < INT64 or not isinstance(key, (str, int)):
             raise FormatError("a storage reference has an invalid key or element count",
@@ -145,18 +145,18 @@ def find_tensors(root) -> list[tuple[str, TensorRef]]:
         if not children or id(obj) in on_path:
             return 0
         if depth >= MAX_DEPTH:
-            raise LimitError(f"the checkpoint's containers nest deeper than {MAX_DEPTH} levels",
-                             expected=f"at most {MAX_DEPTH} levels")
+            raise LimitError(f"the checkpoint's containers nest deeper than {MAX_DEPTH:,} levels",
+                             expected=f"at most {MAX_DEPTH:,} levels")
         on_path.add(id(obj))
         total = sum(count(child, depth + 1) for child in children)
         on_path.discard(id(obj))
         if total > MAX_NAMES:
-            raise LimitError(f"the checkpoint names more than {MAX_NAMES} tensors (a memo-sharing "
-                             "bomb?)", expected=f"at most {MAX_NAMES}")
+            raise LimitError(f"the checkpoint names more than {MAX_NAMES:,} tensors (a memo-sharing "
+                             "bomb?)", expected=f"at most {MAX_NAMES:,}")
         pairs += total
         if pairs > MAX_PAIRS:
-            raise LimitError(f"naming the checkpoint's tensors needs more than {MAX_PAIRS} paths "
-                             "(containers shared or nested too much)", expected=f"at most {MAX_PAIRS}")
+            raise LimitError(f"naming the checkpoint's tensors needs more than {MAX_PAIRS:,} paths "
+                             "(containers shared or nested too much)", expected=f"at most {MAX_PAIRS:,}")
         counts[id(obj)] = total
         return total
 
@@ -218,7 +218,7 @@ def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: b
     shape, strides, start = ref.size, ref.stride, ref.offset
     if len(shape) > MAX_DIMS or len(strides) != len(shape) or \
             not all(type(v) is int and 0 <= v < INT64 for v in (*shape, *strides, start)):
-        problem = (f"its size ({len(shape)} dims), stride ({len(strides)}) or storage offset are "
+        problem = (f"its size ({len(shape):,} dims), stride ({len(strides):,}) or storage offset are "
                    "not integers in 0..2**63-1")
         shape, strides, start = (), (), 0
     numel = math.prod(shape)
@@ -241,8 +241,8 @@ def make_tensor(name: str, ref: TensorRef, source, locate: Locate, big_endian: b
         if where_problem:
             problem = problem or where_problem
         elif start * itemsize + nbytes > available:
-            problem = problem or (f"the view needs bytes {start * itemsize}..."
-                                  f"{start * itemsize + nbytes} of a {available}-byte storage")
+            problem = problem or (f"the view needs bytes {start * itemsize:,}..."
+                                  f"{start * itemsize + nbytes:,} of a {available:,}-byte storage")
     normal = tuple(s for n, s in zip(shape, strides) if n != 1)
     contiguous = normal == tuple(s for n, s in zip(shape, contiguous_strides(shape)) if n != 1)
     tensor = Tensor(name, table or ref.dtype, tuple(shape), offset, nbytes, source=source,
@@ -300,7 +300,7 @@ def checkpoint(fmt: str, source, root, pickles: list[Unpickled], locate: Locate,
     problems = [t for t in tensors if t.problem]
     warnings += [f"tensor {t.name!r}: {t.problem}" for t in problems[:MAX_PROBLEM_WARNINGS]]
     if len(problems) > MAX_PROBLEM_WARNINGS:
-        warnings.append(f"{len(problems) - MAX_PROBLEM_WARNINGS} more tensors cannot be read")
+        warnings.append(f"{len(problems) - MAX_PROBLEM_WARNINGS:,} more tensors cannot be read")
     extras = dict(extras or {}, safety=safety, prefix=prefix,
                   pickle={"protocol": pickles[-1].protocol if pickles else None})
     if quantisation:

@@ -72,7 +72,7 @@ def read_set(metadata: ByteSource, data: dict[str, ByteSource]) -> Checkpoint:
     name = os.path.basename(metadata.name)
     error = _errors(name)
     if metadata.size > MAX_METADATA_BYTES:
-        raise LimitError(f"{METADATA_NAME} is larger than {MAX_METADATA_BYTES} bytes",
+        raise LimitError(f"{METADATA_NAME} is larger than {MAX_METADATA_BYTES:,} bytes",
                          file=name, format=FORMAT, found=metadata.size)
     try:
         pickled = unpickle(metadata.read(0, metadata.size), resolve, _no_persistent_ids)
@@ -107,7 +107,7 @@ def read_set(metadata: ByteSource, data: dict[str, ByteSource]) -> Checkpoint:
             tensors.append(_chunk(label, fqn, shape, dtype, offsets, sizes, info, data, reports,
                                   missing))
     warnings += [f"tensor {t.name!r}: {t.problem}" for t in tensors if t.problem][:20]
-    errors = [f"the data file {f} is missing: {n} item(s) of the checkpoint are in it"
+    errors = [f"the data file {f} is missing: {n:,} item(s) of the checkpoint are in it"
               for f, n in sorted(missing.items())]
     used = sorted({i["file"] for i in located.values()})
     extras = {"dcp": {"tensors": listing, "objects": objects, "files": used,
@@ -240,7 +240,7 @@ def _chunk(label, fqn, shape, dtype, offsets, sizes, info, data, reports, missin
         head = item.read(0, min(4, item.size))
         if head != ZIP_MAGIC:
             if info["length"] != math.prod(sizes) * itemsize:
-                return without(f"its {info['length']}-byte item is neither a torch.save archive "
+                return without(f"its {info['length']:,}-byte item is neither a torch.save archive "
                                f"nor the chunk's raw bytes")
             return Tensor(label, table or dtype, sizes, 0, info["length"], source=item,
                           problem=None if table else f"torch dtype {dtype} has no decoder",

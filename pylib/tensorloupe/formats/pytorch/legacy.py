@@ -64,7 +64,7 @@ def _growing(source: ByteSource, parse):
             if window >= LIMITS.max_bytes:
                 raise ErrorFactory(source.name, FORMAT)(
                     LimitError, "the pickles before the storages are larger than the limit",
-                    expected=f"at most {LIMITS.max_bytes} bytes") from None
+                    expected=f"at most {LIMITS.max_bytes:,} bytes") from None
             window = min(source.size, window * 4)
 
 
@@ -119,7 +119,7 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
     storages = pickles.loader.storages
     missing = [k for k in pickles.keys if k not in storages]
     if missing:
-        raise error(FormatError, f"the storage list names {len(missing)} storages no tensor uses",
+        raise error(FormatError, f"the storage list names {len(missing):,} storages no tensor uses",
                     offset=pickles.main.end, found=shown(missing[:5]))
     unknown = [k for k in pickles.keys if storages[k].dtype not in TORCH_DTYPES]
     if unknown:
@@ -140,8 +140,8 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
                          offsets[key] - COUNT.size)
         return offsets, []
     # The ids do not account for the file: walk the count prefixes as torch.load does.
-    warnings = [f"the storages' sizes from the pickle end at byte {cursor} but the file has "
-                f"{source.size} bytes; storage offsets were read from the count prefixes"]
+    warnings = [f"the storages' sizes from the pickle end at byte {cursor:,} but the file has "
+                f"{source.size:,} bytes; storage offsets were read from the count prefixes"]
     cursor = pickles.storage_start
     for key in pickles.keys:
         ref = storages[key]
@@ -151,16 +151,16 @@ def _layout(source: ByteSource, pickles: _Pickles) -> tuple[dict[str, int], list
         cursor += COUNT.size + ref.nbytes
     if cursor > source.size:
         raise error(TruncatedError, "the file ends inside its storages (truncated download?)",
-                             offset=source.size, expected=f"{cursor} bytes", found=source.size)
-    warnings.append(f"{source.size - cursor} bytes follow the last storage")
+                             offset=source.size, expected=f"{cursor:,} bytes", found=source.size)
+    warnings.append(f"{source.size - cursor:,} bytes follow the last storage")
     return offsets, warnings
 
 
 def _check_count(error, key: str, ref, count: int, offset: int) -> None:
     """A storage's count prefix must be its pickle's element count, as torch.load requires."""
     if count != ref.numel:
-        raise error(FormatError, f"storage {shown(key)} is declared with {ref.numel} "
-                    f"elements in the pickle but its count prefix in the file says {count} "
+        raise error(FormatError, f"storage {shown(key)} is declared with {ref.numel:,} "
+                    f"elements in the pickle but its count prefix in the file says {count:,} "
                     "(torch.load refuses it: storage has wrong byte size)", offset=offset,
                     expected=ref.numel, found=count)
 
@@ -215,11 +215,11 @@ def read_leading_pickle(source: ByteSource, why: str) -> Checkpoint:
 def _plain_pickle(source: ByteSource, first, why: str) -> Checkpoint:
     """A file torch.load would only unpickle (and then refuse): its safety report, no tensors."""
     note = (f"the file {why}: torch.load(weights_only=False) unpickles its first "
-            f"{first.end} bytes as a pickle, running every global it names, before it refuses "
+            f"{first.end:,} bytes as a pickle, running every global it names, before it refuses "
             "the file; that pickle is what this report analyses")
     trailing = source.size - first.end
     if trailing:
-        note += f" ({trailing} more bytes follow it and are not read by torch)"
+        note += f" ({trailing:,} more bytes follow it and are not read by torch)"
 
     def locate(ref):
         return None, 0, 0, "a plain pickle holds no storage bytes"

@@ -129,7 +129,7 @@ def _conflict(shown: Checkpoint, path: str, safety: dict, fmt: str, reading: str
     """`shown` with the safety finding: `fmt` is the format torch's reading found, `reading`
     says what it holds."""
     dangerous = safety["dangerous"]
-    runs = (f"it names {len(dangerous)} dangerous global(s) that torch.load(weights_only=False) "
+    runs = (f"it names {len(dangerous):,} dangerous global(s) that torch.load(weights_only=False) "
             f"would run: {', '.join(dangerous[:10])}" if dangerous else
             "its globals are all allowed, but torch.load would return other tensors than these")
     note = (f"these bytes are two files: shown here as {shown.format}, but torch.load takes them "

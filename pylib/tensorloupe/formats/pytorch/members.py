@@ -65,7 +65,7 @@ class CappedFile(SourceFile):
         if wanted > self.limit:
             raise LimitError("an archive directory or header is larger than the limit",
                              file=self.source.name, offset=self.position,
-                             expected=f"at most {self.limit} bytes", found=wanted)
+                             expected=f"at most {self.limit:,} bytes", found=wanted)
         return super().read(wanted)
 
 
@@ -91,7 +91,7 @@ class Archive:
             if isinstance(e, zipfile.BadZipFile) and source.read(0, min(4, source.size)) == LOCAL_SIGNATURE:
                 # It starts as a ZIP, but its directory (at the end) is not there: cut short.
                 raise TruncatedError("the ZIP archive's central directory (at its end) is missing",
-                                     file=source.name, format=fmt, found=f"{source.size} bytes") from e
+                                     file=source.name, format=fmt, found=f"{source.size:,} bytes") from e
             raise FormatError(f"not a readable ZIP archive: {e}", file=source.name, format=fmt) from e
         # Lookups answer as torch's reader does (lookup.py): a name that several entries share
         # (exactly, or but for case) maps to the one entry torch opens; the others are `shadowed`.
@@ -135,7 +135,7 @@ class Archive:
             offset = self.members[name].header_offset
             if not 0 <= offset <= self.source.size - LOCAL_HEADER.size:
                 raise self.error(FormatError, f"the directory puts member {name!r} outside the file",
-                                 expected=f"a local header offset below {self.source.size}",
+                                 expected=f"a local header offset below {self.source.size:,}",
                                  found=offset)
         groups = []
         i = 0
@@ -176,8 +176,8 @@ class Archive:
         if data_offset + info.compress_size > self.source.size:
             raise self.error(TruncatedError, f"member {name!r} ends past the end of the file "
                              "(truncated download?)", offset=data_offset,
-                             expected=f"{info.compress_size} bytes",
-                             found=f"{max(0, self.source.size - data_offset)}")
+                             expected=f"{info.compress_size:,} bytes",
+                             found=f"{max(0, self.source.size - data_offset):,}")
         return data_offset
 
     def read(self, name: str, cap: int, *, verify: bool = True,
@@ -188,7 +188,7 @@ class Archive:
         size = max(info.file_size, info.compress_size)
         if size > cap:
             raise self.error(LimitError, f"member {name!r} is larger than the limit",
-                             expected=f"at most {cap} bytes", found=size)
+                             expected=f"at most {cap:,} bytes", found=size)
         if info.flag_bits & ENCRYPTED:
             raise self.error(UnsupportedError, f"member {name!r} is encrypted")
         start = self._data_offset(name, info)
@@ -203,16 +203,16 @@ class Archive:
         elif info.compress_type == STORED:
             data = raw
             if info.compress_size != info.file_size:
-                raise self.error(FormatError, f"stored member {name!r} declares {info.file_size} "
-                                 f"bytes but holds {info.compress_size}", offset=start,
+                raise self.error(FormatError, f"stored member {name!r} declares {info.file_size:,} "
+                                 f"bytes but holds {info.compress_size:,}", offset=start,
                                  expected="equal sizes for a stored member",
-                                 found=f"{info.compress_size} and {info.file_size}")
+                                 found=f"{info.compress_size:,} and {info.file_size:,}")
         else:
             raise self.error(UnsupportedError, f"member {name!r} uses ZIP compression method "
                              f"{info.compress_type}; tensorloupe reads stored and deflated members")
         if len(data) != info.file_size:
-            raise self.error(FormatError, f"member {name!r} holds {len(data)} bytes, not the "
-                             f"{info.file_size} its directory entry says", offset=start)
+            raise self.error(FormatError, f"member {name!r} holds {len(data):,} bytes, not the "
+                             f"{info.file_size:,} its directory entry says", offset=start)
         problem = self.crc_problem(info, data) if verify else None
         if problem:
             raise self.error(FormatError, problem, offset=start)

@@ -131,7 +131,7 @@ def safety_warnings(safety: dict) -> list[str]:
         dangerous = [n for n in dangerous if not torchscript.folded(n)]
     if dangerous:
         more = " …" if len(dangerous) > MAX_LISTED else ""
-        warnings.append(f"the pickle names {len(dangerous)} dangerous globals (they run or may run "
+        warnings.append(f"the pickle names {len(dangerous):,} dangerous globals (they run or may run "
                         "code): " + ", ".join(dangerous[:MAX_LISTED]) + more
                         + " (torch.load(weights_only=False) would run them; tensorloupe never does)")
     warnings += [f"SAFETY: {note}" for note in safety.get("notes", ())]

@@ -61,7 +61,7 @@ def _sized(value: int) -> str:
     """A pickle int for a message: its digits if it has a few, else its size (str() refuses
     more than 4,300 digits, and a message of thousands says nothing more)."""
     if value.bit_length() <= 64:
-        return str(value)
+        return f"{value:,}"
     return f"an integer of {value.bit_length():,} bits (~{int(value.bit_length() * 0.30103) + 1:,} digits)"
 
 
@@ -87,7 +87,7 @@ class _Reader:
         info = self.members[name]
         if info.offset_data + info.size > self.source.size:
             raise self.error(TruncatedError, f"the tar member {name!r} runs past the end of the file",
-                                 offset=info.offset_data, expected=f"{info.size} bytes")
+                                 offset=info.offset_data, expected=f"{info.size:,} bytes")
         return info.offset_data, info.offset_data + info.size
 
     def pickle_at(self, position: int, end: int, persistent_load=None, *, last: bool = False):
@@ -98,7 +98,7 @@ class _Reader:
         if last and end - position > limit:
             # nothing follows the last pickle of a member: it is this long, so refuse it unparsed
             raise self.error(LimitError, "a pickle in the tar archive is larger than the limit",
-                             expected=f"at most {limit} bytes", found=end - position)
+                             expected=f"at most {limit:,} bytes", found=end - position)
         window = min(limit if last else WINDOW, end - position)
         while True:
             data = self.source.read(position, window)
@@ -109,7 +109,7 @@ class _Reader:
                     raise
                 if window >= limit:
                     raise self.error(LimitError, "a pickle in the tar archive is larger than the "
-                                     "limit", expected=f"at most {limit} bytes") from None
+                                     "limit", expected=f"at most {limit:,} bytes") from None
                 window = min(end - position, window * 4, limit)
                 continue
             self.pickles.append(result)
@@ -119,7 +119,7 @@ class _Reader:
         """A pickled record torch writes as an n-tuple."""
         if type(value) not in (tuple, list) or len(value) != n:
             raise self.error(FormatError, f"{what} is not a {n}-tuple", offset=offset,
-                             found=f"a {type(value).__name__}" + (f" of {len(value)}" if
+                             found=f"a {type(value).__name__}" + (f" of {len(value):,}" if
                                                                   type(value) in (tuple, list) else ""))
         return tuple(value)
 
@@ -157,7 +157,7 @@ class _Reader:
             nbytes = numel * TORCH_DTYPES[dtype][1]
             if numel < 0 or position + COUNT.size + nbytes > end:
                 raise self.error(FormatError, f"storage {shown(key)} runs past its tar member",
-                                 offset=position, found=f"{numel} elements")
+                                 offset=position, found=f"{numel:,} elements")
             refs[key] = StorageRef(segment(key), dtype, numel, segment(location), storage_class.name)
             offsets[segment(key)] = position + COUNT.size
             position += COUNT.size + nbytes
@@ -206,7 +206,7 @@ class _Reader:
             key, storage_key = _key(key), _key(storage_key)
             (ndim,) = TENSOR_HEAD.unpack_from(data, result.end)
             if not 0 <= ndim <= 64:
-                raise self.error(FormatError, f"tensor {shown(key)} has {ndim} dimensions",
+                raise self.error(FormatError, f"tensor {shown(key)} has {ndim:,} dimensions",
                                  offset=position + result.end)
             layout = struct.Struct(f"<{ndim}q{ndim}qq")
             values = layout.unpack_from(data, result.end + TENSOR_HEAD.size)

@@ -35,8 +35,8 @@ def _cut(bounds: list[int], start: int, count: int, name: str) -> list[tuple[int
     the end as the last bound) covering `count` elements from `start`, of parameter `name`."""
     if start + count > bounds[-1]:
         raise FormatError(f"parameter {name!r} reaches past the end of the flat partitions: its "
-                          f"elements {start}..{start + count} of {bounds[-1]}",
-                          format="deepspeed-zero", expected=f"at most {bounds[-1]} elements",
+                          f"elements {start:,}..{start + count:,} of {bounds[-1]:,}",
+                          format="deepspeed-zero", expected=f"at most {bounds[-1]:,} elements",
                           found=start + count)
     out = []
     i = 0
@@ -66,7 +66,7 @@ def zero2(groups: list[list], lengths: list[list[int]], paddings: list[list[int]
     for g, shapes in enumerate(groups):
         pads = paddings[g] if paddings is not None else [0] * len(shapes)
         if len(pads) != len(shapes):
-            raise FormatError(f"group {g} has {len(shapes)} parameters but {len(pads)} alignment "
+            raise FormatError(f"group {g:,} has {len(shapes):,} parameters but {len(pads):,} alignment "
                               "paddings", format="deepspeed-zero")
         bounds = _bounds([lengths[r][g] for r in range(world)])
         offset = 0
@@ -77,8 +77,8 @@ def zero2(groups: list[list], lengths: list[list[int]], paddings: list[list[int]
         align = 2 * world
         used, avail = (align * math.ceil(x / align) for x in (offset, bounds[-1]))
         if used != avail:
-            raise FormatError(f"the parameters of group {g} use {offset} elements of its "
-                              f"{bounds[-1]}-element flat partitions (zero_to_fp32's check: "
+            raise FormatError(f"the parameters of group {g:,} use {offset:,} elements of its "
+                              f"{bounds[-1]:,}-element flat partitions (zero_to_fp32's check: "
                               "something is wrong)", format="deepspeed-zero",
                               expected=avail, found=used)
     return out
@@ -103,8 +103,8 @@ def zero3(shapes: list, lengths: list[list[int]]) -> dict[str, list[Span]]:
         out[name] = spans
         offset += per_rank
     if offset * world != bounds[-1] * world:
-        raise FormatError(f"the parameters use {offset * world} elements of the ranks' "
-                          f"{bounds[-1] * world} (zero_to_fp32's check: something is wrong)",
+        raise FormatError(f"the parameters use {offset * world:,} elements of the ranks' "
+                          f"{bounds[-1] * world:,} (zero_to_fp32's check: something is wrong)",
                           format="deepspeed-zero", expected=bounds[-1] * world,
                           found=offset * world)
     return out

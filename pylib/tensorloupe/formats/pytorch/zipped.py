@@ -56,14 +56,14 @@ def _pickle_member(archive: Archive) -> str:
             raise archive.error(FormatError, "the ZIP archive has no data.pkl in the folder of its "
                                 "first member: not a PyTorch checkpoint",
                                 expected=f"{first.split('/', 1)[0]}/{PICKLE}",
-                                found=f"{len(archive.infos)} members")
+                                found=f"{len(archive.infos):,} members")
         return found
     # torch refuses an archive whose first entry is in no folder; read what such a file holds
     candidates = [n for n in archive.members if n.lower() == PICKLE or
                   (n.lower().endswith("/" + PICKLE) and n.count("/") == 1)]
     if not candidates:
         raise archive.error(FormatError, "the ZIP archive has no data.pkl: not a PyTorch checkpoint",
-                            expected="<root>/data.pkl", found=f"{len(archive.members)} members")
+                            expected="<root>/data.pkl", found=f"{len(archive.members):,} members")
     if len(candidates) > 1:
         raise archive.error(FormatError, "the ZIP archive has more than one root folder with a "
                             "data.pkl", found=", ".join(sorted(candidates)[:4]))
@@ -76,9 +76,9 @@ def _archive_notes(archive: Archive, pickle_name: str) -> list[str]:
     variants = archive.variants(pickle_name)
     if len(variants) > 1:
         names = ", ".join(repr(info.filename) for info in variants[:6])
-        notes.append(f"the archive has {len(variants)} members named {pickle_name!r} (exactly or "
+        notes.append(f"the archive has {len(variants):,} members named {pickle_name!r} (exactly or "
                      f"but for case: {names}); torch's case-insensitive lookup opens "
-                     f"{pickle_name!r} at byte {archive.members[pickle_name].header_offset}, which "
+                     f"{pickle_name!r} at byte {archive.members[pickle_name].header_offset:,}, which "
                      "is what is shown; the safety report covers all of them")
     expected = pickle_name.rpartition("/")[0] + "/" + PICKLE if "/" in pickle_name else PICKLE
     if len(variants) == 1 and pickle_name != expected:
@@ -86,10 +86,10 @@ def _archive_notes(archive: Archive, pickle_name: str) -> list[str]:
                      "ignores case and unpickles it (tools that match names exactly miss it)")
     shadowed = [info.filename for info in archive.shadowed if info not in variants]
     if shadowed:
-        notes.append(f"{len(shadowed)} other members repeat a name (exactly or but for case), "
+        notes.append(f"{len(shadowed):,} other members repeat a name (exactly or but for case), "
                      f"e.g. {shadowed[0]!r}: torch reads one of each, as shown")
     if archive.leading:
-        notes.append(f"{archive.leading} bytes before the first member the central directory lists")
+        notes.append(f"{archive.leading:,} bytes before the first member the central directory lists")
     return notes
 
 
@@ -157,12 +157,12 @@ def read(source: ByteSource) -> Checkpoint:
         if info.compress_size != info.file_size:
             # a stored member holds exactly its size; a different (e.g. ZIP64) size would put
             # the tensor's bytes in whatever follows the member
-            return None, 0, 0, (f"its storage {member!r} is stored with {info.compress_size} bytes "
-                                f"but declares {info.file_size}")
+            return None, 0, 0, (f"its storage {member!r} is stored with {info.compress_size:,} bytes "
+                                f"but declares {info.file_size:,}")
         if info.file_size < ref.nbytes:
             return None, 0, info.file_size, (
-                f"its storage {member!r} holds {info.file_size} bytes but is declared as "
-                f"{ref.numel} {ref.dtype} elements ({ref.nbytes} bytes)")
+                f"its storage {member!r} holds {info.file_size:,} bytes but is declared as "
+                f"{ref.numel:,} {ref.dtype} elements ({ref.nbytes:,} bytes)")
         # Positioned lazily: the local header is read when the storage's bytes are first needed.
         return archive.member_source(member), 0, info.file_size, None
 
@@ -189,11 +189,11 @@ def _record_problems(archive: Archive, storages: dict, members: dict) -> list[st
         if info is None:
             problems.append(f"its storage record {members[key]!r} is missing")
         elif ref.dtype in TORCH_DTYPES and info.file_size != ref.nbytes:
-            problems.append(f"its storage record {members[key]!r} holds {info.file_size} bytes "
-                            f"where the pickle declares {ref.numel} {ref.dtype} elements "
-                            f"({ref.nbytes} bytes): torch stops there (record size does not "
+            problems.append(f"its storage record {members[key]!r} holds {info.file_size:,} bytes "
+                            f"where the pickle declares {ref.numel:,} {ref.dtype} elements "
+                            f"({ref.nbytes:,} bytes): torch stops there (record size does not "
                             "match expected size)")
-    return problems[:3] + ([f"and {len(problems) - 3} more such storages"] if len(problems) > 3
+    return problems[:3] + ([f"and {len(problems) - 3:,} more such storages"] if len(problems) > 3
                            else [])
 
 
@@ -209,6 +209,6 @@ def _shadowed_pickles(archive: Archive, pickle_name: str, notes: list[str]) -> l
             data = archive.read(info.filename, LIMITS.max_bytes, verify=False, info=info)
             out.append(load_pickle(data, storage_loader()))
         except TensorloupeError as e:
-            notes.append(f"the other {info.filename!r} (at byte {info.header_offset}) cannot be "
+            notes.append(f"the other {info.filename!r} (at byte {info.header_offset:,}) cannot be "
                          f"analysed: {e.message}")
     return out
