@@ -54,7 +54,7 @@ def test_exact_histogram_covers_every_element(llama, oracle):
 def test_exact_text_histogram_is_of_every_element(llama, oracle):
     out = cli("stats", llama, QUANT, "--exact", "--bins", "8")
     assert f"histogram of all {oracle.size:,} elements" in out and "sampled" not in out
-    counts = [int(line.rsplit(" ", 1)[1]) for line in out.splitlines() if "│" in line]
+    counts = [int(line.rsplit(" ", 1)[1].replace(",", "")) for line in out.splitlines() if "│" in line]
     assert len(counts) == 8 and sum(counts) == oracle.size
 
 

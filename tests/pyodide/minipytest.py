@@ -86,7 +86,7 @@ class _Approx:
         return math.isclose(other, self.expected, rel_tol=self.rel, abs_tol=self.abs)
 
 
-def _skip(reason=""):
+def _skip(reason="", allow_module_level=False):
     raise Skipped(reason)
 
 
